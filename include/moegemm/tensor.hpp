@@ -1,0 +1,82 @@
+// A non-owning view of a strided tensor in host or device memory.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+
+namespace moegemm {
+
+enum class DType : uint8_t { bf16, f16, f32, i32, i64, u8, e4m3, e5m2, e2m1 };
+enum class Device : uint8_t { host, cuda };
+
+/// Size of one element in bytes (e2m1 packs two per byte and reports 1).
+constexpr std::size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::bf16: case DType::f16: return 2;
+    case DType::f32: case DType::i32: return 4;
+    case DType::i64: return 8;
+    default: return 1;
+  }
+}
+const char* dtype_name(DType t);
+
+/// Pointer, dtype, shape and strides (in elements, not bytes) of a tensor of rank 1..4.
+/// A default-constructed view (rank 0) means "operand absent" for optional operands.
+struct TensorView {
+  static constexpr int kMaxRank = 4;
+  void* data = nullptr;
+  DType dtype = DType::f32;
+  int rank = 0;
+  std::array<int64_t, kMaxRank> shape{};
+  std::array<int64_t, kMaxRank> strides{};
+  Device device = Device::host;
+
+  bool defined() const { return rank > 0; }
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int i = 0; i < rank; ++i) n *= shape[i];
+    return n;
+  }
+  int64_t size(int dim) const { return shape[dim]; }
+  int64_t stride(int dim) const { return strides[dim]; }
+  /// True when the view is dense row-major (last dim contiguous, no padding).
+  bool is_contiguous() const {
+    int64_t expect = 1;
+    for (int i = rank - 1; i >= 0; --i) {
+      if (shape[i] != 1 && strides[i] != expect) return false;
+      expect *= shape[i];
+    }
+    return true;
+  }
+  template <class T> T* ptr() const { return static_cast<T*>(data); }
+
+  /// A dense row-major view.
+  static TensorView contiguous(void* data, DType dtype, std::initializer_list<int64_t> shape,
+                               Device device = Device::host) {
+    TensorView v;
+    v.data = data;
+    v.dtype = dtype;
+    v.device = device;
+    v.rank = static_cast<int>(shape.size());
+    int i = 0;
+    for (int64_t s : shape) v.shape[i++] = s;
+    int64_t st = 1;
+    for (int d = v.rank - 1; d >= 0; --d) {
+      v.strides[d] = st;
+      st *= v.shape[d];
+    }
+    return v;
+  }
+  /// A strided view; strides in elements.
+  static TensorView strided(void* data, DType dtype, std::initializer_list<int64_t> shape,
+                            std::initializer_list<int64_t> strides, Device device = Device::host) {
+    TensorView v = contiguous(data, dtype, shape, device);
+    int i = 0;
+    for (int64_t s : strides) v.strides[i++] = s;
+    return v;
+  }
+};
+
+}  // namespace moegemm
