@@ -1,0 +1,23 @@
+"""Locating the native libraries of the package (no framework imported here)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def library_dir() -> Path:
+    """Folder holding libmoegemm.so and the binding libraries: $MOEGEMM_LIB_DIR, else this package."""
+    override = os.environ.get("MOEGEMM_LIB_DIR")
+    return Path(override) if override else Path(__file__).resolve().parent
+
+
+def library_path(stem: str) -> Path:
+    """Path of lib<stem>.so in library_dir(); raises ImportError naming the folder when it is absent."""
+    path = library_dir() / f"lib{stem}.so"
+    if not path.exists():
+        raise ImportError(
+            f"moegemm: native library {path.name} not found in {path.parent}; build the package "
+            "(pip install --no-build-isolation .) or set MOEGEMM_LIB_DIR"
+        )
+    return path
