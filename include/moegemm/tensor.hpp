@@ -8,7 +8,8 @@
 
 namespace moegemm {
 
-enum class DType : uint8_t { bf16, f16, f32, i32, i64, u8, e4m3, e5m2, e2m1 };
+/// Element types. f64 is accepted by the host (CPU reference) backend only, for gradient checks.
+enum class DType : uint8_t { bf16, f16, f32, f64, i32, i64, u8, e4m3, e5m2, e2m1 };
 enum class Device : uint8_t { host, cuda };
 
 /// Size of one element in bytes (e2m1 packs two per byte and reports 1).
@@ -16,7 +17,7 @@ constexpr std::size_t dtype_size(DType t) {
   switch (t) {
     case DType::bf16: case DType::f16: return 2;
     case DType::f32: case DType::i32: return 4;
-    case DType::i64: return 8;
+    case DType::f64: case DType::i64: return 8;
     default: return 1;
   }
 }
