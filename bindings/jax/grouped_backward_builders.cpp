@@ -1,0 +1,57 @@
+// Builders of the grouped backward ops: grouped_gemm_dglu, grouped_gemm_dsrelu, grouped_gemm_wgrad.
+#include "op_builders.hpp"
+
+namespace moegemm::jax_binding {
+
+GroupedGemmDgluArgs build_grouped_gemm_dglu(const Operands& ops, const Options& opt) {
+  OperandCursor cur("grouped_gemm_dglu", ops);
+  GroupedGemmDgluArgs args;
+  args.a = cur.input("dy");
+  args.b = dense_weights(cur.input("b"), parse_b_layout(opt.text("b_layout")));
+  args.c = cur.input("c");
+  args.offsets = cur.input("offsets");
+  args.alpha = cur.input_if(opt.flag("has_alpha"), "alpha");
+  args.beta = cur.input_if(opt.flag("has_beta"), "beta");
+  args.prob = cur.input_if(opt.flag("has_prob"), "prob");
+  args.glu = parse_glu(opt);
+  args.dc = cur.output("dc");
+  args.dprob = cur.output_if(opt.flag("compute_dprob"), "dprob");
+  args.dbias = cur.output_if(opt.flag("compute_dbias"), "dbias");
+  args.amax = cur.output_if(opt.flag("compute_amax"), "amax");
+  args.zero_tail = opt.flag("zero_tail");
+  cur.finish();
+  return args;
+}
+
+GroupedGemmDsreluArgs build_grouped_gemm_dsrelu(const Operands& ops, const Options& opt) {
+  OperandCursor cur("grouped_gemm_dsrelu", ops);
+  GroupedGemmDsreluArgs args;
+  args.a = cur.input("dy");
+  args.b = dense_weights(cur.input("b"), parse_b_layout(opt.text("b_layout")));
+  args.c = cur.input("c");
+  args.offsets = cur.input("offsets");
+  args.alpha = cur.input_if(opt.flag("has_alpha"), "alpha");
+  args.prob = cur.input_if(opt.flag("has_prob"), "prob");
+  args.dc = cur.output("dc");
+  args.dprob = cur.output_if(opt.flag("compute_dprob"), "dprob");
+  args.dbias = cur.output_if(opt.flag("compute_dbias"), "dbias");
+  args.amax = cur.output_if(opt.flag("compute_amax"), "amax");
+  args.zero_tail = opt.flag("zero_tail");
+  cur.finish();
+  return args;
+}
+
+GroupedGemmWgradArgs build_grouped_gemm_wgrad(const Operands& ops, const Options& opt) {
+  OperandCursor cur("grouped_gemm_wgrad", ops);
+  GroupedGemmWgradArgs args;
+  args.x = cur.input("x");
+  args.dy = cur.input("dy");
+  args.offsets = cur.input("offsets");
+  args.w = cur.output("w");
+  args.w_dtype = args.w.dtype;
+  args.transpose_output = opt.flag("transpose_output");
+  cur.finish();
+  return args;
+}
+
+}  // namespace moegemm::jax_binding

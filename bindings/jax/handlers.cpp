@@ -1,0 +1,71 @@
+// The exported XLA FFI handlers: for every op one for platform CUDA (device kernels on XLA's stream,
+// command-buffer compatible) and one for platform cpu (the CPU reference), under the symbols
+// moegemm_jax_<op>_cuda and moegemm_jax_<op>_cpu.
+//
+// Every handler takes its operands as remaining arguments/results (the order of op_builders.hpp), the
+// workspace as its last result and its options as attributes. Outputs arrive uninitialised and are
+// written by the op alone. The device handler never reads device memory on the host and launches the
+// same work on every call (offsets stay on the device), hence kCmdBufferCompatible.
+#include <exception>
+#include <string>
+
+#include "ffi_decode.hpp"
+#include "op_table.hpp"
+
+namespace moegemm::jax_binding {
+
+namespace {
+
+ffi::Error run_call(const char* op, Device device, cudaStream_t stream, const ffi::RemainingArgs& args,
+                    const ffi::RemainingRets& rets, const ffi::Dictionary& attrs) {
+  try {
+    const OpEntry& entry = find_op(op);
+    DecodedCall call = decode_call(args, rets, device);
+    entry.run(call.operands, FfiOptions(attrs), call.workspace, call.workspace_bytes, stream);
+    return ffi::Error::Success();
+  } catch (const Error& e) {
+    return to_ffi_error(e);
+  } catch (const std::exception& e) {
+    return ffi::Error::Internal(std::string(op) + ": " + e.what());
+  }
+}
+
+}  // namespace
+
+}  // namespace moegemm::jax_binding
+
+namespace {
+namespace ffi = ::xla::ffi;
+using moegemm::Device;
+using moegemm::jax_binding::run_call;
+}  // namespace
+
+#define MOEGEMM_JAX_HANDLERS(op)                                                                     \
+  static ffi::Error op##_cuda_impl(cudaStream_t stream, ffi::RemainingArgs args, ffi::RemainingRets rets, \
+                                   ffi::Dictionary attrs) {                                         \
+    return run_call(#op, Device::cuda, stream, args, rets, attrs);                                   \
+  }                                                                                                  \
+  static ffi::Error op##_cpu_impl(ffi::RemainingArgs args, ffi::RemainingRets rets,                  \
+                                  ffi::Dictionary attrs) {                                          \
+    return run_call(#op, Device::host, nullptr, args, rets, attrs);                                  \
+  }                                                                                                  \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(moegemm_jax_##op##_cuda, op##_cuda_impl,                             \
+                                ffi::Ffi::Bind()                                                     \
+                                    .Ctx<ffi::PlatformStream<cudaStream_t>>()                       \
+                                    .RemainingArgs()                                                 \
+                                    .RemainingRets()                                                 \
+                                    .Attrs(),                                                        \
+                                {ffi::Traits::kCmdBufferCompatible});                                \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(moegemm_jax_##op##_cpu, op##_cpu_impl,                               \
+                                ffi::Ffi::Bind().RemainingArgs().RemainingRets().Attrs())
+
+MOEGEMM_JAX_HANDLERS(grouped_gemm);
+MOEGEMM_JAX_HANDLERS(grouped_gemm_glu);
+MOEGEMM_JAX_HANDLERS(grouped_gemm_dglu);
+MOEGEMM_JAX_HANDLERS(grouped_gemm_srelu);
+MOEGEMM_JAX_HANDLERS(grouped_gemm_dsrelu);
+MOEGEMM_JAX_HANDLERS(grouped_gemm_wgrad);
+MOEGEMM_JAX_HANDLERS(gemm_swiglu);
+MOEGEMM_JAX_HANDLERS(gemm_amax);
+MOEGEMM_JAX_HANDLERS(gemm_srelu);
+MOEGEMM_JAX_HANDLERS(gemm_dsrelu);
