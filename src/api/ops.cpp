@@ -1,0 +1,81 @@
+// The public entry points of ops.hpp: contract check, optional offsets check, then the backend of the
+// operands (CPU reference for host tensors, sm_90a kernels for device tensors).
+#include "moegemm/ops.hpp"
+
+#include <string>
+
+#include "contract/checks_pointers.hpp"
+#include "contract/offsets.hpp"
+#include "reference/reference.hpp"
+#include "sm90/sm90.hpp"
+
+namespace moegemm {
+namespace {
+
+/// Rows the offsets of an op index: M of A (X for wgrad).
+template <class Args>
+int64_t offsets_rows(const Args& args) {
+  if constexpr (requires { args.x; }) {
+    return args.x.shape[0];
+  } else {
+    return args.a.shape[0];
+  }
+}
+
+template <class Args>
+std::size_t workspace_for(const Args& args) {
+  // Pointer rules skipped: the size depends only on shapes, dtypes and options.
+  if (contract::check(args, contract::Pointers::ignore) == Device::host) return 0;
+  return sm90::workspace_bytes(args);
+}
+
+template <class Args>
+void dispatch(const char* op, const Args& args, void* workspace, std::size_t workspace_bytes,
+              cudaStream_t stream) {
+  const Device backend = contract::check(args);
+  if constexpr (requires { args.validate; }) {
+    if (args.validate) contract::check_offsets_values(op, args.offsets, offsets_rows(args), stream);
+  }
+  if (backend == Device::host) {
+    reference::run(args);
+    return;
+  }
+  const std::size_t needed = sm90::workspace_bytes(args);
+  if (workspace_bytes < needed || (needed > 0 && workspace == nullptr)) {
+    throw Error(ErrorCode::invalid_argument,
+                std::string(op) + ": workspace: expected a device buffer of at least " + std::to_string(needed) +
+                    " bytes (" + op + "_workspace_bytes), got " +
+                    (workspace == nullptr ? std::string("nullptr") : std::to_string(workspace_bytes) + " bytes"));
+  }
+  sm90::run(args, workspace, workspace_bytes, stream);
+}
+
+}  // namespace
+
+#define MOEGEMM_DEFINE_OP(name, Args)                                                                \
+  std::size_t name##_workspace_bytes(const Args& args) { return workspace_for(args); }               \
+  void name(const Args& args, void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {   \
+    dispatch(#name, args, workspace, workspace_bytes, stream);                                        \
+  }
+
+MOEGEMM_DEFINE_OP(grouped_gemm, GroupedGemmArgs)
+MOEGEMM_DEFINE_OP(grouped_gemm_glu, GroupedGemmGluArgs)
+MOEGEMM_DEFINE_OP(grouped_gemm_dglu, GroupedGemmDgluArgs)
+MOEGEMM_DEFINE_OP(grouped_gemm_srelu, GroupedGemmSreluArgs)
+MOEGEMM_DEFINE_OP(grouped_gemm_dsrelu, GroupedGemmDsreluArgs)
+MOEGEMM_DEFINE_OP(grouped_gemm_wgrad, GroupedGemmWgradArgs)
+MOEGEMM_DEFINE_OP(gemm_swiglu, GemmSwigluArgs)
+MOEGEMM_DEFINE_OP(gemm_amax, GemmAmaxArgs)
+MOEGEMM_DEFINE_OP(gemm_srelu, GemmSreluArgs)
+MOEGEMM_DEFINE_OP(gemm_dsrelu, GemmDsreluArgs)
+
+#undef MOEGEMM_DEFINE_OP
+
+void validate_offsets(const TensorView& offsets, int64_t M) {
+  // The legacy default stream: the copy waits for work queued on blocking streams.
+  contract::check_offsets_values("validate_offsets", offsets, M, nullptr);
+}
+
+bool device_kernels_available() { return sm90::available(); }
+
+}  // namespace moegemm

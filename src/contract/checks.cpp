@@ -1,0 +1,395 @@
+// contract::check of every op: the operand rules of rules.hpp composed per docs/ops.md.
+#include <initializer_list>
+#include <string>
+#include <utility>
+
+#include "contract/checks_pointers.hpp"
+#include "contract/rules.hpp"
+
+namespace moegemm::contract {
+namespace {
+
+/// Sizes every operand of one call is checked against.
+struct Problem {
+  int64_t M = 0;  ///< rows of A (tokens x top-k)
+  int64_t K = 0;  ///< contraction
+  int64_t N = 0;  ///< GEMM output columns
+  int64_t E = 0;  ///< experts (0 for the dense ops)
+  DType input = DType::bf16;
+};
+
+const char* glu_layout_name(GluLayout l) {
+  switch (l) {
+    case GluLayout::halves: return "halves";
+    case GluLayout::interleaved32: return "interleaved32";
+    case GluLayout::interleaved32_up_first: return "interleaved32_up_first";
+  }
+  return "?";
+}
+
+using Operands = std::initializer_list<std::pair<const char*, const TensorView*>>;
+
+void place_all(Rules& r, Operands operands) {
+  for (const auto& [name, t] : operands) r.place(name, *t);
+}
+
+void place_weights(Rules& r, const ExpertWeights& b) {
+  r.place("b", b.dense);
+  r.place("b.ptrs", b.ptrs);
+}
+
+int64_t check_offsets(Rules& r, const TensorView& offsets) {
+  r.shape("offsets", offsets, {{"E"}});
+  const int64_t E = offsets.shape[0];
+  if (E < 1 || E > kMaxExperts) {
+    r.fail(ErrorCode::invalid_argument, "offsets",
+           "1 <= E <= " + std::to_string(kMaxExperts) + " experts", "E=" + std::to_string(E));
+  }
+  r.dtype_is("offsets", offsets.dtype, DType::i32);
+  r.vector("offsets", offsets);
+  return E;
+}
+
+/// A (M, K): the rows and the contraction of every GEMM.
+void check_a(Rules& r, const TensorView& a, Problem& p) {
+  r.shape("a", a, {{"M"}, {"K"}});
+  r.input_dtype("a", a.dtype);
+  p.M = a.shape[0];
+  p.K = a.shape[1];
+  p.input = a.dtype;
+  r.positive("a", "K", p.K);
+  r.matrix("a", a, "K");
+}
+
+/// One (N, K) / (K, N) weight matrix of the dense ops; sets p.N.
+void check_dense_b(Rules& r, const TensorView& b, BLayout layout, Problem& p) {
+  if (layout == BLayout::nk) {
+    r.shape("b", b, {{"N"}, {"K", p.K, "a"}});
+    p.N = b.shape[0];
+  } else {
+    r.shape("b", b, {{"K", p.K, "a"}, {"N"}});
+    p.N = b.shape[1];
+  }
+  r.input_dtype("b", b.dtype);
+  r.same_dtype("b", b.dtype, "a", p.input);
+  r.positive("b", "N", p.N);
+  r.matrix("b", b, layout == BLayout::nk ? "K" : "N");
+  r.row_bytes("b", "N", p.N, b.dtype);
+}
+
+/// Expert weights, dense (E, N, K) / (E, K, N) or a pointer table; sets p.N.
+void check_weights(Rules& r, const ExpertWeights& b, Problem& p) {
+  const bool dense = b.dense.defined();
+  if (dense == b.ptrs.defined()) {
+    r.fail(ErrorCode::invalid_argument, "b", "exactly one of b.dense or b.ptrs",
+           dense ? "both" : "neither");
+  }
+  if (dense) {
+    const TensorView& w = b.dense;
+    if (b.layout == BLayout::nk) {
+      r.shape("b", w, {{"E", p.E, "offsets"}, {"N"}, {"K", p.K, "a"}});
+      p.N = w.shape[1];
+    } else {
+      r.shape("b", w, {{"E", p.E, "offsets"}, {"K", p.K, "a"}, {"N"}});
+      p.N = w.shape[2];
+    }
+    r.input_dtype("b", w.dtype);
+    r.same_dtype("b", w.dtype, "a", p.input);
+    r.positive("b", "N", p.N);
+    r.stacked_matrices("b", w, b.layout == BLayout::nk ? "K" : "N");
+    r.row_bytes("b", "N", p.N, w.dtype);
+    r.row_bytes("b", "K", p.K, w.dtype);
+    return;
+  }
+  r.shape("b.ptrs", b.ptrs, {{"E", p.E, "offsets"}});
+  r.dtype_is("b.ptrs", b.ptrs.dtype, DType::i64);
+  r.vector("b.ptrs", b.ptrs);
+  r.positive("b.n", "N", b.n);
+  r.input_dtype("b.dtype", b.dtype);
+  r.same_dtype("b.dtype", b.dtype, "a", p.input);
+  p.N = b.n;
+  r.row_bytes("b", "N", p.N, b.dtype);
+  r.row_bytes("b", "K", p.K, b.dtype);
+  r.pointer_table("b.ptrs", b.ptrs);
+}
+
+void check_per_expert(Rules& r, const char* name, const TensorView& t, const Problem& p) {
+  if (!t.defined()) return;
+  r.shape(name, t, {{"E", p.E, "offsets"}});
+  r.dtype_is(name, t.dtype, DType::f32);
+  r.vector(name, t);
+}
+
+void check_per_row(Rules& r, const char* name, const TensorView& t, const Problem& p) {
+  if (!t.defined()) return;
+  r.shape(name, t, {{"M", p.M, "a"}});
+  r.dtype_is(name, t.dtype, DType::f32);
+  r.vector(name, t);
+}
+
+void check_bias(Rules& r, const TensorView& bias, const Problem& p) {
+  if (!bias.defined()) return;
+  r.shape("bias", bias, {{"E", p.E, "offsets"}, {"N", p.N, "b"}});
+  r.bias_dtype("bias", bias.dtype);
+  r.matrix("bias", bias, "N");
+}
+
+/// A row-indexed (M, cols) output or saved activation; `symbol` names cols ("N", "I", "2I").
+void check_rows(Rules& r, const char* name, const TensorView& t, const Problem& p, const char* symbol,
+                int64_t cols) {
+  r.shape(name, t, {{"M", p.M, "a"}, {symbol, cols, "b"}});
+  r.output_dtype(name, t.dtype);
+  r.matrix(name, t, symbol);
+}
+
+void check_amax(Rules& r, const TensorView& amax, int64_t n) {
+  if (!amax.defined()) return;
+  r.shape("amax", amax, {{"", n}});
+  r.dtype_is("amax", amax.dtype, DType::f32);
+  r.vector("amax", amax);
+}
+
+void check_dbias(Rules& r, const TensorView& dbias, const Problem& p, const char* symbol, int64_t cols) {
+  if (!dbias.defined()) return;
+  r.shape("dbias", dbias, {{"E", p.E, "offsets"}, {symbol, cols, "b"}});
+  r.dtype_in("dbias", dbias.dtype, DType::f32, DType::bf16);
+  r.matrix("dbias", dbias, symbol);
+}
+
+/// GLU column pairing of N = 2I pre-activation columns: interleaved layouts pair 32-column blocks;
+/// a halves split at column I must keep the up half 16-byte aligned in every (M, 2I) tensor.
+void check_glu_split(Rules& r, const char* b_name, int64_t n2, GluLayout layout,
+                     Operands paired) {
+  // N = 2I is even already: the 16-byte rule on B's N makes it a multiple of 2 for every input dtype.
+  if (layout != GluLayout::halves) {
+    if (n2 % 64 != 0) {
+      r.fail(ErrorCode::invalid_argument, b_name,
+             std::string("N = 2I a multiple of 64 for glu layout ") + glu_layout_name(layout) +
+                 " (alternating 32-column gate and up blocks)",
+             "N=" + std::to_string(n2));
+    }
+    return;
+  }
+  for (const auto& [name, t] : paired) {
+    if (t->defined()) r.row_bytes(name, "I", n2 / 2, t->dtype);
+  }
+}
+
+void check_glu_params(Rules& r, const GluParams& glu) {
+  if (glu.activation == Activation::swiglu_clamped && !(glu.limit > 0.0f)) {
+    r.fail(ErrorCode::invalid_argument, "glu.limit", "a positive clamp limit for swiglu_clamped",
+           std::to_string(glu.limit));
+  }
+}
+
+/// The operands shared by the grouped forward ops (grouped_gemm, _glu, _srelu).
+Problem check_grouped_forward(Rules& r, const TensorView& a, const ExpertWeights& b, const TensorView& offsets,
+                              const TensorView& alpha, const TensorView& prob, const TensorView& bias) {
+  Problem p;
+  p.E = check_offsets(r, offsets);
+  check_a(r, a, p);
+  check_weights(r, b, p);
+  check_per_expert(r, "alpha", alpha, p);
+  check_per_row(r, "prob", prob, p);
+  check_bias(r, bias, p);
+  return p;
+}
+
+}  // namespace
+
+Device check(const GroupedGemmArgs& x, Pointers pointers) {
+  Rules r("grouped_gemm", pointers);
+  place_all(r, {{"a", &x.a}, {"offsets", &x.offsets}, {"alpha", &x.alpha}, {"prob", &x.prob},
+                      {"bias", &x.bias}, {"d", &x.d}, {"c", &x.c}});
+  place_weights(r, x.b);
+  r.settle();
+  const Problem p = check_grouped_forward(r, x.a, x.b, x.offsets, x.alpha, x.prob, x.bias);
+  check_rows(r, "d", x.d, p, "N", p.N);
+  if (x.c.defined()) check_rows(r, "c", x.c, p, "N", p.N);
+  return r.backend();
+}
+
+Device check(const GroupedGemmGluArgs& x, Pointers pointers) {
+  Rules r("grouped_gemm_glu", pointers);
+  place_all(r, {{"a", &x.a}, {"offsets", &x.offsets}, {"alpha", &x.alpha}, {"prob", &x.prob},
+                      {"bias", &x.bias}, {"d", &x.d}, {"c", &x.c}});
+  place_weights(r, x.b);
+  r.settle();
+  const Problem p = check_grouped_forward(r, x.a, x.b, x.offsets, x.alpha, x.prob, x.bias);
+  check_glu_params(r, x.glu);
+  check_glu_split(r, "b", p.N, x.glu.layout, {{"d", &x.d}, {"c", &x.c}});
+  check_rows(r, "d", x.d, p, "I", p.N / 2);
+  if (x.c.defined()) check_rows(r, "c", x.c, p, "2I", p.N);
+  return r.backend();
+}
+
+Device check(const GroupedGemmDgluArgs& x, Pointers pointers) {
+  Rules r("grouped_gemm_dglu", pointers);
+  place_all(r, {{"a", &x.a}, {"c", &x.c}, {"offsets", &x.offsets}, {"alpha", &x.alpha},
+                      {"beta", &x.beta}, {"prob", &x.prob}, {"dc", &x.dc}, {"dprob", &x.dprob},
+                      {"dbias", &x.dbias}, {"amax", &x.amax}});
+  place_weights(r, x.b);
+  r.settle();
+  Problem p;
+  p.E = check_offsets(r, x.offsets);
+  check_a(r, x.a, p);
+  check_weights(r, x.b, p);  // the GEMM gives dH (M, I): p.N = I
+  const int64_t I = p.N;
+  check_per_expert(r, "alpha", x.alpha, p);
+  check_per_expert(r, "beta", x.beta, p);
+  check_per_row(r, "prob", x.prob, p);
+  check_glu_params(r, x.glu);
+  r.present("c", x.c, {{"M"}, {"2I"}});
+  check_glu_split(r, "b", 2 * I, x.glu.layout, {{"c", &x.c}, {"dc", &x.dc}});
+  check_rows(r, "c", x.c, p, "2I", 2 * I);
+  check_rows(r, "dc", x.dc, p, "2I", 2 * I);
+  check_per_row(r, "dprob", x.dprob, p);
+  check_dbias(r, x.dbias, p, "2I", 2 * I);
+  check_amax(r, x.amax, 2);
+  return r.backend();
+}
+
+Device check(const GroupedGemmSreluArgs& x, Pointers pointers) {
+  Rules r("grouped_gemm_srelu", pointers);
+  place_all(r, {{"a", &x.a}, {"offsets", &x.offsets}, {"alpha", &x.alpha}, {"prob", &x.prob},
+                      {"bias", &x.bias}, {"d", &x.d}, {"c", &x.c}});
+  place_weights(r, x.b);
+  r.settle();
+  const Problem p = check_grouped_forward(r, x.a, x.b, x.offsets, x.alpha, x.prob, x.bias);
+  check_rows(r, "d", x.d, p, "N", p.N);
+  if (x.c.defined()) check_rows(r, "c", x.c, p, "N", p.N);
+  return r.backend();
+}
+
+Device check(const GroupedGemmDsreluArgs& x, Pointers pointers) {
+  Rules r("grouped_gemm_dsrelu", pointers);
+  place_all(r, {{"a", &x.a}, {"c", &x.c}, {"offsets", &x.offsets}, {"alpha", &x.alpha},
+                      {"prob", &x.prob}, {"dc", &x.dc}, {"dprob", &x.dprob}, {"dbias", &x.dbias},
+                      {"amax", &x.amax}});
+  place_weights(r, x.b);
+  r.settle();
+  Problem p;
+  p.E = check_offsets(r, x.offsets);
+  check_a(r, x.a, p);
+  check_weights(r, x.b, p);
+  check_per_expert(r, "alpha", x.alpha, p);
+  check_per_row(r, "prob", x.prob, p);
+  check_rows(r, "c", x.c, p, "N", p.N);
+  check_rows(r, "dc", x.dc, p, "N", p.N);
+  check_per_row(r, "dprob", x.dprob, p);
+  check_dbias(r, x.dbias, p, "N", p.N);
+  check_amax(r, x.amax, 1);
+  return r.backend();
+}
+
+Device check(const GroupedGemmWgradArgs& x, Pointers pointers) {
+  Rules r("grouped_gemm_wgrad", pointers);
+  place_all(r, {{"x", &x.x}, {"dy", &x.dy}, {"offsets", &x.offsets}, {"w", &x.w},
+                      {"w_ptrs", &x.w_ptrs}});
+  r.settle();
+  Problem p;
+  p.E = check_offsets(r, x.offsets);
+  r.shape("x", x.x, {{"M"}, {"H"}});
+  r.input_dtype("x", x.x.dtype);
+  p.M = x.x.shape[0];
+  const int64_t H = x.x.shape[1];
+  r.positive("x", "H", H);
+  r.matrix("x", x.x, "H");
+  r.shape("dy", x.dy, {{"M", p.M, "x"}, {"N"}});
+  r.input_dtype("dy", x.dy.dtype);
+  r.same_dtype("dy", x.dy.dtype, "x", x.x.dtype);
+  p.N = x.dy.shape[1];
+  r.positive("dy", "N", p.N);
+  r.matrix("dy", x.dy, "N");
+
+  const bool dense = x.w.defined();
+  if (dense == x.w_ptrs.defined()) {
+    r.fail(ErrorCode::invalid_argument, "w", "exactly one of w or w_ptrs", dense ? "both" : "neither");
+  }
+  const char* last = x.transpose_output ? "H" : "N";
+  const int64_t last_size = x.transpose_output ? H : p.N;
+  if (dense) {
+    if (x.transpose_output) {
+      r.shape("w", x.w, {{"E", p.E, "offsets"}, {"N", p.N, "dy"}, {"H", H, "x"}});
+    } else {
+      r.shape("w", x.w, {{"E", p.E, "offsets"}, {"H", H, "x"}, {"N", p.N, "dy"}});
+    }
+    r.output_dtype("w", x.w.dtype);
+    r.stacked_matrices("w", x.w, last);
+  } else {
+    r.shape("w_ptrs", x.w_ptrs, {{"E", p.E, "offsets"}});
+    r.dtype_is("w_ptrs", x.w_ptrs.dtype, DType::i64);
+    r.vector("w_ptrs", x.w_ptrs);
+    r.output_dtype("w_dtype", x.w_dtype);
+    r.row_bytes("w_ptrs", last, last_size, x.w_dtype);
+    r.pointer_table("w_ptrs", x.w_ptrs);
+  }
+  return r.backend();
+}
+
+Device check(const GemmSwigluArgs& x, Pointers pointers) {
+  Rules r("gemm_swiglu", pointers);
+  place_all(r, {{"a", &x.a}, {"b", &x.b}, {"ab12", &x.ab12}, {"c", &x.c}});
+  r.settle();
+  Problem p;
+  check_a(r, x.a, p);
+  check_dense_b(r, x.b, x.b_layout, p);
+  check_glu_split(r, "b", p.N, x.layout, {{"ab12", &x.ab12}, {"c", &x.c}});
+  check_rows(r, "ab12", x.ab12, p, "N", p.N);
+  check_rows(r, "c", x.c, p, "N/2", p.N / 2);
+  return r.backend();
+}
+
+Device check(const GemmAmaxArgs& x, Pointers pointers) {
+  Rules r("gemm_amax", pointers);
+  place_all(r, {{"a", &x.a}, {"b", &x.b}, {"c", &x.c}, {"amax", &x.amax}});
+  r.settle();
+  Problem p;
+  check_a(r, x.a, p);
+  check_dense_b(r, x.b, x.b_layout, p);
+  check_rows(r, "c", x.c, p, "N", p.N);
+  r.present("amax", x.amax, {{"", 1}});
+  check_amax(r, x.amax, 1);
+  return r.backend();
+}
+
+Device check(const GemmSreluArgs& x, Pointers pointers) {
+  Rules r("gemm_srelu", pointers);
+  place_all(r, {{"a", &x.a}, {"b", &x.b}, {"prob", &x.prob}, {"d", &x.d}, {"c", &x.c}});
+  r.settle();
+  Problem p;
+  check_a(r, x.a, p);
+  check_dense_b(r, x.b, x.b_layout, p);
+  check_per_row(r, "prob", x.prob, p);
+  check_rows(r, "d", x.d, p, "N", p.N);
+  if (x.c.defined()) check_rows(r, "c", x.c, p, "N", p.N);
+  return r.backend();
+}
+
+Device check(const GemmDsreluArgs& x, Pointers pointers) {
+  Rules r("gemm_dsrelu", pointers);
+  place_all(r, {{"a", &x.a}, {"b", &x.b}, {"c", &x.c}, {"prob", &x.prob}, {"dc", &x.dc},
+                      {"dprob", &x.dprob}});
+  r.settle();
+  Problem p;
+  check_a(r, x.a, p);
+  check_dense_b(r, x.b, x.b_layout, p);
+  check_per_row(r, "prob", x.prob, p);
+  check_rows(r, "c", x.c, p, "N", p.N);
+  check_rows(r, "dc", x.dc, p, "N", p.N);
+  check_per_row(r, "dprob", x.dprob, p);
+  return r.backend();
+}
+
+Device check(const GroupedGemmArgs& args) { return check(args, Pointers::check); }
+Device check(const GroupedGemmGluArgs& args) { return check(args, Pointers::check); }
+Device check(const GroupedGemmDgluArgs& args) { return check(args, Pointers::check); }
+Device check(const GroupedGemmSreluArgs& args) { return check(args, Pointers::check); }
+Device check(const GroupedGemmDsreluArgs& args) { return check(args, Pointers::check); }
+Device check(const GroupedGemmWgradArgs& args) { return check(args, Pointers::check); }
+Device check(const GemmSwigluArgs& args) { return check(args, Pointers::check); }
+Device check(const GemmAmaxArgs& args) { return check(args, Pointers::check); }
+Device check(const GemmSreluArgs& args) { return check(args, Pointers::check); }
+Device check(const GemmDsreluArgs& args) { return check(args, Pointers::check); }
+
+}  // namespace moegemm::contract

@@ -1,0 +1,264 @@
+#include "contract/rules.hpp"
+
+#include <cstdio>
+#include <string>
+
+namespace moegemm::contract {
+namespace {
+
+const char* device_name(Device d) { return d == Device::host ? "host" : "cuda"; }
+
+std::string address(const void* p) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%p", p);
+  return buf;
+}
+
+bool is_8bit(DType t) { return t == DType::e4m3 || t == DType::e5m2; }
+
+std::string dtype_list(std::initializer_list<DType> ts) {
+  std::string s;
+  std::size_t i = 0;
+  for (DType t : ts) {
+    if (i > 0) s += (i + 1 == ts.size()) ? " or " : ", ";
+    s += dtype_name(t);
+    ++i;
+  }
+  return s;
+}
+
+}  // namespace
+
+std::string format_shape(const TensorView& t) {
+  if (!t.defined()) return "none";
+  std::string s = "(";
+  for (int i = 0; i < t.rank; ++i) {
+    if (i > 0) s += ", ";
+    s += std::to_string(t.shape[i]);
+  }
+  if (t.rank == 1) s += ",";
+  return s + ")";
+}
+
+std::string format_dims(std::initializer_list<Dim> dims) {
+  std::string s = "(";
+  std::string sources;
+  int i = 0;
+  for (const Dim& d : dims) {
+    if (i++ > 0) s += ", ";
+    if (d.symbol[0] == '\0') {
+      s += std::to_string(d.value);  // a literal size, e.g. amax's (2,)
+      continue;
+    }
+    s += d.symbol;
+    if (d.value >= 0) s += "=" + std::to_string(d.value);
+    if (d.from != nullptr) {
+      sources += sources.empty() ? " with " : ", ";
+      sources += std::string(d.symbol) + " from " + d.from;
+    }
+  }
+  if (dims.size() == 1) s += ",";
+  return s + ")" + sources;
+}
+
+void Rules::place(const char* name, const TensorView& t) {
+  if (!t.defined()) return;
+  if (count_ == kMaxOperands) {
+    throw Error(ErrorCode::internal, std::string(op_) + ": more operands than the contract check holds");
+  }
+  names_[count_] = name;
+  devices_[count_] = t.device;
+  ++count_;
+}
+
+Device Rules::settle() {
+  if (count_ == 0) return backend_ = Device::host;
+  int on_host = 0;
+  for (int i = 0; i < count_; ++i) on_host += devices_[i] == Device::host;
+  const int on_cuda = count_ - on_host;
+  backend_ = on_host > on_cuda ? Device::host : on_cuda > on_host ? Device::cuda : devices_[0];
+  for (int i = 0; i < count_; ++i) {
+    if (devices_[i] != backend_) {
+      fail(ErrorCode::invalid_argument, names_[i],
+           std::string("a ") + device_name(backend_) + " tensor like the other operands (every tensor of a "
+               "call on one device)",
+           std::string("a ") + device_name(devices_[i]) + " tensor");
+    }
+  }
+  return backend_;
+}
+
+void Rules::fail(ErrorCode code, const char* operand, const std::string& expected,
+                 const std::string& got) const {
+  throw Error(code, std::string(op_) + ": " + operand + ": expected " + expected + ", got " + got);
+}
+
+void Rules::present(const char* name, const TensorView& t, std::initializer_list<Dim> dims) const {
+  if (!t.defined()) fail(ErrorCode::invalid_argument, name, "a tensor of shape " + format_dims(dims), "none");
+}
+
+void Rules::shape(const char* name, const TensorView& t, std::initializer_list<Dim> dims) const {
+  bool ok = t.defined() && t.rank == static_cast<int>(dims.size());
+  if (ok) {
+    int i = 0;
+    for (const Dim& d : dims) {
+      if ((d.value >= 0 && t.shape[i] != d.value) || t.shape[i] < 0) ok = false;
+      ++i;
+    }
+  }
+  if (!ok) fail(ErrorCode::invalid_argument, name, "shape " + format_dims(dims), format_shape(t));
+}
+
+void Rules::positive(const char* name, const char* symbol, int64_t value) const {
+  if (value <= 0) {
+    fail(ErrorCode::invalid_argument, name, std::string(symbol) + " > 0",
+         std::string(symbol) + "=" + std::to_string(value));
+  }
+}
+
+void Rules::input_dtype(const char* name, DType t) const {
+  if (t == DType::bf16 || t == DType::f16) return;
+  if ((t == DType::f32 || t == DType::f64) && backend_ == Device::host) return;
+  if (is_8bit(t)) {
+    fail(ErrorCode::unsupported, name,
+         "bf16 or f16 (8-bit inputs are not supported yet: the FP8 path with per-block scales is a later "
+         "milestone)",
+         dtype_name(t));
+  }
+  if (t == DType::e2m1) {
+    fail(ErrorCode::unsupported, name,
+         "bf16 or f16 (FP4 has no tensor-core path on sm_90: Hopper has no block-scaled or 4-bit MMA)",
+         dtype_name(t));
+  }
+  if (t == DType::f32 || t == DType::f64) {
+    fail(ErrorCode::unsupported, name,
+         "bf16 or f16 on the cuda backend (f32 and f64 inputs are accepted only when every tensor is on "
+         "the host)",
+         dtype_name(t));
+  }
+  fail(ErrorCode::invalid_argument, name,
+       backend_ == Device::host ? "dtype bf16, f16, f32 or f64" : "dtype bf16 or f16", dtype_name(t));
+}
+
+void Rules::same_dtype(const char* name, DType t, const char* ref_name, DType ref) const {
+  if (t != ref) {
+    fail(ErrorCode::invalid_argument, name,
+         std::string("dtype ") + dtype_name(ref) + " (the dtype of " + ref_name + ")", dtype_name(t));
+  }
+}
+
+void Rules::output_dtype(const char* name, DType t) const {
+  if (t == DType::bf16 || t == DType::f16 || t == DType::f32) return;
+  if (t == DType::f64 && backend_ == Device::host) return;
+  fail(ErrorCode::invalid_argument, name,
+       "dtype " + (backend_ == Device::host ? dtype_list({DType::bf16, DType::f16, DType::f32, DType::f64})
+                                            : dtype_list({DType::bf16, DType::f16, DType::f32})) +
+           (t == DType::f64 ? " (f64 only on the host backend)" : ""),
+       dtype_name(t));
+}
+
+void Rules::bias_dtype(const char* name, DType t) const {
+  if (t == DType::bf16 || t == DType::f32) return;
+  if (t == DType::f64 && backend_ == Device::host) return;
+  fail(ErrorCode::invalid_argument, name,
+       "dtype " + (backend_ == Device::host ? dtype_list({DType::bf16, DType::f32, DType::f64})
+                                            : dtype_list({DType::bf16, DType::f32})),
+       dtype_name(t));
+}
+
+void Rules::dtype_is(const char* name, DType t, DType expected) const {
+  if (t != expected) {
+    fail(ErrorCode::invalid_argument, name, std::string("dtype ") + dtype_name(expected), dtype_name(t));
+  }
+}
+
+void Rules::dtype_in(const char* name, DType t, DType first, DType second) const {
+  if (t != first && t != second) {
+    fail(ErrorCode::invalid_argument, name, "dtype " + dtype_list({first, second}), dtype_name(t));
+  }
+}
+
+void Rules::row_bytes(const char* name, const char* symbol, int64_t value, DType dtype) const {
+  const int64_t bytes = value * static_cast<int64_t>(dtype_size(dtype));
+  if (bytes % 16 == 0) return;
+  const int64_t multiple = 16 / static_cast<int64_t>(dtype_size(dtype));
+  fail(ErrorCode::invalid_argument, name,
+       std::string(symbol) + " * sizeof(" + dtype_name(dtype) + ") a multiple of 16 bytes (16-byte alignment "
+           "rule: " + symbol + " % " + std::to_string(multiple) + " == 0 for " + dtype_name(dtype) + ")",
+       std::string(symbol) + "=" + std::to_string(value) + " (" + std::to_string(bytes) + " bytes)");
+}
+
+void Rules::matrix(const char* name, const TensorView& t, const char* cols) const {
+  const int64_t rows = t.shape[0], ncols = t.shape[1];
+  if (t.strides[1] != 1) {
+    fail(ErrorCode::invalid_argument, name,
+         "a row-major matrix with unit column stride (stride(1) == 1; transposed or permuted views are not "
+         "read)",
+         "strides (" + std::to_string(t.strides[0]) + ", " + std::to_string(t.strides[1]) + ")");
+  }
+  if (t.strides[0] < ncols) {
+    fail(ErrorCode::invalid_argument, name,
+         "row stride stride(0) >= " + std::string(cols) + "=" + std::to_string(ncols) +
+             " (rows must not overlap)",
+         "stride(0)=" + std::to_string(t.strides[0]));
+  }
+  row_bytes(name, cols, ncols, t.dtype);
+  const int64_t stride_bytes = t.strides[0] * static_cast<int64_t>(dtype_size(t.dtype));
+  if (rows > 1 && stride_bytes % 16 != 0) {
+    fail(ErrorCode::invalid_argument, name, "a row stride that is a multiple of 16 bytes (16-byte alignment rule)",
+         "stride(0)=" + std::to_string(t.strides[0]) + " elements (" + std::to_string(stride_bytes) +
+             " bytes)");
+  }
+  if (!check_pointers() || rows * ncols == 0) return;
+  if (t.data == nullptr) fail(ErrorCode::invalid_argument, name, "a non-null data pointer", "nullptr");
+  if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0) {
+    fail(ErrorCode::invalid_argument, name, "a 16-byte aligned base address (16-byte alignment rule)",
+         address(t.data));
+  }
+}
+
+void Rules::stacked_matrices(const char* name, const TensorView& t, const char* cols) const {
+  if (!t.is_contiguous()) {
+    std::string strides = "strides (";
+    for (int i = 0; i < t.rank; ++i) strides += (i ? ", " : "") + std::to_string(t.strides[i]);
+    fail(ErrorCode::invalid_argument, name,
+         "a contiguous row-major tensor (experts outermost, no transposed or permuted view)", strides + ")");
+  }
+  row_bytes(name, cols, t.shape[t.rank - 1], t.dtype);
+  if (!check_pointers() || t.numel() == 0) return;
+  if (t.data == nullptr) fail(ErrorCode::invalid_argument, name, "a non-null data pointer", "nullptr");
+  if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0) {
+    fail(ErrorCode::invalid_argument, name, "a 16-byte aligned base address (16-byte alignment rule)",
+         address(t.data));
+  }
+}
+
+void Rules::vector(const char* name, const TensorView& t) const {
+  if (t.shape[0] > 1 && t.strides[0] != 1) {
+    fail(ErrorCode::invalid_argument, name, "a contiguous vector (stride(0) == 1)",
+         "stride(0)=" + std::to_string(t.strides[0]));
+  }
+  if (!check_pointers() || t.shape[0] == 0) return;
+  if (t.data == nullptr) fail(ErrorCode::invalid_argument, name, "a non-null data pointer", "nullptr");
+  if (reinterpret_cast<uintptr_t>(t.data) % dtype_size(t.dtype) != 0) {
+    fail(ErrorCode::invalid_argument, name,
+         "a base address aligned to " + std::to_string(dtype_size(t.dtype)) + " bytes (its element size)",
+         address(t.data));
+  }
+}
+
+void Rules::pointer_table(const char* name, const TensorView& t) const {
+  if (!check_pointers() || backend_ != Device::host) return;  // device tables cannot be read without a sync
+  const auto* entries = t.ptr<const int64_t>();
+  for (int64_t g = 0; g < t.shape[0]; ++g) {
+    const auto p = static_cast<uint64_t>(entries[g]);
+    if (p == 0 || p % 16 != 0) {
+      fail(ErrorCode::invalid_argument, name,
+           "a non-null, 16-byte aligned address in every entry (16-byte alignment rule)",
+           std::string(name) + "[" + std::to_string(g) + "] = " +
+               address(reinterpret_cast<const void*>(static_cast<uintptr_t>(p))));
+    }
+  }
+}
+
+}  // namespace moegemm::contract

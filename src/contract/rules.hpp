@@ -1,0 +1,96 @@
+// The operand rules of docs/ops.md §0 ("Operand rules"), one method per rule, shared by every op's check.
+// Success paths build no strings; a broken rule throws Error with
+// "<op>: <operand>: expected <what>, got <what>".
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+
+#include "moegemm/error.hpp"
+#include "moegemm/tensor.hpp"
+
+namespace moegemm::contract {
+
+/// Whether the rules that read pointer values (non-null data, 16-byte aligned base addresses, host
+/// per-expert pointer tables) run. Workspace queries skip them: bindings size workspaces at trace time,
+/// before any buffer exists.
+enum class Pointers : uint8_t { check, ignore };
+
+/// One expected dimension of a shape: `value` < 0 means any size. `symbol` names it ("M", "K");
+/// `from` names the operand that fixed it ("a", "offsets"), or nullptr.
+struct Dim {
+  const char* symbol;
+  int64_t value = -1;
+  const char* from = nullptr;
+};
+
+/// The rules of one call of one op. Register every operand with place() first, then settle() the backend;
+/// the dtype rules depend on it (f32/f64 inputs are host-only).
+class Rules {
+ public:
+  Rules(const char* op, Pointers pointers) : op_(op), pointers_(pointers) {}
+
+  const char* op() const { return op_; }
+  bool check_pointers() const { return pointers_ == Pointers::check; }
+  Device backend() const { return backend_; }
+
+  /// Records the device of an operand (absent operands are ignored).
+  void place(const char* name, const TensorView& t);
+  /// Fixes the backend: the device most operands are on (ties: the first operand's). Throws naming the
+  /// first operand on the other device.
+  Device settle();
+
+  /// Throws Error(code, "<op>: <operand>: expected <expected>, got <got>").
+  [[noreturn]] void fail(ErrorCode code, const char* operand, const std::string& expected,
+                         const std::string& got) const;
+
+  /// The operand is given (rank > 0).
+  void present(const char* name, const TensorView& t, std::initializer_list<Dim> dims) const;
+  /// Rank and sizes match `dims` (also checks presence).
+  void shape(const char* name, const TensorView& t, std::initializer_list<Dim> dims) const;
+  /// A size that must be positive (K, N, H, b.n).
+  void positive(const char* name, const char* symbol, int64_t value) const;
+
+  /// GEMM input (A, B, X, dY): bf16/f16; f32/f64 on the host backend; 8-bit and FP4 are unsupported.
+  void input_dtype(const char* name, DType t) const;
+  /// Same dtype as the operand `ref_name`.
+  void same_dtype(const char* name, DType t, const char* ref_name, DType ref) const;
+  /// Floating output (D, C, dC, ab12, W) or saved pre-activation: bf16/f16/f32; f64 on the host backend.
+  void output_dtype(const char* name, DType t) const;
+  /// Bias: bf16/f32; f64 on the host backend.
+  void bias_dtype(const char* name, DType t) const;
+  /// Exactly one dtype.
+  void dtype_is(const char* name, DType t, DType expected) const;
+  /// One of two dtypes.
+  void dtype_in(const char* name, DType t, DType first, DType second) const;
+
+  /// 2-D operand: stride(1) == 1, stride(0) >= columns, and the 16-byte rule (base address, row length
+  /// and row stride in bytes multiples of 16). `cols` names the column dimension for messages.
+  void matrix(const char* name, const TensorView& t, const char* cols) const;
+  /// 3-D operand (dense B, dense wgrad W): contiguous, 16-byte aligned, rows a multiple of 16 bytes.
+  void stacked_matrices(const char* name, const TensorView& t, const char* cols) const;
+  /// 1-D operand: contiguous, base address aligned to its element size.
+  void vector(const char* name, const TensorView& t) const;
+  /// `value` elements of `dtype` span a multiple of 16 bytes (dimensions the kernels split or tile by
+  /// TMA: K and N of B, the I of a halves split).
+  void row_bytes(const char* name, const char* symbol, int64_t value, DType dtype) const;
+  /// Host pointer table (b.ptrs, w_ptrs on the host backend): every entry non-null and 16-byte aligned.
+  void pointer_table(const char* name, const TensorView& t) const;
+
+ private:
+  const char* op_;
+  Pointers pointers_;
+  Device backend_ = Device::host;
+  static constexpr int kMaxOperands = 16;
+  const char* names_[kMaxOperands] = {};
+  Device devices_[kMaxOperands] = {};
+  int count_ = 0;
+};
+
+/// "(8, 128, 32)".
+std::string format_shape(const TensorView& t);
+/// "(E=8, N, K=64) with E from offsets, K from a".
+std::string format_dims(std::initializer_list<Dim> dims);
+
+}  // namespace moegemm::contract

@@ -1,0 +1,755 @@
+// contract::check: one test per operand rule of docs/ops.md §0, each asserting the error code and that the
+// message names the op, the operand, what was expected and what was given. Checks never dereference device
+// pointers, so device operands here are views with made-up addresses.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "contract/checks.hpp"
+#include "moegemm/moegemm.hpp"
+
+namespace moegemm {
+namespace {
+
+/// Runs `call`, which must throw Error with `code` and a message containing every fragment.
+void expect_error(const std::function<void()>& call, ErrorCode code, std::initializer_list<std::string> fragments) {
+  try {
+    call();
+  } catch (const Error& e) {
+    EXPECT_EQ(static_cast<int>(e.code()), static_cast<int>(code)) << e.what();
+    for (const std::string& f : fragments) EXPECT_NE(std::string(e.what()).find(f), std::string::npos)
+        << "message lacks \"" << f << "\": " << e.what();
+    return;
+  }
+  ADD_FAILURE() << "no Error thrown";
+}
+
+/// 256-byte aligned host buffers (zero-filled; the checks read only the pointer tables).
+class Arena {
+ public:
+  ~Arena() {
+    for (void* p : blocks_) std::free(p);
+  }
+  void* take(std::size_t bytes) {
+    void* p = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
+    std::memset(p, 0, (bytes + 255) / 256 * 256 + 256);
+    blocks_.push_back(p);
+    return p;
+  }
+
+ private:
+  std::vector<void*> blocks_;
+};
+
+/// Builds operands on one device: real host memory, or made-up 256-byte aligned device addresses.
+struct Maker {
+  explicit Maker(Device d) : device(d) {}
+  Device device;
+  Arena arena;
+  uintptr_t next_fake = 0x7f0000000000;
+
+  void* memory(std::size_t bytes) {
+    if (device == Device::host) return arena.take(bytes);
+    void* p = reinterpret_cast<void*>(next_fake);
+    next_fake += (bytes + 255) / 256 * 256 + 256;
+    return p;
+  }
+  TensorView t(DType dtype, std::initializer_list<int64_t> shape) {
+    int64_t n = 1;
+    for (int64_t s : shape) n *= s;
+    return TensorView::contiguous(memory(static_cast<std::size_t>(n) * dtype_size(dtype)), dtype, shape, device);
+  }
+};
+
+constexpr int64_t kM = 96, kK = 64, kN = 128, kE = 8;
+
+/// A valid grouped_gemm call on `m.device` with every optional operand.
+GroupedGemmArgs grouped_gemm_args(Maker& m) {
+  GroupedGemmArgs x;
+  x.a = m.t(DType::bf16, {kM, kK});
+  x.b.dense = m.t(DType::bf16, {kE, kN, kK});
+  x.offsets = m.t(DType::i32, {kE});
+  x.alpha = m.t(DType::f32, {kE});
+  x.prob = m.t(DType::f32, {kM});
+  x.bias = m.t(DType::f32, {kE, kN});
+  x.d = m.t(DType::bf16, {kM, kN});
+  x.c = m.t(DType::bf16, {kM, kN});
+  return x;
+}
+
+GroupedGemmGluArgs glu_args(Maker& m, int64_t I = kN / 2) {
+  GroupedGemmGluArgs x;
+  x.a = m.t(DType::bf16, {kM, kK});
+  x.b.dense = m.t(DType::bf16, {kE, 2 * I, kK});
+  x.offsets = m.t(DType::i32, {kE});
+  x.d = m.t(DType::bf16, {kM, I});
+  x.c = m.t(DType::bf16, {kM, 2 * I});
+  return x;
+}
+
+GroupedGemmDgluArgs dglu_args(Maker& m, int64_t I = kN / 2) {
+  GroupedGemmDgluArgs x;
+  x.a = m.t(DType::bf16, {kM, kK});
+  x.b.dense = m.t(DType::bf16, {kE, I, kK});
+  x.c = m.t(DType::bf16, {kM, 2 * I});
+  x.offsets = m.t(DType::i32, {kE});
+  x.alpha = m.t(DType::f32, {kE});
+  x.beta = m.t(DType::f32, {kE});
+  x.prob = m.t(DType::f32, {kM});
+  x.dc = m.t(DType::bf16, {kM, 2 * I});
+  x.dprob = m.t(DType::f32, {kM});
+  x.dbias = m.t(DType::f32, {kE, 2 * I});
+  x.amax = m.t(DType::f32, {2});
+  return x;
+}
+
+GroupedGemmDsreluArgs dsrelu_args(Maker& m) {
+  GroupedGemmDsreluArgs x;
+  x.a = m.t(DType::bf16, {kM, kK});
+  x.b.dense = m.t(DType::bf16, {kE, kN, kK});
+  x.c = m.t(DType::bf16, {kM, kN});
+  x.offsets = m.t(DType::i32, {kE});
+  x.dc = m.t(DType::bf16, {kM, kN});
+  x.dprob = m.t(DType::f32, {kM});
+  x.dbias = m.t(DType::bf16, {kE, kN});
+  x.amax = m.t(DType::f32, {1});
+  return x;
+}
+
+GroupedGemmWgradArgs wgrad_args(Maker& m, int64_t H = 48, int64_t N = 80) {
+  GroupedGemmWgradArgs x;
+  x.x = m.t(DType::bf16, {kM, H});
+  x.dy = m.t(DType::bf16, {kM, N});
+  x.offsets = m.t(DType::i32, {kE});
+  x.w = m.t(DType::f32, {kE, H, N});
+  return x;
+}
+
+// ---- every op accepts a valid call, on both backends -------------------------------------------------
+
+TEST(Contract, ValidCallsReturnTheirBackend) {
+  for (Device dev : {Device::host, Device::cuda}) {
+    Maker m{dev};
+    EXPECT_EQ(contract::check(grouped_gemm_args(m)), dev);
+    EXPECT_EQ(contract::check(glu_args(m)), dev);
+    EXPECT_EQ(contract::check(dglu_args(m)), dev);
+    EXPECT_EQ(contract::check(dsrelu_args(m)), dev);
+    EXPECT_EQ(contract::check(wgrad_args(m)), dev);
+    GroupedGemmSreluArgs s;
+    s.a = m.t(DType::f16, {kM, kK});
+    s.b.dense = m.t(DType::f16, {kE, kK, kN});
+    s.b.layout = BLayout::kn;
+    s.offsets = m.t(DType::i32, {kE});
+    s.d = m.t(DType::f32, {kM, kN});
+    EXPECT_EQ(contract::check(s), dev);
+    GemmSwigluArgs sw;
+    sw.a = m.t(DType::bf16, {kM, kK});
+    sw.b = m.t(DType::bf16, {kN, kK});
+    sw.ab12 = m.t(DType::f32, {kM, kN});
+    sw.c = m.t(DType::bf16, {kM, kN / 2});
+    EXPECT_EQ(contract::check(sw), dev);
+    GemmAmaxArgs am;
+    am.a = m.t(DType::bf16, {kM, kK});
+    am.b = m.t(DType::bf16, {kK, kN});
+    am.b_layout = BLayout::kn;
+    am.c = m.t(DType::bf16, {kM, kN});
+    am.amax = m.t(DType::f32, {1});
+    EXPECT_EQ(contract::check(am), dev);
+    GemmSreluArgs gs;
+    gs.a = m.t(DType::bf16, {kM, kK});
+    gs.b = m.t(DType::bf16, {kN, kK});
+    gs.prob = m.t(DType::f32, {kM});
+    gs.d = m.t(DType::bf16, {kM, kN});
+    EXPECT_EQ(contract::check(gs), dev);
+    GemmDsreluArgs gd;
+    gd.a = m.t(DType::bf16, {kM, kK});
+    gd.b = m.t(DType::bf16, {kN, kK});
+    gd.c = m.t(DType::bf16, {kM, kN});
+    gd.dc = m.t(DType::bf16, {kM, kN});
+    gd.dprob = m.t(DType::f32, {kM});
+    EXPECT_EQ(contract::check(gd), dev);
+  }
+}
+
+TEST(Contract, MessageFormatIsOpOperandExpectedGot) {
+  Maker m{Device::cuda};
+  auto x = grouped_gemm_args(m);
+  x.b.dense = m.t(DType::bf16, {kE, kN, 32});
+  try {
+    contract::check(x);
+    ADD_FAILURE() << "no Error thrown";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "grouped_gemm: b: expected shape (E=8, N, K=64) with E from offsets, K from a, got (8, 128, 32)");
+  }
+}
+
+// ---- dtypes --------------------------------------------------------------------------------------------
+
+TEST(Contract, InputsMustBe16BitOnDevice) {
+  Maker m{Device::cuda};
+  auto x = grouped_gemm_args(m);
+  x.a.dtype = DType::f32;
+  x.b.dense.dtype = DType::f32;
+  expect_error([&] { contract::check(x); }, ErrorCode::unsupported,
+               {"grouped_gemm: a: expected bf16 or f16", "only when every tensor is on the host", "got f32"});
+}
+
+TEST(Contract, F32AndF64InputsAcceptedOnHost) {
+  for (DType t : {DType::f32, DType::f64}) {
+    Maker m{Device::host};
+    auto x = grouped_gemm_args(m);
+    x.a = m.t(t, {kM, kK});
+    x.b.dense = m.t(t, {kE, kN, kK});
+    x.d = m.t(t, {kM, kN});
+    EXPECT_EQ(contract::check(x), Device::host) << dtype_name(t);
+  }
+}
+
+TEST(Contract, EightBitInputsAreUnsupported) {
+  for (DType t : {DType::e4m3, DType::e5m2}) {
+    Maker m{Device::cuda};
+    auto x = grouped_gemm_args(m);
+    x.a.dtype = t;
+    expect_error([&] { contract::check(x); }, ErrorCode::unsupported,
+                 {"grouped_gemm: a:", "8-bit inputs are not supported yet", std::string("got ") + dtype_name(t)});
+  }
+}
+
+TEST(Contract, Fp4InputsAreUnsupported) {
+  Maker m{Device::cuda};
+  auto x = grouped_gemm_args(m);
+  x.a.dtype = DType::e2m1;
+  expect_error([&] { contract::check(x); }, ErrorCode::unsupported,
+               {"grouped_gemm: a:", "FP4 has no tensor-core path on sm_90", "got e2m1"});
+}
+
+TEST(Contract, IntegerInputsAreInvalid) {
+  Maker m{Device::host};
+  auto x = grouped_gemm_args(m);
+  x.a.dtype = DType::i32;
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: a: expected dtype bf16, f16, f32 or f64", "got i32"});
+}
+
+TEST(Contract, WeightsMustMatchTheDtypeOfA) {
+  Maker m{Device::cuda};
+  auto x = grouped_gemm_args(m);
+  x.b.dense.dtype = DType::f16;
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: b: expected dtype bf16 (the dtype of a)", "got f16"});
+}
+
+TEST(Contract, OutputDtypes) {
+  Maker m{Device::cuda};
+  auto x = grouped_gemm_args(m);
+  x.d.dtype = DType::i32;
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: d: expected dtype bf16, f16 or f32", "got i32"});
+  x = grouped_gemm_args(m);
+  x.c.dtype = DType::f64;
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: c: expected dtype", "f64 only on the host backend", "got f64"});
+  Maker h{Device::host};
+  auto y = grouped_gemm_args(h);
+  y.d = h.t(DType::f64, {kM, kN});
+  EXPECT_EQ(contract::check(y), Device::host);
+}
+
+TEST(Contract, OffsetsMustBeInt32Vector) {
+  Maker m{Device::cuda};
+  auto x = grouped_gemm_args(m);
+  x.offsets.dtype = DType::i64;
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: offsets: expected dtype i32", "got i64"});
+  x = grouped_gemm_args(m);
+  x.offsets = m.t(DType::i32, {kE, 1});
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: offsets: expected shape (E,)", "got (8, 1)"});
+  x = grouped_gemm_args(m);
+  x.offsets = TensorView{};
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: offsets: expected shape (E,)", "got none"});
+}
+
+TEST(Contract, ExpertCountBetweenOneAndMax) {
+  Maker m{Device::cuda};
+  auto x = grouped_gemm_args(m);
+  x.offsets = m.t(DType::i32, {0});
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: offsets: expected 1 <= E <= 1024 experts", "got E=0"});
+  GroupedGemmArgs big;
+  big.a = m.t(DType::bf16, {kM, kK});
+  big.b.dense = m.t(DType::bf16, {kMaxExperts + 1, 16, kK});
+  big.offsets = m.t(DType::i32, {kMaxExperts + 1});
+  big.d = m.t(DType::bf16, {kM, 16});
+  expect_error([&] { contract::check(big); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: offsets: expected 1 <= E <= 1024", "got E=1025"});
+  big.b.dense = m.t(DType::bf16, {kMaxExperts, 16, kK});
+  big.offsets = m.t(DType::i32, {kMaxExperts});
+  EXPECT_EQ(contract::check(big), Device::cuda);
+}
+
+TEST(Contract, AlphaAndBetaArePerExpertF32) {
+  Maker m{Device::cuda};
+  auto x = grouped_gemm_args(m);
+  x.alpha = m.t(DType::f32, {kE + 1});
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: alpha: expected shape (E=8,) with E from offsets", "got (9,)"});
+  x = grouped_gemm_args(m);
+  x.alpha.dtype = DType::bf16;
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: alpha: expected dtype f32", "got bf16"});
+  auto d = dglu_args(m);
+  d.beta = m.t(DType::f64, {kE});
+  expect_error([&] { contract::check(d); }, ErrorCode::invalid_argument,
+               {"grouped_gemm_dglu: beta: expected dtype f32", "got f64"});
+}
+
+TEST(Contract, ProbIsPerRowF32) {
+  Maker m{Device::cuda};
+  auto x = grouped_gemm_args(m);
+  x.prob = m.t(DType::f32, {kM + 1});
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: prob: expected shape (M=96,) with M from a", "got (97,)"});
+  x = grouped_gemm_args(m);
+  x.prob.dtype = DType::bf16;
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: prob: expected dtype f32", "got bf16"});
+}
+
+TEST(Contract, BiasIsPerExpertRow) {
+  Maker m{Device::cuda};
+  auto x = grouped_gemm_args(m);
+  x.bias = m.t(DType::f32, {kE, kN + 8});
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: bias: expected shape (E=8, N=128)", "got (8, 136)"});
+  x = grouped_gemm_args(m);
+  x.bias.dtype = DType::f16;
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: bias: expected dtype bf16 or f32", "got f16"});
+  x = grouped_gemm_args(m);
+  x.bias.dtype = DType::f64;
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument, {"grouped_gemm: bias:", "got f64"});
+  Maker h{Device::host};
+  auto y = grouped_gemm_args(h);
+  y.bias = h.t(DType::f64, {kE, kN});
+  EXPECT_EQ(contract::check(y), Device::host);
+}
+
+TEST(Contract, BackwardSideOutputs) {
+  Maker m{Device::cuda};
+  auto x = dglu_args(m);
+  x.dprob.dtype = DType::bf16;
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm_dglu: dprob: expected dtype f32", "got bf16"});
+  x = dglu_args(m);
+  x.dbias.dtype = DType::f16;
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm_dglu: dbias: expected dtype f32 or bf16", "got f16"});
+  x = dglu_args(m);
+  x.dbias = m.t(DType::f32, {kE, kN / 2});
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm_dglu: dbias: expected shape (E=8, 2I=128)", "got (8, 64)"});
+  x = dglu_args(m);
+  x.amax = m.t(DType::f32, {1});
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm_dglu: amax: expected shape (2,)", "got (1,)"});
+  auto s = dsrelu_args(m);
+  s.amax = m.t(DType::f32, {2});
+  expect_error([&] { contract::check(s); }, ErrorCode::invalid_argument,
+               {"grouped_gemm_dsrelu: amax: expected shape (1,)", "got (2,)"});
+  s = dsrelu_args(m);
+  s.amax.dtype = DType::bf16;
+  expect_error([&] { contract::check(s); }, ErrorCode::invalid_argument,
+               {"grouped_gemm_dsrelu: amax: expected dtype f32", "got bf16"});
+}
+
+// ---- shapes ----------------------------------------------------------------------------------------------
+
+TEST(Contract, OutputShapesFollowAAndB) {
+  Maker m{Device::cuda};
+  auto x = grouped_gemm_args(m);
+  x.d = m.t(DType::bf16, {kM, kN + 8});
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: d: expected shape (M=96, N=128) with M from a, N from b", "got (96, 136)"});
+  x = grouped_gemm_args(m);
+  x.c = m.t(DType::bf16, {kM - 1, kN});
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: c: expected shape (M=96, N=128)", "got (95, 128)"});
+  x = grouped_gemm_args(m);
+  x.d = TensorView{};
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: d: expected shape (M=96, N=128)", "got none"});
+}
+
+TEST(Contract, WeightsShapeFollowsLayout) {
+  Maker m{Device::cuda};
+  auto x = grouped_gemm_args(m);
+  x.b.layout = BLayout::kn;  // (E, N, K) storage declared as (E, K, N): K=128 != a's 64
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: b: expected shape (E=8, K=64, N) with E from offsets, K from a", "got (8, 128, 64)"});
+  x = grouped_gemm_args(m);
+  x.b.dense = m.t(DType::bf16, {kE - 1, kN, kK});
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: b: expected shape (E=8, N, K=64)", "got (7, 128, 64)"});
+}
+
+TEST(Contract, RowsMayBeZeroButNotColumns) {
+  Maker m{Device::cuda};
+  auto x = grouped_gemm_args(m);
+  x.a = m.t(DType::bf16, {0, kK});
+  x.prob = m.t(DType::f32, {0});
+  x.d = m.t(DType::bf16, {0, kN});
+  x.c = m.t(DType::bf16, {0, kN});
+  EXPECT_EQ(contract::check(x), Device::cuda);
+  x.a.data = nullptr;  // an empty tensor needs no memory
+  EXPECT_EQ(contract::check(x), Device::cuda);
+
+  x = grouped_gemm_args(m);
+  x.a = m.t(DType::bf16, {kM, 0});
+  x.b.dense = m.t(DType::bf16, {kE, kN, 0});
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument, {"grouped_gemm: a: expected K > 0", "got K=0"});
+  x = grouped_gemm_args(m);
+  x.b.dense = m.t(DType::bf16, {kE, 0, kK});
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument, {"grouped_gemm: b: expected N > 0", "got N=0"});
+}
+
+TEST(Contract, GluNeedsN2IAndItsLayoutRules) {
+  Maker m{Device::cuda};
+  // interleaved32 pairs 32-column blocks: N = 2I must be a multiple of 64.
+  auto x = glu_args(m, 48);
+  x.glu.layout = GluLayout::interleaved32;
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm_glu: b: expected N = 2I a multiple of 64 for glu layout interleaved32", "got N=96"});
+  x.glu.layout = GluLayout::interleaved32_up_first;
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument, {"interleaved32_up_first", "got N=96"});
+  x = glu_args(m, 64);
+  x.glu.layout = GluLayout::interleaved32;
+  EXPECT_EQ(contract::check(x), Device::cuda);
+  // halves: the up half starts at column I, 16-byte aligned in 16-bit outputs: I % 8 == 0.
+  x = glu_args(m, 12);
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm_glu: d: expected I * sizeof(bf16) a multiple of 16 bytes", "I % 8 == 0 for bf16",
+                "got I=12 (24 bytes)"});
+  x.d = m.t(DType::f32, {kM, 12});
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm_glu: c: expected I * sizeof(bf16)", "got I=12"});
+  x.c = m.t(DType::f32, {kM, 24});
+  EXPECT_EQ(contract::check(x), Device::cuda);  // f32 outputs need only I % 4
+  // d has I columns, c has 2I.
+  x = glu_args(m);
+  x.d = m.t(DType::bf16, {kM, kN});
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm_glu: d: expected shape (M=96, I=64)", "got (96, 128)"});
+}
+
+TEST(Contract, ClampedSwigluNeedsPositiveLimit) {
+  Maker m{Device::cuda};
+  auto x = glu_args(m);
+  x.glu.activation = Activation::swiglu_clamped;
+  x.glu.limit = 0.0f;
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm_glu: glu.limit: expected a positive clamp limit", "got 0"});
+}
+
+TEST(Contract, DgluShapesFollowI) {
+  Maker m{Device::cuda};
+  auto x = dglu_args(m);
+  x.c = m.t(DType::bf16, {kM, kN / 2});
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm_dglu: c: expected shape (M=96, 2I=128)", "got (96, 64)"});
+  x = dglu_args(m);
+  x.c = TensorView{};
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm_dglu: c: expected a tensor of shape (M, 2I)", "got none"});
+  x = dglu_args(m);
+  x.dc = m.t(DType::bf16, {kM + 1, kN});
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm_dglu: dc: expected shape (M=96, 2I=128)", "got (97, 128)"});
+}
+
+// ---- weights storage -------------------------------------------------------------------------------------
+
+TEST(Contract, ExactlyOneWeightStorage) {
+  Maker m{Device::cuda};
+  auto x = grouped_gemm_args(m);
+  x.b.ptrs = m.t(DType::i64, {kE});
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: b: expected exactly one of b.dense or b.ptrs", "got both"});
+  x.b.dense = TensorView{};
+  x.b.ptrs = TensorView{};
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: b: expected exactly one of b.dense or b.ptrs", "got neither"});
+}
+
+TEST(Contract, PointerModeOperands) {
+  Maker m{Device::cuda};
+  auto x = grouped_gemm_args(m);
+  x.b.dense = TensorView{};
+  x.b.ptrs = m.t(DType::i64, {kE});
+  x.b.n = kN;
+  EXPECT_EQ(contract::check(x), Device::cuda);
+  x.b.n = 0;
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument, {"grouped_gemm: b.n: expected N > 0", "got N=0"});
+  x.b.n = kN;
+  x.b.dtype = DType::f16;
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: b.dtype: expected dtype bf16 (the dtype of a)", "got f16"});
+  x.b.dtype = DType::bf16;
+  x.b.ptrs = m.t(DType::i32, {kE});
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: b.ptrs: expected dtype i64", "got i32"});
+  x.b.ptrs = m.t(DType::i64, {kE + 1});
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: b.ptrs: expected shape (E=8,) with E from offsets", "got (9,)"});
+  x.b.ptrs = m.t(DType::i64, {kE});
+  x.b.n = 33;
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: b: expected N * sizeof(bf16) a multiple of 16 bytes", "got N=33"});
+}
+
+TEST(Contract, HostPointerTableEntriesAreCheckedOnHost) {
+  Maker m{Device::host};
+  auto x = grouped_gemm_args(m);
+  x.b.dense = TensorView{};
+  x.b.ptrs = m.t(DType::i64, {kE});
+  x.b.n = kN;
+  auto* table = x.b.ptrs.ptr<int64_t>();
+  for (int64_t g = 0; g < kE; ++g) table[g] = reinterpret_cast<int64_t>(m.memory(kN * kK * 2));
+  EXPECT_EQ(contract::check(x), Device::host);
+  table[2] = 0;
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: b.ptrs: expected a non-null, 16-byte aligned address in every entry", "got b.ptrs[2]"});
+  table[2] = reinterpret_cast<int64_t>(m.memory(kN * kK * 2)) + 8;
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: b.ptrs:", "16-byte alignment rule", "got b.ptrs[2]"});
+}
+
+// ---- layout (C13) ------------------------------------------------------------------------------------------
+
+TEST(Contract, TransposedViewsAreRejected) {
+  Maker m{Device::cuda};
+  auto x = grouped_gemm_args(m);
+  x.a = TensorView::strided(x.a.data, DType::bf16, {kM, kK}, {1, kM}, Device::cuda);
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: a: expected a row-major matrix with unit column stride", "got strides (1, 96)"});
+  x = grouped_gemm_args(m);
+  x.d = TensorView::strided(x.d.data, DType::bf16, {kM, kN}, {1, kM}, Device::cuda);
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: d: expected a row-major matrix", "got strides (1, 96)"});
+}
+
+TEST(Contract, OverlappingRowsAreRejected) {
+  Maker m{Device::cuda};
+  auto x = grouped_gemm_args(m);
+  x.d = TensorView::strided(x.d.data, DType::bf16, {kM, kN}, {kN - 8, 1}, Device::cuda);
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: d: expected row stride stride(0) >= N=128", "got stride(0)=120"});
+}
+
+TEST(Contract, PaddedRowsAreAccepted) {
+  Maker m{Device::cuda};
+  auto x = grouped_gemm_args(m);
+  x.a = TensorView::strided(x.a.data, DType::bf16, {kM, kK}, {kK + 64, 1}, Device::cuda);
+  x.d = TensorView::strided(x.d.data, DType::bf16, {kM, kN}, {kN + 8, 1}, Device::cuda);
+  EXPECT_EQ(contract::check(x), Device::cuda);
+}
+
+TEST(Contract, ExpertsInnermostWeightsAreRejected) {  // C13
+  Maker m{Device::cuda};
+  auto x = grouped_gemm_args(m);
+  x.b.dense = TensorView::strided(x.b.dense.data, DType::bf16, {kE, kN, kK}, {1, kK * kE, kE}, Device::cuda);
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: b: expected a contiguous row-major tensor (experts outermost", "got strides (1, 512, 8)"});
+  auto w = wgrad_args(m);
+  w.w = TensorView::strided(w.w.data, DType::f32, {kE, 48, 80}, {1, 80 * kE, kE}, Device::cuda);
+  expect_error([&] { contract::check(w); }, ErrorCode::invalid_argument,
+               {"grouped_gemm_wgrad: w: expected a contiguous row-major tensor", "got strides (1, 640, 8)"});
+}
+
+TEST(Contract, VectorsMustBeContiguous) {
+  Maker m{Device::cuda};
+  auto x = grouped_gemm_args(m);
+  x.prob = TensorView::strided(x.prob.data, DType::f32, {kM}, {2}, Device::cuda);
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: prob: expected a contiguous vector (stride(0) == 1)", "got stride(0)=2"});
+  x = grouped_gemm_args(m);
+  x.offsets = TensorView::strided(x.offsets.data, DType::i32, {kE}, {2}, Device::cuda);
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument, {"grouped_gemm: offsets: expected a contiguous vector"});
+}
+
+// ---- the 16-byte rule (C08) --------------------------------------------------------------------------------
+
+TEST(Contract, C08_NotAMultipleOf8ColumnsIsAClearError) {
+  Maker m{Device::cuda};
+  auto x = grouped_gemm_args(m);
+  x.b.dense = m.t(DType::bf16, {kE, 33, kK});
+  x.bias = TensorView{};
+  x.d = m.t(DType::bf16, {kM, 33});
+  x.c = TensorView{};
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: b: expected N * sizeof(bf16) a multiple of 16 bytes",
+                "16-byte alignment rule: N % 8 == 0 for bf16", "got N=33 (66 bytes)"});
+  x = grouped_gemm_args(m);
+  x.a = m.t(DType::bf16, {kM, 33});
+  x.b.dense = m.t(DType::bf16, {kE, kN, 33});
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: a: expected K * sizeof(bf16) a multiple of 16 bytes",
+                "16-byte alignment rule: K % 8 == 0 for bf16", "got K=33 (66 bytes)"});
+}
+
+TEST(Contract, SixteenByteRuleHoldsOnTheHostToo) {
+  Maker m{Device::host};
+  auto x = grouped_gemm_args(m);
+  x.a = m.t(DType::bf16, {kM, 36});
+  x.b.dense = m.t(DType::bf16, {kE, kN, 36});
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: a:", "16-byte alignment rule", "got K=36 (72 bytes)"});
+  // f32 inputs on the host: K % 4 suffices.
+  x.a = m.t(DType::f32, {kM, 36});
+  x.b.dense = m.t(DType::f32, {kE, kN, 36});
+  EXPECT_EQ(contract::check(x), Device::host);
+}
+
+TEST(Contract, RowStrideMustBeAMultipleOf16Bytes) {
+  Maker m{Device::cuda};
+  auto x = grouped_gemm_args(m);
+  x.a = TensorView::strided(x.a.data, DType::bf16, {kM, kK}, {kK + 4, 1}, Device::cuda);
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: a: expected a row stride that is a multiple of 16 bytes (16-byte alignment rule)",
+                "got stride(0)=68 elements (136 bytes)"});
+}
+
+TEST(Contract, BaseAddressesMustBe16ByteAligned) {
+  Maker m{Device::cuda};
+  auto x = grouped_gemm_args(m);
+  x.d.data = static_cast<char*>(x.d.data) + 8;
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: d: expected a 16-byte aligned base address (16-byte alignment rule)", "got 0x"});
+  x = grouped_gemm_args(m);
+  x.b.dense.data = static_cast<char*>(x.b.dense.data) + 2;
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: b: expected a 16-byte aligned base address"});
+  x = grouped_gemm_args(m);
+  x.prob.data = static_cast<char*>(x.prob.data) + 2;
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: prob: expected a base address aligned to 4 bytes"});
+  x = grouped_gemm_args(m);
+  x.a.data = nullptr;
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: a: expected a non-null data pointer", "got nullptr"});
+}
+
+// ---- one device per call -----------------------------------------------------------------------------------
+
+TEST(Contract, MixedDevicesNameTheOddOperand) {
+  Maker dev{Device::cuda};
+  auto x = grouped_gemm_args(dev);
+  x.d.device = Device::host;
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: d: expected a cuda tensor like the other operands", "got a host tensor"});
+  Maker host{Device::host};
+  auto y = grouped_gemm_args(host);
+  y.offsets.device = Device::cuda;
+  expect_error([&] { contract::check(y); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: offsets: expected a host tensor", "got a cuda tensor"});
+  auto w = wgrad_args(dev);
+  w.x.device = Device::host;
+  expect_error([&] { contract::check(w); }, ErrorCode::invalid_argument, {"grouped_gemm_wgrad: x: expected a cuda tensor"});
+}
+
+// ---- wgrad -------------------------------------------------------------------------------------------------
+
+TEST(Contract, WgradOperands) {
+  Maker m{Device::cuda};
+  auto x = wgrad_args(m);
+  x.dy = m.t(DType::bf16, {kM - 1, 80});
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm_wgrad: dy: expected shape (M=96, N) with M from x", "got (95, 80)"});
+  x = wgrad_args(m);
+  x.dy.dtype = DType::f16;
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm_wgrad: dy: expected dtype bf16 (the dtype of x)", "got f16"});
+  x = wgrad_args(m);
+  x.w = m.t(DType::f32, {kE, 80, 48});
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm_wgrad: w: expected shape (E=8, H=48, N=80)", "got (8, 80, 48)"});
+  x.transpose_output = true;
+  EXPECT_EQ(contract::check(x), Device::cuda);
+  x.w = m.t(DType::f32, {kE, 48, 80});
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm_wgrad: w: expected shape (E=8, N=80, H=48)", "got (8, 48, 80)"});
+  x = wgrad_args(m);
+  x.w.dtype = DType::i32;
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument, {"grouped_gemm_wgrad: w: expected dtype", "got i32"});
+}
+
+TEST(Contract, WgradExactlyOneOutputStorage) {
+  Maker m{Device::cuda};
+  auto x = wgrad_args(m);
+  x.w_ptrs = m.t(DType::i64, {kE});
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm_wgrad: w: expected exactly one of w or w_ptrs", "got both"});
+  x.w = TensorView{};
+  EXPECT_EQ(contract::check(x), Device::cuda);
+  x.w_ptrs = TensorView{};
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument, {"got neither"});
+  x.w_ptrs = m.t(DType::i64, {kE});
+  x.w_dtype = DType::e4m3;
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm_wgrad: w_dtype: expected dtype bf16, f16 or f32", "got e4m3"});
+}
+
+TEST(Contract, WgradHostPointerTable) {
+  Maker m{Device::host};
+  auto x = wgrad_args(m);
+  x.w = TensorView{};
+  x.w_ptrs = m.t(DType::i64, {kE});
+  auto* table = x.w_ptrs.ptr<int64_t>();
+  for (int64_t g = 0; g < kE; ++g) table[g] = reinterpret_cast<int64_t>(m.memory(48 * 80 * 4));
+  EXPECT_EQ(contract::check(x), Device::host);
+  table[kE - 1] += 4;
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm_wgrad: w_ptrs: expected a non-null, 16-byte aligned address", "got w_ptrs[7]"});
+}
+
+// ---- dense ops ---------------------------------------------------------------------------------------------
+
+TEST(Contract, DenseOps) {
+  Maker m{Device::cuda};
+  GemmSwigluArgs sw;
+  sw.a = m.t(DType::bf16, {kM, kK});
+  sw.b = m.t(DType::bf16, {kN, kK});
+  sw.ab12 = m.t(DType::bf16, {kM, kN});
+  sw.c = m.t(DType::bf16, {kM, kN});
+  expect_error([&] { contract::check(sw); }, ErrorCode::invalid_argument,
+               {"gemm_swiglu: c: expected shape (M=96, N/2=64)", "got (96, 128)"});
+  sw.c = m.t(DType::bf16, {kM, kN / 2});
+  sw.b = m.t(DType::bf16, {kN, 32});
+  expect_error([&] { contract::check(sw); }, ErrorCode::invalid_argument,
+               {"gemm_swiglu: b: expected shape (N, K=64) with K from a", "got (128, 32)"});
+
+  GemmAmaxArgs am;
+  am.a = m.t(DType::bf16, {kM, kK});
+  am.b = m.t(DType::bf16, {kN, kK});
+  am.c = m.t(DType::bf16, {kM, kN});
+  expect_error([&] { contract::check(am); }, ErrorCode::invalid_argument,
+               {"gemm_amax: amax: expected a tensor of shape (1,)", "got none"});
+
+  GemmDsreluArgs gd;
+  gd.a = m.t(DType::bf16, {kM, kK});
+  gd.b = m.t(DType::bf16, {kN, kK});
+  gd.dc = m.t(DType::bf16, {kM, kN});
+  expect_error([&] { contract::check(gd); }, ErrorCode::invalid_argument,
+               {"gemm_dsrelu: c: expected shape (M=96, N=128)", "got none"});
+}
+
+}  // namespace
+}  // namespace moegemm
