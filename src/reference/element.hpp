@@ -1,0 +1,63 @@
+// Typed element access to host TensorViews for the CPU reference: read any floating dtype as the compute
+// type, write the compute type rounded (RN) to the output dtype. Strides are in elements and honoured.
+#pragma once
+
+#include <cstdint>
+
+#include "moegemm/error.hpp"
+#include "moegemm/tensor.hpp"
+#include "reference/numeric.hpp"
+
+namespace moegemm::reference {
+
+/// Element at linear element offset `i` of a floating buffer of dtype `t`, as T.
+template <class T>
+inline T load(const void* base, DType t, int64_t i) {
+  switch (t) {
+    case DType::bf16: return static_cast<T>(bf16_to_float(static_cast<const uint16_t*>(base)[i]));
+    case DType::f16: return static_cast<T>(f16_to_float(static_cast<const uint16_t*>(base)[i]));
+    case DType::f32: return static_cast<T>(static_cast<const float*>(base)[i]);
+    case DType::f64: return static_cast<T>(static_cast<const double*>(base)[i]);
+    default: throw Error(ErrorCode::internal, "reference: not a floating dtype");
+  }
+}
+
+/// Store `v` at linear element offset `i`, rounded to nearest even for 16-bit types. A double headed for a
+/// 16-bit type is rounded to f32 first (only the f64 gradient-check path does this).
+template <class T>
+inline void store(void* base, DType t, int64_t i, T v) {
+  switch (t) {
+    case DType::bf16: static_cast<uint16_t*>(base)[i] = float_to_bf16(static_cast<float>(v)); return;
+    case DType::f16: static_cast<uint16_t*>(base)[i] = float_to_f16(static_cast<float>(v)); return;
+    case DType::f32: static_cast<float*>(base)[i] = static_cast<float>(v); return;
+    case DType::f64: static_cast<double*>(base)[i] = static_cast<double>(v); return;
+    default: throw Error(ErrorCode::internal, "reference: not a floating dtype");
+  }
+}
+
+/// Rank-1 and rank-2 strided accessors.
+template <class T> inline T at(const TensorView& v, int64_t i) {
+  return load<T>(v.data, v.dtype, i * v.strides[0]);
+}
+template <class T> inline T at(const TensorView& v, int64_t r, int64_t c) {
+  return load<T>(v.data, v.dtype, r * v.strides[0] + c * v.strides[1]);
+}
+template <class T> inline void put(const TensorView& v, int64_t i, T x) {
+  store<T>(v.data, v.dtype, i * v.strides[0], x);
+}
+template <class T> inline void put(const TensorView& v, int64_t r, int64_t c, T x) {
+  store<T>(v.data, v.dtype, r * v.strides[0] + c * v.strides[1], x);
+}
+
+/// Optional per-expert or per-row scale (alpha, beta, prob): 1 when the operand is absent.
+template <class T> inline T scale_or_one(const TensorView& v, int64_t i) {
+  return v.defined() ? at<T>(v, i) : T(1);
+}
+
+/// Element i of an (E,) int64 pointer table, as an address.
+inline void* pointer_at(const TensorView& ptrs, int64_t i) {
+  const int64_t addr = static_cast<const int64_t*>(ptrs.data)[i * ptrs.strides[0]];
+  return reinterpret_cast<void*>(static_cast<intptr_t>(addr));
+}
+
+}  // namespace moegemm::reference

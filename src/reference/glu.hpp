@@ -1,0 +1,85 @@
+// Gated linear units of the CPU reference: which pre-activation columns pair up, and the activation with
+// its partial derivatives (docs/ops.md §2, §3).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "moegemm/ops.hpp"
+#include "reference/numeric.hpp"
+
+namespace moegemm::reference {
+
+/// Pre-activation columns (gate, up) that feed output column j of an op with I output columns.
+struct GluColumns {
+  int64_t gate, up;
+};
+inline GluColumns glu_columns(GluLayout layout, int64_t I, int64_t j) {
+  const int64_t block = j / 32, c = j % 32;
+  switch (layout) {
+    case GluLayout::halves: return {j, I + j};
+    case GluLayout::interleaved32: return {64 * block + c, 64 * block + 32 + c};
+    case GluLayout::interleaved32_up_first: return {64 * block + 32 + c, 64 * block + c};
+  }
+  return {j, I + j};
+}
+
+/// Interleaved layouts pair whole 32-column blocks; anything else would address columns past 2I.
+inline void require_glu_width(GluLayout layout, int64_t two_i, const char* op) {
+  if (layout != GluLayout::halves && two_i % 64 != 0)
+    throw Error(ErrorCode::invalid_argument, std::string(op) +
+                ": interleaved GLU layouts need the pre-activation width to be a multiple of 64, got " +
+                std::to_string(two_i));
+  if (two_i % 2 != 0)
+    throw Error(ErrorCode::invalid_argument,
+                std::string(op) + ": GLU pre-activation width must be even, got " + std::to_string(two_i));
+}
+
+/// h = act(gate, up) and, for the backward, dh/dgate and dh/dup.
+template <class T>
+struct GluValue {
+  T h, d_gate, d_up;
+};
+
+/// The activation of `p` at (gate, up). swiglu_clamped follows torch.clamp's gradient convention: the
+/// gradient passes where the clamp is inactive *or at its boundary* (gate <= limit; -limit <= up <= limit),
+/// and is zero strictly beyond it.
+template <class T, bool kGrad>
+inline GluValue<T> glu_eval(const GluParams& p, T gate, T up) {
+  GluValue<T> v{};
+  switch (p.activation) {
+    case Activation::swiglu: {
+      const T s = sigmoid(gate);
+      v.h = gate * s * up;
+      if (kGrad) {
+        v.d_gate = up * s * (T(1) + gate * (T(1) - s));
+        v.d_up = gate * s;
+      }
+      break;
+    }
+    case Activation::geglu: {
+      v.h = gelu_tanh(gate) * up;
+      if (kGrad) {
+        v.d_gate = up * gelu_tanh_grad(gate);
+        v.d_up = gelu_tanh(gate);
+      }
+      break;
+    }
+    case Activation::swiglu_clamped: {
+      const T limit = T(p.limit), aa = T(p.act_alpha), lo = T(p.linear_offset);
+      const T g = std::min(gate, limit);
+      const T u = std::clamp(up, -limit, limit);
+      const T s = sigmoid(aa * g);
+      v.h = (u + lo) * g * s;
+      if (kGrad) {
+        v.d_gate = gate <= limit ? (u + lo) * s * (T(1) + aa * g * (T(1) - s)) : T(0);
+        v.d_up = (up >= -limit && up <= limit) ? g * s : T(0);
+      }
+      break;
+    }
+  }
+  return v;
+}
+
+}  // namespace moegemm::reference
