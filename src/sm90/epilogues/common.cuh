@@ -1,0 +1,56 @@
+// Pieces every epilogue shares: per-expert alpha, per-column bias, per-row prob.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include "sm90/epilogues/store.cuh"
+#include "sm90/params.cuh"
+
+namespace moegemm::sm90 {
+
+/// G = alpha[g] * acc + bias[g, col] for every register, in place (docs/ops.md §1: bias before prob).
+template <int kBN, int kRegs>
+__device__ __forceinline__ void apply_alpha_bias(float (&acc)[kRegs], const KernelParams& p, int expert,
+                                                 const ColumnMap& cmap, int quad) {
+  const float alpha = p.alpha ? __ldg(p.alpha + expert) : p.alpha_scalar;
+  const int64_t bias_row = static_cast<int64_t>(expert) * p.n;
+#pragma unroll
+  for (int i = 0; i < kBN / 8; ++i) {
+    const int seg = i / 8;  // 64-column segment, known at compile time
+    const int gcol = cmap.base[seg] + ((8 * i) & 63) + 2 * quad;
+    float b0 = 0.f, b1 = 0.f;
+    if (p.bias && gcol < cmap.limit[seg]) {
+      if (p.bias_f32) {
+        const float* bias = static_cast<const float*>(p.bias) + bias_row + gcol;
+        b0 = __ldg(bias);
+        b1 = __ldg(bias + 1);
+      } else {
+        const __nv_bfloat16* bias = static_cast<const __nv_bfloat16*>(p.bias) + bias_row + gcol;
+        b0 = __bfloat162float(bias[0]);
+        b1 = __bfloat162float(bias[1]);
+      }
+    }
+    acc[4 * i + 0] = fmaf(acc[4 * i + 0], alpha, b0);
+    acc[4 * i + 1] = fmaf(acc[4 * i + 1], alpha, b1);
+    acc[4 * i + 2] = fmaf(acc[4 * i + 2], alpha, b0);
+    acc[4 * i + 3] = fmaf(acc[4 * i + 3], alpha, b1);
+  }
+}
+
+/// Rows of a warpgroup's 64-row slice that belong to the expert (0..64).
+__device__ __forceinline__ int rows_in_warpgroup(int64_t row0, int row_end) {
+  const int64_t rows = static_cast<int64_t>(row_end) - row0;
+  return rows <= 0 ? 0 : (rows >= 64 ? 64 : static_cast<int>(rows));
+}
+
+/// prob of the thread's two rows (1 where there is no prob or the row is outside the expert).
+__device__ __forceinline__ float2 row_probs(const KernelParams& p, int64_t row_a, int row_end) {
+  float2 pr = make_float2(1.f, 1.f);
+  if (p.prob) {
+    if (row_a < row_end) pr.x = __ldg(p.prob + row_a);
+    if (row_a + 8 < row_end) pr.y = __ldg(p.prob + row_a + 8);
+  }
+  return pr;
+}
+
+}  // namespace moegemm::sm90

@@ -1,0 +1,119 @@
+// Gated-linear-unit epilogue (docs/ops.md §2): C = alpha*acc + bias (2I columns), D = prob * act(gate, up).
+//
+// The producer loads, for each tile, B rows of the gate and the up columns that pair up, so every thread
+// holds a gate value and its up partner in its own registers (same row, same fragment column):
+//  - halves: the tile's first BN/2 columns are gate [n0, n0+BN/2), the last BN/2 the matching up columns;
+//  - interleaved32 (gate even) / interleaved32_up_first (up even): BN contiguous columns, blocks of 32.
+#pragma once
+
+#include "sm90/epilogues/common.cuh"
+
+namespace moegemm::sm90 {
+
+__device__ __forceinline__ float sigmoid_fast(float x) { return 1.f / (1.f + __expf(-x)); }
+
+/// act(gate, up) without prob; formulas of docs/ops.md §2.
+__device__ __forceinline__ float glu_activation(const KernelParams& p, float gate, float up) {
+  switch (p.act) {
+    case ActKind::swiglu:
+      return gate * sigmoid_fast(gate) * up;
+    case ActKind::geglu: {
+      const float inner = 0.7978845608028654f * (gate + 0.044715f * gate * gate * gate);
+      return 0.5f * gate * (1.f + tanhf(inner)) * up;
+    }
+    default: {
+      const float g = fminf(gate, p.limit);
+      const float u = fminf(fmaxf(up, -p.limit), p.limit);
+      return (u + p.linear_offset) * g * sigmoid_fast(p.act_alpha * g);
+    }
+  }
+}
+
+struct GluEpilogue {
+  /// Pre-activation columns of B sub-box j of n-tile `n_tile` (also C's column map).
+  __device__ static ColumnMap b_columns(const KernelParams& p, int n_tile, int bn) {
+    ColumnMap m;
+    const int inter = p.n / 2;
+    if (p.pairing == PairKind::halves) {
+      const int half_boxes = bn / 128;
+      const int n0 = n_tile * (bn / 2);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const bool up = j >= half_boxes;
+        m.base[j] = (up ? inter : 0) + n0 + 64 * (up ? j - half_boxes : j);
+        m.limit[j] = up ? p.n : inter;
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        m.base[j] = n_tile * bn + 64 * j;
+        m.limit[j] = p.n;
+      }
+    }
+    return m;
+  }
+
+  /// Gate chunk i (8 columns) -> its up partner chunk and its first D column; constexpr per pairing so
+  /// that the accumulator array is only ever indexed with compile-time constants.
+  template <int kBN, PairKind kPair>
+  __device__ static constexpr bool is_gate_chunk(int i) {
+    if constexpr (kPair == PairKind::halves) return i < kBN / 16;
+    else if constexpr (kPair == PairKind::interleaved32) return ((i >> 2) & 1) == 0;
+    else return ((i >> 2) & 1) == 1;
+  }
+  template <int kBN, PairKind kPair>
+  __device__ static constexpr int partner_chunk(int i) {
+    if constexpr (kPair == PairKind::halves) return i + kBN / 16;
+    else if constexpr (kPair == PairKind::interleaved32) return i + 4;
+    else return i - 4;
+  }
+  template <int kBN, PairKind kPair>
+  __device__ static constexpr int d_column(int i) {
+    if constexpr (kPair == PairKind::halves) return 8 * i;
+    else return 32 * (i >> 3) + 8 * (i & 3);
+  }
+
+  /// Stages D = prob * act(gate, up) of every gate chunk at its D column.
+  template <int kBN, PairKind kPair, int kRegs>
+  __device__ static void stage_d(const float (&acc)[kRegs], const KernelParams& p, float2 pr,
+                                 const Staging<kBN>& st) {
+    const int esize = out_elem_bytes(p.d.type);
+    const int ra = st.row_a();
+#pragma unroll
+    for (int i = 0; i < kBN / 8; ++i) {
+      if (!is_gate_chunk<kBN, kPair>(i)) continue;
+      const int u = partner_chunk<kBN, kPair>(i);
+      const int dcol = d_column<kBN, kPair>(i) + 2 * st.quad();
+      const float d0 = glu_activation(p, acc[4 * i + 0], acc[4 * u + 0]) * pr.x;
+      const float d1 = glu_activation(p, acc[4 * i + 1], acc[4 * u + 1]) * pr.x;
+      const float d2 = glu_activation(p, acc[4 * i + 2], acc[4 * u + 2]) * pr.y;
+      const float d3 = glu_activation(p, acc[4 * i + 3], acc[4 * u + 3]) * pr.y;
+      stage_pair(st.buf + ra * Staging<kBN>::kPitch + dcol * esize, p.d.type, d0, d1);
+      stage_pair(st.buf + (ra + 8) * Staging<kBN>::kPitch + dcol * esize, p.d.type, d2, d3);
+    }
+  }
+
+  template <int kBN, int kRegs>
+  __device__ static void apply(float (&acc)[kRegs], const KernelParams& p, int expert, int n_tile,
+                               int64_t row0, int row_end, const Staging<kBN>& st) {
+    const ColumnMap cmap = b_columns(p, n_tile, kBN);
+    const int rows_valid = rows_in_warpgroup(row0, row_end);
+    apply_alpha_bias<kBN>(acc, p, expert, cmap, st.quad());
+    if (p.c.ptr) st.store_tile(acc, p.c, cmap, row0, rows_valid);
+
+    const float2 pr = row_probs(p, row0 + st.row_a(), row_end);
+    if (p.pairing == PairKind::halves) stage_d<kBN, PairKind::halves>(acc, p, pr, st);
+    else if (p.pairing == PairKind::interleaved32) stage_d<kBN, PairKind::interleaved32>(acc, p, pr, st);
+    else stage_d<kBN, PairKind::interleaved32_up_first>(acc, p, pr, st);
+    ColumnMap dmap;
+    const int d0col = n_tile * (kBN / 2);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      dmap.base[j] = d0col + 64 * j;
+      dmap.limit[j] = p.n / 2;
+    }
+    st.flush(p.d, dmap, 0, kBN / 2, row0, rows_valid);
+  }
+};
+
+}  // namespace moegemm::sm90

@@ -1,0 +1,41 @@
+// Linear epilogue (docs/ops.md §1): C = alpha*acc + bias, D = prob * C.
+#pragma once
+
+#include "sm90/epilogues/common.cuh"
+
+namespace moegemm::sm90 {
+
+struct LinearEpilogue {
+  /// Output columns of B sub-box j (64 wide) of n-tile `n_tile`: contiguous.
+  __device__ static ColumnMap b_columns(const KernelParams& p, int n_tile, int bn) {
+    ColumnMap m;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      m.base[j] = n_tile * bn + 64 * j;
+      m.limit[j] = p.n;
+    }
+    return m;
+  }
+
+  template <int kBN, int kRegs>
+  __device__ static void apply(float (&acc)[kRegs], const KernelParams& p, int expert, int n_tile,
+                               int64_t row0, int row_end, const Staging<kBN>& st) {
+    const ColumnMap cmap = b_columns(p, n_tile, kBN);
+    const int rows_valid = rows_in_warpgroup(row0, row_end);
+    apply_alpha_bias<kBN>(acc, p, expert, cmap, st.quad());
+    if (p.c.ptr) st.store_tile(acc, p.c, cmap, row0, rows_valid);
+    if (p.prob) {
+      const float2 pr = row_probs(p, row0 + st.row_a(), row_end);
+#pragma unroll
+      for (int i = 0; i < kBN / 8; ++i) {
+        acc[4 * i + 0] *= pr.x;
+        acc[4 * i + 1] *= pr.x;
+        acc[4 * i + 2] *= pr.y;
+        acc[4 * i + 3] *= pr.y;
+      }
+    }
+    st.store_tile(acc, p.d, cmap, row0, rows_valid);
+  }
+};
+
+}  // namespace moegemm::sm90

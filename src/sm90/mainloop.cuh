@@ -1,0 +1,126 @@
+// The TMA + wgmma mainloop: one producer thread fills a ring of shared-memory stages (A 128x64 and B
+// BNx64 tiles, 128B swizzle) guarded by full/empty mbarriers; two consumer warpgroups each multiply
+// 64 rows of A by the whole B tile with wgmma (bf16 in, f32 accumulate).
+#pragma once
+
+#include <cuda/ptx>
+
+#include <cstdint>
+
+#include "sm90/params.cuh"
+#include "sm90/ptx.cuh"
+
+namespace moegemm::sm90 {
+
+enum class BMajor : uint8_t { k, n };  // B K-major ((E,N,K) storage) or N-major ((E,K,N) storage)
+
+template <int kBN_, BMajor kMajor_>
+struct TileShape {
+  static constexpr int kBM = 128;  // two consumer warpgroups x 64 rows
+  static constexpr int kBN = kBN_;
+  static constexpr int kBK = 64;   // 128 bytes of bf16: one swizzle atom row
+  static constexpr BMajor kMajor = kMajor_;
+  static constexpr int kSubBoxes = kBN / 64;  // B is loaded as 64x64 boxes (8 KiB each)
+  static constexpr int kABytes = kBM * kBK * 2;
+  static constexpr int kBBytes = kBN * kBK * 2;
+  static constexpr int kStageBytes = kABytes + kBBytes;
+  // Stages that fit next to the epilogue staging (2 x 64 rows) and the scheduler table in 227 KiB.
+  static constexpr int kStages = kBN == 256 ? 3 : 5;
+};
+
+/// Position in the stage ring: stage index and the parity of its current phase.
+struct PipeState {
+  int stage = 0;
+  uint32_t phase = 0;
+  template <int kStages>
+  __device__ void advance() {
+    if (++stage == kStages) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
+};
+
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  while (!cuda::ptx::mbarrier_try_wait_parity(bar, parity)) {
+  }
+}
+
+template <class Shape>
+struct Mainloop {
+  uint8_t* a;  // [kStages][kABytes], each 1024-byte aligned
+  uint8_t* b;  // [kStages][kBBytes]
+  uint64_t* full;
+  uint64_t* empty;
+
+  /// Producer: loads the k-blocks of one tile. `b_col[j]` is the B column (N coordinate) of sub-box j.
+  __device__ void load_tile(const KernelParams& p, PipeState& ps, int row0, int expert, const int (&b_col)[4]) {
+    for (int kb = 0; kb < p.k_blocks; ++kb) {
+      mbar_wait(&empty[ps.stage], ps.phase ^ 1);
+      cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta, cuda::ptx::space_shared,
+                                           &full[ps.stage], Shape::kStageBytes);
+      const int k0 = kb * Shape::kBK;
+      const int32_t a_coord[2] = {k0, row0};
+      cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global,
+                                      a + ps.stage * Shape::kABytes, &p.tma_a, a_coord, &full[ps.stage]);
+      uint8_t* b_stage = b + ps.stage * Shape::kBBytes;
+#pragma unroll
+      for (int j = 0; j < Shape::kSubBoxes; ++j) {
+        int32_t b_coord[3];
+        if constexpr (Shape::kMajor == BMajor::k) {
+          b_coord[0] = k0; b_coord[1] = b_col[j]; b_coord[2] = expert;
+        } else {
+          b_coord[0] = b_col[j]; b_coord[1] = k0; b_coord[2] = expert;
+        }
+        cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global, b_stage + j * 8192,
+                                        &p.tma_b, b_coord, &full[ps.stage]);
+      }
+      ps.advance<Shape::kStages>();
+    }
+  }
+
+  /// Consumer warpgroup `wg` (0 or 1): acc = A[64 rows of wg] x B over all k-blocks of one tile.
+  /// Keeps one wgmma batch in flight and releases each stage as soon as its batch has retired.
+  template <int kRegs>
+  __device__ void mma_tile(const KernelParams& p, PipeState& ps, int wg, float (&acc)[kRegs]) {
+    const bool releaser = (threadIdx.x % 128) == 0;
+    int prev_stage = -1;
+    for (int kb = 0; kb < p.k_blocks; ++kb) {
+      mbar_wait(&full[ps.stage], ps.phase);
+      const uint8_t* a_stage = a + ps.stage * Shape::kABytes + wg * 64 * 128;
+      const uint8_t* b_stage = b + ps.stage * Shape::kBBytes;
+      wgmma_fence();
+      fence_registers(acc);
+#pragma unroll
+      for (int kk = 0; kk < Shape::kBK / 16; ++kk) {
+        // A K-major: +32 B per k16. B K-major: +32 B per k16 (SBO 1024 between 8-row groups);
+        // B N-major: +2048 B per k16 (16 rows of 128 B), LBO 8192 between 64-column boxes.
+        const uint64_t da = make_smem_desc(a_stage + kk * 32, 16, 1024);
+        uint64_t db;
+        if constexpr (Shape::kMajor == BMajor::k) {
+          db = make_smem_desc(b_stage + kk * 32, 16, 1024);
+        } else {
+          db = make_smem_desc(b_stage + kk * 2048, 8192, 1024);
+        }
+        const int scale_d = (kb > 0 || kk > 0) ? 1 : 0;
+        constexpr int kTrans = Shape::kMajor == BMajor::k ? 0 : 1;
+        if constexpr (Shape::kBN == 256) {
+          wgmma_m64n256k16<kTrans>(acc, da, db, scale_d);
+        } else {
+          wgmma_m64n128k16<kTrans>(acc, da, db, scale_d);
+        }
+      }
+      wgmma_commit();
+      fence_registers(acc);
+      wgmma_wait<1>();
+      if (prev_stage >= 0 && releaser) cuda::ptx::mbarrier_arrive(&empty[prev_stage]);
+      prev_stage = ps.stage;
+      ps.advance<Shape::kStages>();
+    }
+    wgmma_wait<0>();
+    fence_registers(acc);
+    if (prev_stage >= 0 && releaser) cuda::ptx::mbarrier_arrive(&empty[prev_stage]);
+  }
+};
+
+}  // namespace moegemm::sm90

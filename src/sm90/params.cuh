@@ -1,0 +1,45 @@
+// Kernel parameters shared by the host launcher, the mainloop and the epilogues.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+namespace moegemm::sm90 {
+
+enum class OutType : uint8_t { bf16, f16, f32 };
+enum class ActKind : uint8_t { swiglu, geglu, swiglu_clamped };
+enum class PairKind : uint8_t { halves, interleaved32, interleaved32_up_first };
+
+/// One row-major output matrix (row stride `ld` in elements); ptr == nullptr means "not requested".
+struct OutMatrix {
+  void* ptr = nullptr;
+  int64_t ld = 0;
+  OutType type = OutType::bf16;
+};
+
+struct KernelParams {
+  CUtensorMap tma_a;  // A (M, K): dims {K, M}, box {64, 128}
+  CUtensorMap tma_b;  // B nk: dims {K, N, E}, box {64, 64, 1}; kn: dims {N, K, E}, box {64, 64, 1}
+  const int* offsets;  // (E,) cumulative expert ends; nullptr = one group of M rows
+  int num_experts;
+  int m;
+  int n;  // B columns per expert (pre-activation columns for GLU)
+  int k;
+  int n_tiles;   // tiles along N per expert
+  int k_blocks;  // ceil(K / 64)
+  const float* alpha;  // (E,) or nullptr -> alpha_scalar
+  float alpha_scalar;
+  const float* prob;   // (M,) or nullptr -> 1
+  const void* bias;    // (E, N) or nullptr
+  bool bias_f32;       // else bf16
+  OutMatrix d;
+  OutMatrix c;
+  ActKind act;
+  PairKind pairing;
+  float limit;
+  float act_alpha;
+  float linear_offset;
+};
+
+}  // namespace moegemm::sm90
