@@ -1,0 +1,120 @@
+"""``moegemm.jax.moe_mlp``: the expert MLP of a MoE layer (up-projection + gated activation + down
+projection) on moegemm's grouped GEMMs, with a hand-written backward (jax.custom_vjp)."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from moegemm import _jax_checks as chk
+from moegemm.jax import grouped_gemm, grouped_gemm_dglu, grouped_gemm_glu, grouped_gemm_wgrad
+
+_OP = "moe_mlp"
+
+
+class _Glu(NamedTuple):
+    """The static GLU configuration (hashable: a nondiff argument of the custom_vjp)."""
+    activation: str
+    glu_layout: str
+    limit: float
+    act_alpha: float
+    linear_offset: float
+
+    def kwargs(self):
+        return self._asdict()
+
+
+def _wgrad_as(x, dy, offsets, dtype):
+    if np.dtype(dtype) == np.dtype(jnp.bfloat16):
+        return grouped_gemm_wgrad(x, dy, offsets, w_dtype=jnp.bfloat16)
+    return grouped_gemm_wgrad(x, dy, offsets, w_dtype=jnp.float32).astype(dtype)
+
+
+def _forward(x, w_up, w_down, offsets, prob, glu):
+    h, c = grouped_gemm_glu(x, w_up, offsets, prob=prob, b_layout="kn", generate_c=True, **glu.kwargs())
+    y = grouped_gemm(h, w_down, offsets, b_layout="kn", zero_tail=True)
+    return y, h, c
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(5,))
+def _moe_mlp(x, w_up, w_down, offsets, prob, glu):
+    return _forward(x, w_up, w_down, offsets, prob, glu)[0]
+
+
+def _moe_mlp_fwd(x, w_up, w_down, offsets, prob, glu):
+    y, h, c = _forward(x, w_up, w_down, offsets, prob, glu)
+    return y, (x, w_up, w_down, offsets, prob, h, c)
+
+
+def _moe_mlp_bwd(glu, residuals, dy):
+    x, w_up, w_down, offsets, prob, h, c = residuals
+    dy = dy.astype(x.dtype)
+    # dH = dy @ w_down[g]^T: w_down (E, I, H) read as "nk" storage (N' = I, K' = H).
+    back = grouped_gemm_dglu(dy, w_down, c, offsets, prob=prob, b_layout="nk",
+                             compute_dprob=prob is not None, dc_dtype=x.dtype, zero_tail=True,
+                             **glu.kwargs())
+    # dx = dC @ w_up[g]^T: w_up (E, H, 2I) read as "nk" storage (N' = H, K' = 2I).
+    dx = grouped_gemm(back.dc, w_up, offsets, b_layout="nk", d_dtype=x.dtype, zero_tail=True)
+    dw_up = _wgrad_as(x, back.dc, offsets, w_up.dtype)
+    dw_down = _wgrad_as(h, dy, offsets, w_down.dtype)
+    return dx, dw_up, dw_down, None, back.dprob
+
+
+_moe_mlp.defvjp(_moe_mlp_fwd, _moe_mlp_bwd)
+
+
+def moe_mlp(x, w_up, w_down, group_sizes=None, offsets=None, prob=None, activation="swiglu",
+            glu_layout="halves", limit=7.0, act_alpha=1.702, linear_offset=1.0):
+    """Expert MLP: ``y[r] = (prob[r] * act(x[r] @ w_up[g])) @ w_down[g]`` for the rows r of expert g.
+
+    Forward: grouped_gemm_glu (saving the pre-activation C) then grouped_gemm; backward:
+    grouped_gemm_dglu(dy, w_down as nk, C) -> dC (+ dprob), dx = grouped_gemm(dC, w_up as nk),
+    dw_up = wgrad(x, dC), dw_down = wgrad(h, dy). Rows at or past the last offset give y = 0, dx = 0
+    and dprob = 0 (zero_tail).
+
+    Args:
+      x: (M, H) bf16/f16, rows sorted by expert.
+      w_up: (E, H, 2I), x's dtype (jax.lax.ragged_dot layout); its 2I columns pair gate and up by
+        ``glu_layout`` ("halves": gate = [0, I), up = [I, 2I); or "interleaved32").
+      w_down: (E, I, H), x's dtype.
+      group_sizes: (E,) integer rows per expert, or offsets: (E,) int32 cumulative end rows (exactly one).
+      prob: optional (M,) router probabilities (cast to f32), scaling each row's activation; gets a
+        gradient.
+      activation, limit, act_alpha, linear_offset: as grouped_gemm_glu.
+    Returns:
+      y (M, H) in x's dtype. Differentiable in x, w_up, w_down and prob (reverse mode).
+    Raises:
+      ValueError / TypeError at trace time for operands that do not fit.
+    """
+    if (group_sizes is None) == (offsets is None):
+        raise ValueError("moegemm.jax.moe_mlp: pass exactly one of group_sizes and offsets")
+    chk.check_rank(_OP, "x", x, 2, "(M, H)")
+    chk.check_dtype(_OP, "x", x, chk.SIXTEEN_BIT)
+    chk.check_rank(_OP, "w_up", w_up, 3, "(E, H, 2I)")
+    chk.check_rank(_OP, "w_down", w_down, 3, "(E, I, H)")
+    chk.check_dtype(_OP, "w_up", w_up, (x.dtype,))
+    chk.check_dtype(_OP, "w_down", w_down, (x.dtype,))
+    e, h = w_up.shape[0], x.shape[1]
+    chk.check_extent(_OP, "w_up", w_up, 1, h, "H from x")
+    if w_up.shape[2] % 2:
+        raise ValueError(f"moegemm.jax.moe_mlp: w_up: 2I must be even, got shape {w_up.shape}")
+    chk.check_extent(_OP, "w_down", w_down, 0, e, "E from w_up")
+    chk.check_extent(_OP, "w_down", w_down, 1, w_up.shape[2] // 2, "I from w_up")
+    chk.check_extent(_OP, "w_down", w_down, 2, h, "H from x")
+    if group_sizes is not None:
+        chk.check_rank(_OP, "group_sizes", group_sizes, 1, "(E,)")
+        chk.check_extent(_OP, "group_sizes", group_sizes, 0, e, "E from w_up")
+        if not jnp.issubdtype(group_sizes.dtype, jnp.integer):
+            raise TypeError(f"moegemm.jax.moe_mlp: group_sizes: expected an integer dtype, "
+                            f"got {np.dtype(group_sizes.dtype).name}")
+        offsets = jnp.cumsum(group_sizes.astype(jnp.int32), dtype=jnp.int32)
+    if prob is not None:
+        chk.check_rank(_OP, "prob", prob, 1, "(M,)")
+        chk.check_extent(_OP, "prob", prob, 0, x.shape[0], "M from x")
+        prob = prob.astype(jnp.float32)
+    glu = _Glu(activation, glu_layout, float(limit), float(act_alpha), float(linear_offset))
+    return _moe_mlp(x, w_up, w_down, offsets, prob, glu)

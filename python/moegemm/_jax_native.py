@@ -1,0 +1,146 @@
+"""The native side of ``moegemm.jax``: loading libmoegemm_jax.so, registering its XLA FFI targets, the
+trace-time workspace query, and the one function that emits a custom call.
+
+Every op is the FFI target ``moegemm_<op>``, registered twice under that name: for platform ``CUDA``
+(the sm_90a kernels on XLA's stream, command-buffer compatible) and for platform ``cpu`` (the CPU
+reference). XLA picks the handler by the platform the computation is compiled for. Loading and
+registration happen on first use, once per process.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from typing import Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from moegemm import _native
+
+_OPS = (
+    "grouped_gemm",
+    "grouped_gemm_glu",
+    "grouped_gemm_dglu",
+    "grouped_gemm_srelu",
+    "grouped_gemm_dsrelu",
+    "grouped_gemm_wgrad",
+    "gemm_swiglu",
+    "gemm_amax",
+    "gemm_srelu",
+    "gemm_dsrelu",
+)
+
+# How ffi_call batches under jax.vmap: the handlers take fixed-rank operands (no batch dimension), so a
+# vmapped call becomes a loop of unbatched calls (one custom call per batch element).
+VMAP_METHOD = "sequential"
+
+_lock = threading.Lock()
+_lib: ctypes.CDLL | None = None
+
+
+def target_name(op: str) -> str:
+    """The FFI target name of op ``op`` (e.g. ``moegemm_grouped_gemm``)."""
+    return f"moegemm_{op}"
+
+
+def library() -> ctypes.CDLL:
+    """libmoegemm_jax.so, loaded and its targets registered on the first call (thread-safe).
+
+    Raises ImportError when the library is not built (see moegemm._native.library_path).
+    """
+    global _lib
+    if _lib is not None:
+        return _lib
+    with _lock:
+        if _lib is None:
+            lib = ctypes.CDLL(str(_native.library_path("moegemm_jax")))
+            lib.moegemm_jax_workspace_bytes.restype = ctypes.c_int
+            lib.moegemm_jax_workspace_bytes.argtypes = [
+                ctypes.c_char_p, ctypes.c_char_p,
+                ctypes.c_int32, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_int32),
+                ctypes.POINTER(ctypes.c_int64),
+                ctypes.c_int32, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_int32),
+                ctypes.POINTER(ctypes.c_int64),
+                ctypes.POINTER(ctypes.c_uint64), ctypes.c_char_p, ctypes.c_size_t,
+            ]
+            lib.moegemm_jax_device_kernels_available.restype = ctypes.c_int
+            for op in _OPS:
+                for platform, suffix in (("cpu", "cpu"), ("CUDA", "cuda")):
+                    handler = getattr(lib, f"moegemm_jax_{op}_{suffix}")
+                    jax.ffi.register_ffi_target(
+                        target_name(op), jax.ffi.pycapsule(handler), platform=platform)
+            _lib = lib
+    return _lib
+
+
+def device_kernels_available() -> bool:
+    """Whether the sm_90a kernels can run in this process (an sm_90 GPU and a build with kernels)."""
+    return bool(library().moegemm_jax_device_kernels_available())
+
+
+def _attr_text(value) -> str:
+    if isinstance(value, (bool, np.bool_)):
+        return "1" if value else "0"
+    if isinstance(value, (float, np.floating)):
+        return repr(float(value))
+    return str(value)
+
+
+def _describe(specs: Sequence[jax.ShapeDtypeStruct]):
+    n = len(specs)
+    dtypes = (ctypes.c_char_p * max(n, 1))(*[np.dtype(s.dtype).name.encode() for s in specs])
+    ranks = (ctypes.c_int32 * max(n, 1))(*[len(s.shape) for s in specs])
+    dims = (ctypes.c_int64 * max(4 * n, 1))()
+    for i, s in enumerate(specs):
+        for d, extent in enumerate(s.shape[:4]):
+            dims[4 * i + d] = int(extent)
+    return n, dtypes, ranks, dims
+
+
+def workspace_bytes(op: str, inputs: Sequence, outputs: Sequence[jax.ShapeDtypeStruct],
+                    attrs: Mapping[str, object]) -> int:
+    """Workspace bytes of ``op`` for these operand shapes/dtypes and attributes (moegemm::X_workspace_bytes).
+
+    Runs the op's C++ contract checks at trace time: raises ValueError with the library's message
+    (naming the operand, what was expected and what was given) when an operand does not fit.
+    """
+    lib = library()
+    ins = [jax.ShapeDtypeStruct(np.shape(x), x.dtype) for x in inputs]
+    n_in, in_dt, in_rk, in_dims = _describe(ins)
+    n_out, out_dt, out_rk, out_dims = _describe(list(outputs))
+    text = ";".join(f"{k}={_attr_text(v)}" for k, v in attrs.items()).encode()
+    result = ctypes.c_uint64(0)
+    err = ctypes.create_string_buffer(1024)
+    rc = lib.moegemm_jax_workspace_bytes(
+        op.encode(), text, n_in, in_dt, in_rk, in_dims, n_out, out_dt, out_rk, out_dims,
+        ctypes.byref(result), err, len(err))
+    if rc != 0:
+        message = err.value.decode(errors="replace")
+        if rc == 1:
+            raise ValueError(f"moegemm.jax.{op}: {message}")
+        raise RuntimeError(f"moegemm.jax.{op}: {message}")
+    return int(result.value)
+
+
+def _ffi_attr(value):
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (float, np.floating)):
+        return np.float32(value)
+    return value
+
+
+def call(op: str, inputs: Sequence, outputs: Sequence[jax.ShapeDtypeStruct],
+         attrs: Mapping[str, object]) -> list:
+    """Emit the custom call of ``op``: its outputs come from XLA uninitialised, plus one u8 workspace
+    output sized by ``workspace_bytes`` (dropped here). Nothing is aliased into an output.
+
+    ``attrs`` values: bool, float (passed as float32) or str. Returns the list of outputs.
+    """
+    ws = workspace_bytes(op, inputs, outputs, attrs)
+    results = list(outputs) + [jax.ShapeDtypeStruct((ws,), jnp.uint8)]
+    fn = jax.ffi.ffi_call(target_name(op), results, vmap_method=VMAP_METHOD)
+    out = fn(*inputs, **{k: _ffi_attr(v) for k, v in attrs.items()})
+    return list(out[:-1])

@@ -1,0 +1,90 @@
+"""``moegemm.jax.ragged_dot``: a drop-in for ``jax.lax.ragged_dot`` on moegemm's grouped GEMMs."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from moegemm import _jax_checks as chk
+from moegemm.jax import grouped_gemm, grouped_gemm_wgrad
+
+_OP = "ragged_dot"
+
+
+def _offsets_of(group_sizes):
+    """offsets = cumsum(group_sizes) as int32, computed inside the traced function (stays on device)."""
+    return jnp.cumsum(group_sizes.astype(jnp.int32), dtype=jnp.int32)
+
+
+def _wgrad_as(lhs, dout, offsets, dtype):
+    if np.dtype(dtype) == np.dtype(jnp.bfloat16):
+        return grouped_gemm_wgrad(lhs, dout, offsets, w_dtype=jnp.bfloat16)
+    return grouped_gemm_wgrad(lhs, dout, offsets, w_dtype=jnp.float32).astype(dtype)
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(3,))
+def _ragged_dot(lhs, rhs, group_sizes, out_dtype):
+    return grouped_gemm(lhs, rhs, _offsets_of(group_sizes), b_layout="kn", d_dtype=out_dtype,
+                        zero_tail=True)
+
+
+def _ragged_dot_fwd(lhs, rhs, group_sizes, out_dtype):
+    offsets = _offsets_of(group_sizes)
+    out = grouped_gemm(lhs, rhs, offsets, b_layout="kn", d_dtype=out_dtype, zero_tail=True)
+    return out, (lhs, rhs, offsets)
+
+
+def _ragged_dot_bwd(out_dtype, residuals, dout):
+    lhs, rhs, offsets = residuals
+    dout = dout.astype(lhs.dtype)
+    # d lhs[r] = dout[r] @ rhs[g]^T: rhs (G, K, N) read as "nk" storage with N' = K, K' = N.
+    dlhs = grouped_gemm(dout, rhs, offsets, b_layout="nk", d_dtype=lhs.dtype, zero_tail=True)
+    # d rhs[g] = lhs[rows_g]^T @ dout[rows_g]; groups without rows are exactly 0.
+    drhs = _wgrad_as(lhs, dout, offsets, rhs.dtype)
+    return dlhs, drhs, None
+
+
+_ragged_dot.defvjp(_ragged_dot_fwd, _ragged_dot_bwd)
+
+
+def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=None, group_offset=None):
+    """Drop-in for ``jax.lax.ragged_dot(lhs, rhs, group_sizes)``: ``out[r] = lhs[r] @ rhs[g]`` for the
+    rows r of group g (groups are consecutive row blocks of sizes ``group_sizes``); rows at or past
+    ``sum(group_sizes)`` are zero (written by the op: ``zero_tail``, never a fill).
+
+    Args:
+      lhs: (M, K) bf16 or f16.
+      rhs: (G, K, N), lhs's dtype. K and N multiples of 8 (16-byte aligned rows).
+      group_sizes: (G,) integer; offsets = cumsum as int32 inside the computation (no host sync).
+        Sizes summing past M are clamped at M, as in jax.lax.ragged_dot.
+      precision: accepted for compatibility and ignored: products accumulate in f32 always.
+      preferred_element_type: output dtype, bf16/f16/f32 (default lhs.dtype).
+      group_offset: not supported (raises NotImplementedError, as jax's default lowering does).
+    Returns:
+      (M, N) array. Differentiable (reverse mode, jax.custom_vjp) in lhs and rhs:
+      d lhs = grouped_gemm(dout, rhs as nk, zero_tail=True), d rhs = grouped_gemm_wgrad(lhs, dout)
+      (empty groups get exact zeros). A f32 cotangent is rounded to lhs's dtype first.
+    Raises:
+      TypeError for dtypes other than bf16/f16 (use jax.lax.ragged_dot for those) or a non-integer
+      group_sizes; ValueError for shapes, at trace time.
+    """
+    del precision
+    if group_offset is not None:
+        raise NotImplementedError("moegemm.jax.ragged_dot: group_offset is not supported")
+    chk.check_rank(_OP, "lhs", lhs, 2, "(M, K)")
+    chk.check_rank(_OP, "rhs", rhs, 3, "(G, K, N)")
+    chk.check_rank(_OP, "group_sizes", group_sizes, 1, "(G,)")
+    chk.check_dtype(_OP, "lhs", lhs, chk.SIXTEEN_BIT)
+    chk.check_dtype(_OP, "rhs", rhs, (lhs.dtype,))
+    if not jnp.issubdtype(group_sizes.dtype, jnp.integer):
+        raise TypeError(f"moegemm.jax.ragged_dot: group_sizes: expected an integer dtype, "
+                        f"got {np.dtype(group_sizes.dtype).name}")
+    chk.check_extent(_OP, "rhs", rhs, 1, lhs.shape[1], "K from lhs")
+    chk.check_extent(_OP, "group_sizes", group_sizes, 0, rhs.shape[0], "G from rhs")
+    chk.check_aligned(_OP, "lhs", lhs, 1, "K")
+    chk.check_aligned(_OP, "rhs", rhs, 2, "N")
+    out_dtype = chk.check_output_dtype(_OP, "preferred_element_type", preferred_element_type or lhs.dtype)
+    return _ragged_dot(lhs, rhs, group_sizes, out_dtype)

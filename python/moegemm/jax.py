@@ -1,0 +1,390 @@
+"""moegemm.jax: the moegemm ops as XLA FFI custom calls, plus ``ragged_dot`` and ``moe_mlp``.
+
+Every op follows docs/ops.md (the contract); this module documents only what the JAX front end adds.
+
+Conventions of every function here:
+- Weights are *dense* (b_ptrs is not offered in JAX: a JAX array cannot carry raw device addresses
+  portably). ``b_layout="nk"``: b is (E, N, K) (K contiguous, G = A @ B_g^T); ``"kn"``: b is (E, K, N)
+  (the ``jax.lax.ragged_dot`` layout, G = A @ B_g). Dense ops take (N, K) or (K, N).
+- ``offsets``: (E,) int32, the cumulative end row of each expert; it stays on the device (no host sync).
+- Outputs come from XLA uninitialised and are written by the op alone: rows at or past offsets[-1] are
+  left unspecified unless ``zero_tail=True`` (then exactly those rows are zeroed by the op itself).
+- Shape, dtype and layout errors are raised at trace time (ValueError for shapes and values, TypeError
+  for dtypes), naming the operand, what was expected and what was given; the library's own contract
+  checks also run at trace time (through the workspace-size query).
+- ``jax.vmap`` of any op loops over the batch (ffi_call ``vmap_method="sequential"``).
+- Works under ``jax.jit`` and eagerly with bit-identical results; on CPU the CPU reference runs,
+  on an sm_90 GPU the sm_90a kernels.
+Importing this module needs jax; ``import moegemm`` does not.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+try:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+except ImportError as exc:  # pragma: no cover - exercised only without jax
+    raise ImportError("moegemm.jax needs jax (pip install 'jax>=0.10'); `import moegemm` works without it") from exc
+
+from moegemm import _jax_checks as chk
+from moegemm import _jax_native as native
+
+__all__ = [
+    "grouped_gemm", "grouped_gemm_glu", "grouped_gemm_dglu", "grouped_gemm_srelu", "grouped_gemm_dsrelu",
+    "grouped_gemm_wgrad", "gemm_swiglu", "gemm_amax", "gemm_srelu", "gemm_dsrelu",
+    "GroupedBackward", "ragged_dot", "moe_mlp", "device_kernels_available",
+]
+
+ACTIVATIONS = ("swiglu", "geglu", "swiglu_clamped")
+GLU_LAYOUTS = ("halves", "interleaved32", "interleaved32_up_first")
+
+
+def device_kernels_available() -> bool:
+    """True when the sm_90a kernels can run in this process (loads the native library)."""
+    return native.device_kernels_available()
+
+
+class GroupedBackward(NamedTuple):
+    """Outputs of grouped_gemm_dglu / grouped_gemm_dsrelu; fields not requested are None."""
+    dc: jax.Array
+    dprob: Optional[jax.Array]
+    dbias: Optional[jax.Array]
+    amax: Optional[jax.Array]
+
+
+def _spec(shape, dtype):
+    return jax.ShapeDtypeStruct(tuple(int(s) for s in shape), np.dtype(dtype))
+
+
+def _weights(op, a, b, b_layout, a_name="a"):
+    """(E, N, K) of the dense expert weights after checking them against a (M, K)."""
+    chk.check_choice(op, "b_layout", b_layout, ("nk", "kn"))
+    chk.check_rank(op, "b", b, 3, "(E, N, K)" if b_layout == "nk" else "(E, K, N)")
+    chk.check_dtype(op, "b", b, (a.dtype,))
+    e = b.shape[0]
+    n, k = (b.shape[1], b.shape[2]) if b_layout == "nk" else (b.shape[2], b.shape[1])
+    chk.check_extent(op, "b", b, 2 if b_layout == "nk" else 1, a.shape[1], f"K from {a_name}")
+    chk.check_aligned(op, a_name, a, 1, "K")
+    chk.check_aligned(op, "b", b, 1 if b_layout == "nk" else 2, "N")
+    return e, n, k
+
+
+def _dense_weights(op, a, b, b_layout, a_name="a"):
+    """(N, K) of a single (N, K) / (K, N) weight matrix after checking it against a (M, K)."""
+    chk.check_choice(op, "b_layout", b_layout, ("nk", "kn"))
+    chk.check_rank(op, "b", b, 2, "(N, K)" if b_layout == "nk" else "(K, N)")
+    chk.check_dtype(op, "b", b, (a.dtype,))
+    n = b.shape[0] if b_layout == "nk" else b.shape[1]
+    chk.check_extent(op, "b", b, 1 if b_layout == "nk" else 0, a.shape[1], f"K from {a_name}")
+    chk.check_aligned(op, a_name, a, 1, "K")
+    chk.check_aligned(op, "b", b, 0 if b_layout == "nk" else 1, "N")
+    return n, a.shape[1]
+
+
+def _activations(op, a, name="a"):
+    chk.check_rank(op, name, a, 2, "(M, K)")
+    chk.check_dtype(op, name, a, chk.SIXTEEN_BIT)
+    return a.shape[0]
+
+
+def _offsets(op, offsets, e):
+    chk.check_rank(op, "offsets", offsets, 1, "(E,)")
+    chk.check_dtype(op, "offsets", offsets, (jnp.int32,))
+    chk.check_extent(op, "offsets", offsets, 0, e, "E from b")
+
+
+def _optional_vector(op, name, x, n, what, dtypes=(jnp.float32,)):
+    if x is None:
+        return
+    chk.check_rank(op, name, x, 1, f"({what},)")
+    chk.check_dtype(op, name, x, dtypes)
+    chk.check_extent(op, name, x, 0, n, what)
+
+
+def _glu_attrs(op, activation, glu_layout, limit, act_alpha, linear_offset):
+    return dict(activation=chk.check_choice(op, "activation", activation, ACTIVATIONS),
+                glu_layout=chk.check_choice(op, "glu_layout", glu_layout, GLU_LAYOUTS),
+                limit=float(limit), act_alpha=float(act_alpha), linear_offset=float(linear_offset))
+
+
+def _grouped_forward(op, a, b, offsets, alpha, prob, bias, b_layout, generate_c, d_dtype, c_dtype,
+                     zero_tail, glu):
+    m = _activations(op, a)
+    e, n, _ = _weights(op, a, b, b_layout)
+    _offsets(op, offsets, e)
+    _optional_vector(op, "alpha", alpha, e, "E")
+    _optional_vector(op, "prob", prob, m, "M")
+    if bias is not None:
+        chk.check_rank(op, "bias", bias, 2, "(E, N)")
+        chk.check_dtype(op, "bias", bias, (jnp.bfloat16, jnp.float32))
+        chk.check_extent(op, "bias", bias, 0, e, "E from b")
+        chk.check_extent(op, "bias", bias, 1, n, "N from b")
+    d_cols = n
+    if glu is not None:
+        if n % 2:
+            raise ValueError(f"moegemm.jax.{op}: b: N = 2I must be even, got N = {n}")
+        d_cols = n // 2
+    d_dt = chk.check_output_dtype(op, "d_dtype", d_dtype or a.dtype)
+    outputs = [_spec((m, d_cols), d_dt)]
+    if generate_c:
+        outputs.append(_spec((m, n), chk.check_output_dtype(op, "c_dtype", c_dtype or a.dtype)))
+    inputs = [a, b, offsets] + [x for x in (alpha, prob, bias) if x is not None]
+    attrs = dict(b_layout=b_layout, has_alpha=alpha is not None, has_prob=prob is not None,
+                 has_bias=bias is not None, generate_c=bool(generate_c), zero_tail=bool(zero_tail))
+    if glu is not None:
+        attrs.update(glu)
+    out = native.call(op, inputs, outputs, attrs)
+    return (out[0], out[1]) if generate_c else out[0]
+
+
+def grouped_gemm(a, b, offsets, *, alpha=None, prob=None, bias=None, b_layout="nk", generate_c=False,
+                 d_dtype=None, c_dtype=None, zero_tail=False):
+    """Grouped GEMM (docs/ops.md §1): ``G[r] = alpha[g] * a[r] @ B_g^T (+ bias[g])``, ``D = prob[r] * G``.
+
+    Args:
+      a: (M, K) bf16/f16, rows sorted by expert.
+      b: (E, N, K) with ``b_layout="nk"`` or (E, K, N) with ``"kn"``; a's dtype. K, N multiples of 8.
+      offsets: (E,) int32 cumulative end rows.
+      alpha: optional (E,) f32 per-expert scale. prob: optional (M,) f32 per-row scale of D only.
+      bias: optional (E, N) bf16/f32.
+      generate_c: also return C = G (pre-prob). d_dtype, c_dtype: bf16/f16/f32 (default a.dtype).
+      zero_tail: write zeros to rows >= offsets[-1] of every output (default: leave them unspecified).
+    Returns:
+      D (M, N), or (D, C) with generate_c.
+    Raises:
+      ValueError / TypeError at trace time for operands that do not fit (named in the message).
+    """
+    return _grouped_forward("grouped_gemm", a, b, offsets, alpha, prob, bias, b_layout, generate_c,
+                            d_dtype, c_dtype, zero_tail, None)
+
+
+def grouped_gemm_glu(a, b, offsets, *, alpha=None, prob=None, bias=None, b_layout="nk",
+                     activation="swiglu", glu_layout="halves", limit=7.0, act_alpha=1.702,
+                     linear_offset=1.0, generate_c=False, d_dtype=None, c_dtype=None, zero_tail=False):
+    """Grouped GEMM + gated activation (docs/ops.md §2): G as in grouped_gemm with N = 2I columns,
+    ``D = prob * act(gate, up)``.
+
+    Args: as grouped_gemm, plus
+      activation: "swiglu" (silu(gate) * up), "geglu" (gelu_tanh(gate) * up) or "swiglu_clamped"
+        (gpt-oss: g' = min(gate, limit), u' = clamp(up, -limit, limit),
+        (u' + linear_offset) * g' * sigmoid(act_alpha * g')).
+      glu_layout: "halves" (gate = columns [0, I), up = [I, 2I)), "interleaved32" (32-column blocks
+        gate, up, gate, up, ...) or "interleaved32_up_first".
+    Returns:
+      D (M, I), or (D, C) with generate_c, C = G (M, 2I) (the residual of grouped_gemm_dglu).
+    Raises:
+      ValueError / TypeError at trace time.
+    """
+    glu = _glu_attrs("grouped_gemm_glu", activation, glu_layout, limit, act_alpha, linear_offset)
+    return _grouped_forward("grouped_gemm_glu", a, b, offsets, alpha, prob, bias, b_layout, generate_c,
+                            d_dtype, c_dtype, zero_tail, glu)
+
+
+def grouped_gemm_srelu(a, b, offsets, *, alpha=None, prob=None, bias=None, b_layout="nk",
+                       generate_c=False, d_dtype=None, c_dtype=None, zero_tail=False):
+    """Grouped GEMM + squared ReLU (docs/ops.md §4): ``C = G``, ``D = prob * relu(G)^2``.
+
+    Args and Raises: as grouped_gemm. Returns D (M, N), or (D, C) with generate_c.
+    """
+    return _grouped_forward("grouped_gemm_srelu", a, b, offsets, alpha, prob, bias, b_layout,
+                            generate_c, d_dtype, c_dtype, zero_tail, None)
+
+
+def _grouped_backward(op, dy, b, c, offsets, alpha, beta, prob, b_layout, c_cols_per_n,
+                      compute_dprob, compute_dbias, compute_amax, amax_len, dc_dtype, dbias_dtype,
+                      zero_tail, glu):
+    m = _activations(op, dy, "dy")
+    e, n, _ = _weights(op, dy, b, b_layout, a_name="dy")
+    chk.check_rank(op, "c", c, 2, "(M, C)")
+    chk.check_dtype(op, "c", c, chk.OUTPUT_FLOATS)
+    chk.check_extent(op, "c", c, 0, m, "M from dy")
+    chk.check_extent(op, "c", c, 1, c_cols_per_n * n, f"{c_cols_per_n} x N from b")
+    _offsets(op, offsets, e)
+    _optional_vector(op, "alpha", alpha, e, "E")
+    _optional_vector(op, "beta", beta, e, "E")
+    _optional_vector(op, "prob", prob, m, "M")
+    cols = c.shape[1]
+    outputs = [_spec((m, cols), chk.check_output_dtype(op, "dc_dtype", dc_dtype or c.dtype))]
+    if compute_dprob:
+        outputs.append(_spec((m,), jnp.float32))
+    if compute_dbias:
+        outputs.append(_spec((e, cols), chk.check_output_dtype(op, "dbias_dtype", dbias_dtype,
+                                                               (jnp.float32, jnp.bfloat16))))
+    if compute_amax:
+        outputs.append(_spec((amax_len,), jnp.float32))
+    inputs = [dy, b, c, offsets] + [x for x in (alpha, beta, prob) if x is not None]
+    attrs = dict(b_layout=b_layout, has_alpha=alpha is not None, has_prob=prob is not None,
+                 compute_dprob=bool(compute_dprob), compute_dbias=bool(compute_dbias),
+                 compute_amax=bool(compute_amax), zero_tail=bool(zero_tail))
+    if glu is not None:
+        attrs.update(glu, has_beta=beta is not None)
+    out = iter(native.call(op, inputs, outputs, attrs))
+    dc = next(out)
+    dprob = next(out) if compute_dprob else None
+    dbias = next(out) if compute_dbias else None
+    amax = next(out) if compute_amax else None
+    return dc, dprob, dbias, amax
+
+
+def grouped_gemm_dglu(dy, b, c, offsets, *, alpha=None, beta=None, prob=None, b_layout="nk",
+                      activation="swiglu", glu_layout="halves", limit=7.0, act_alpha=1.702,
+                      linear_offset=1.0, compute_dprob=False, compute_dbias=False, compute_amax=False,
+                      dc_dtype=None, dbias_dtype=jnp.float32, zero_tail=False):
+    """Backward through the gated activation (docs/ops.md §3).
+
+    ``dH = alpha[g] * dy @ B_g^T`` (M, I) (alpha applied once); with h = act(gate, up) of ``beta[g] * c``:
+    ``d_gate = dH * prob * dact/dgate``, ``d_up = dH * prob * dact/dup`` in c's column layout;
+    ``dprob[r] = sum_cols h * dH``; ``dbias[g] = sum over expert rows of dC``;
+    ``amax = [max|d_gate|, max|d_up|]``.
+
+    Args:
+      dy: (M, K) bf16/f16 incoming gradient of D's consumer (e.g. the down projection's output).
+      b: (E, I, K) ("nk") or (E, K, I) ("kn"), dy's dtype: the weights that map h to dy's space.
+      c: (M, 2I) bf16/f16/f32 saved pre-activation (grouped_gemm_glu with generate_c).
+      offsets, alpha, prob: as grouped_gemm. beta: optional (E,) f32 scale of c.
+      activation, glu_layout, limit, act_alpha, linear_offset: as in the forward.
+      compute_dprob / compute_dbias / compute_amax: also return dprob (M,) f32, dbias (E, 2I)
+        (dbias_dtype f32/bf16), amax (2,) f32.
+      dc_dtype: bf16/f16/f32 (default c.dtype). zero_tail: zero dC and dprob rows >= offsets[-1].
+    Returns:
+      GroupedBackward(dc, dprob, dbias, amax) with None for what was not requested.
+    """
+    glu = _glu_attrs("grouped_gemm_dglu", activation, glu_layout, limit, act_alpha, linear_offset)
+    return GroupedBackward(*_grouped_backward(
+        "grouped_gemm_dglu", dy, b, c, offsets, alpha, beta, prob, b_layout, 2, compute_dprob,
+        compute_dbias, compute_amax, 2, dc_dtype, dbias_dtype, zero_tail, glu))
+
+
+def grouped_gemm_dsrelu(dy, b, c, offsets, *, alpha=None, prob=None, b_layout="nk", compute_dprob=False,
+                        compute_dbias=False, compute_amax=False, dc_dtype=None, dbias_dtype=jnp.float32,
+                        zero_tail=False):
+    """Backward of grouped_gemm_srelu (docs/ops.md §4): ``dH = alpha[g] * dy @ B_g^T`` (M, N);
+    ``dC = 2 relu(c) dH prob``; ``dprob = sum_cols relu(c)^2 dH``; dbias = per-expert column sums of
+    dC; amax = max|dC| (returned as a scalar).
+
+    Args: dy (M, K) bf16/f16; b (E, N, K) / (E, K, N); c (M, N) saved pre-activation; the rest as
+    grouped_gemm_dglu. Returns GroupedBackward(dc, dprob, dbias, amax).
+    """
+    dc, dprob, dbias, amax = _grouped_backward(
+        "grouped_gemm_dsrelu", dy, b, c, offsets, alpha, None, prob, b_layout, 1, compute_dprob,
+        compute_dbias, compute_amax, 1, dc_dtype, dbias_dtype, zero_tail, None)
+    return GroupedBackward(dc, dprob, dbias, None if amax is None else amax.reshape(()))
+
+
+def grouped_gemm_wgrad(x, dy, offsets, *, transpose_output=False, w_dtype=jnp.float32):
+    """Per-expert weight gradient (docs/ops.md §5): ``W_g = x[rows_g]^T @ dy[rows_g]``.
+
+    Args:
+      x: (M, H) bf16/f16; dy: (M, N), x's dtype; offsets: (E,) int32 over the M rows.
+      transpose_output: return (E, N, H) (W_g^T) instead of (E, H, N).
+      w_dtype: f32 (default) or bf16.
+    Returns:
+      W (E, H, N) or (E, N, H). Experts with no rows are exactly zero (written by the op).
+    Raises:
+      ValueError / TypeError at trace time. (The C++ ``accumulate`` mode is not offered: add in JAX.)
+    """
+    op = "grouped_gemm_wgrad"
+    m = _activations(op, x, "x")
+    chk.check_rank(op, "dy", dy, 2, "(M, N)")
+    chk.check_dtype(op, "dy", dy, (x.dtype,))
+    chk.check_extent(op, "dy", dy, 0, m, "M from x")
+    chk.check_aligned(op, "x", x, 1, "H")
+    chk.check_aligned(op, "dy", dy, 1, "N")
+    chk.check_rank(op, "offsets", offsets, 1, "(E,)")
+    chk.check_dtype(op, "offsets", offsets, (jnp.int32,))
+    e, h, n = offsets.shape[0], x.shape[1], dy.shape[1]
+    w_dt = chk.check_output_dtype(op, "w_dtype", w_dtype, (jnp.float32, jnp.bfloat16))
+    shape = (e, n, h) if transpose_output else (e, h, n)
+    (w,) = native.call(op, [x, dy, offsets], [_spec(shape, w_dt)],
+                       dict(transpose_output=bool(transpose_output)))
+    return w
+
+
+def gemm_swiglu(a, b, *, b_layout="nk", alpha=1.0, glu_layout="interleaved32_up_first",
+                ab12_dtype=jnp.float32, c_dtype=None):
+    """Dense GEMM + SwiGLU (docs/ops.md §6): ``ab12 = alpha * a @ B^T`` (M, N),
+    ``c = up * silu(gate)`` (M, N/2) with the pairing of ``glu_layout`` (default: 32-column blocks,
+    block 2j up and 2j+1 gate, the cuDNN dense convention).
+
+    Args: a (M, K) bf16/f16; b (N, K) ("nk") or (K, N) ("kn"); alpha: python float (baked into the
+    compiled call); ab12_dtype f32/bf16/f16; c_dtype (default a.dtype). Returns (ab12, c).
+    """
+    op = "gemm_swiglu"
+    m = _activations(op, a)
+    n, _ = _dense_weights(op, a, b, b_layout)
+    if n % 2:
+        raise ValueError(f"moegemm.jax.{op}: b: N must be even, got N = {n}")
+    outputs = [_spec((m, n), chk.check_output_dtype(op, "ab12_dtype", ab12_dtype)),
+               _spec((m, n // 2), chk.check_output_dtype(op, "c_dtype", c_dtype or a.dtype))]
+    attrs = dict(b_layout=b_layout, alpha=float(alpha),
+                 glu_layout=chk.check_choice(op, "glu_layout", glu_layout, GLU_LAYOUTS))
+    ab12, c = native.call(op, [a, b], outputs, attrs)
+    return ab12, c
+
+
+def gemm_amax(a, b, *, b_layout="nk", c_dtype=None):
+    """Dense GEMM with the absolute maximum (docs/ops.md §6): ``C = a @ B^T``, ``amax = max|C|``.
+
+    Args: a (M, K) bf16/f16; b (N, K) / (K, N); c_dtype bf16/f16/f32 (default a.dtype).
+    Returns (C (M, N), amax () f32; 0 when M = 0).
+    """
+    op = "gemm_amax"
+    m = _activations(op, a)
+    n, _ = _dense_weights(op, a, b, b_layout)
+    outputs = [_spec((m, n), chk.check_output_dtype(op, "c_dtype", c_dtype or a.dtype)),
+               _spec((1,), jnp.float32)]
+    c, amax = native.call(op, [a, b], outputs, dict(b_layout=b_layout))
+    return c, amax.reshape(())
+
+
+def gemm_srelu(a, b, *, b_layout="nk", alpha=1.0, prob=None, generate_c=False, d_dtype=None,
+               c_dtype=None):
+    """Dense GEMM + squared ReLU (docs/ops.md §6/§4): ``G = alpha * a @ B^T``, ``D = prob * relu(G)^2``.
+
+    Args: a (M, K); b (N, K) / (K, N); alpha python float; prob optional (M,) f32; generate_c returns
+    C = G too. Returns D (M, N) or (D, C).
+    """
+    op = "gemm_srelu"
+    m = _activations(op, a)
+    n, _ = _dense_weights(op, a, b, b_layout)
+    _optional_vector(op, "prob", prob, m, "M")
+    outputs = [_spec((m, n), chk.check_output_dtype(op, "d_dtype", d_dtype or a.dtype))]
+    if generate_c:
+        outputs.append(_spec((m, n), chk.check_output_dtype(op, "c_dtype", c_dtype or a.dtype)))
+    inputs = [a, b] + ([prob] if prob is not None else [])
+    attrs = dict(b_layout=b_layout, alpha=float(alpha), has_prob=prob is not None,
+                 generate_c=bool(generate_c))
+    out = native.call(op, inputs, outputs, attrs)
+    return (out[0], out[1]) if generate_c else out[0]
+
+
+def gemm_dsrelu(dy, b, c, *, b_layout="nk", alpha=1.0, prob=None, compute_dprob=False, dc_dtype=None):
+    """Backward of gemm_srelu: ``dH = alpha * dy @ B^T``; ``dC = 2 relu(c) dH prob``;
+    ``dprob = sum_cols relu(c)^2 dH``.
+
+    Args: dy (M, K) bf16/f16; b (N, K) / (K, N); c (M, N) saved pre-activation; prob optional (M,) f32.
+    Returns (dC (M, N), dprob (M,) f32 or None).
+    """
+    op = "gemm_dsrelu"
+    m = _activations(op, dy, "dy")
+    n, _ = _dense_weights(op, dy, b, b_layout, a_name="dy")
+    chk.check_rank(op, "c", c, 2, "(M, N)")
+    chk.check_dtype(op, "c", c, chk.OUTPUT_FLOATS)
+    chk.check_extent(op, "c", c, 0, m, "M from dy")
+    chk.check_extent(op, "c", c, 1, n, "N from b")
+    _optional_vector(op, "prob", prob, m, "M")
+    outputs = [_spec((m, n), chk.check_output_dtype(op, "dc_dtype", dc_dtype or c.dtype))]
+    if compute_dprob:
+        outputs.append(_spec((m,), jnp.float32))
+    inputs = [dy, b, c] + ([prob] if prob is not None else [])
+    attrs = dict(b_layout=b_layout, alpha=float(alpha), has_prob=prob is not None,
+                 compute_dprob=bool(compute_dprob))
+    out = native.call(op, inputs, outputs, attrs)
+    return out[0], (out[1] if compute_dprob else None)
+
+
+from moegemm._jax_ragged_dot import ragged_dot  # noqa: E402
+from moegemm._jax_moe_mlp import moe_mlp  # noqa: E402
