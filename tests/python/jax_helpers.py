@@ -1,0 +1,100 @@
+"""Shared helpers of the JAX front-end tests: random operands, f32 oracles, the spec tolerances and
+the poisoned-output harness."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+import jax.numpy as jnp  # noqa: E402
+
+import moegemm.jax as mj  # noqa: E402
+
+SENTINEL = np.float32(-7.5e3)  # exactly representable in bf16/f16/f32, far from any result here
+
+
+def on_gpu() -> bool:
+    return jax.default_backend() == "gpu"
+
+
+def gpu_ready() -> bool:
+    """An sm_90 GPU is JAX's default device and the kernels are built."""
+    return on_gpu() and mj.device_kernels_available()
+
+
+def rand(rng, shape, dtype=jnp.bfloat16, scale=1.0):
+    return jnp.asarray(rng.standard_normal(shape) * scale, dtype)
+
+
+def offsets_of(sizes):
+    return jnp.asarray(np.cumsum(sizes), jnp.int32)
+
+
+def f32(x):
+    return np.asarray(jnp.asarray(x, jnp.float32))
+
+
+def assert_close(got, ref, what=""):
+    """docs/ops.md §9.1: rel. Frobenius error < 1e-2 and elementwise rtol 2e-2 / atol 4e-2 after
+    scaling by max|ref| (tight enough that a wrong row, column pairing or expert fails)."""
+    got, ref = f32(got), np.asarray(ref, np.float32)
+    assert got.shape == ref.shape, (what, got.shape, ref.shape)
+    assert np.isfinite(got).all(), f"{what}: non-finite values"
+    scale = max(float(np.abs(ref).max()), 1e-6)
+    fro = np.linalg.norm(got - ref) / max(np.linalg.norm(ref), 1e-6)
+    assert fro < 1e-2 or np.linalg.norm(ref) == 0, f"{what}: rel. Frobenius error {fro}"
+    np.testing.assert_allclose(got / scale, ref / scale, rtol=2e-2, atol=4e-2, err_msg=what)
+
+
+def expert_of_rows(sizes, m):
+    """Expert index of each row (-1 for rows at or past sum(sizes))."""
+    owner = np.full(m, -1)
+    start = 0
+    for g, s in enumerate(sizes):
+        owner[start:min(start + s, m)] = g
+        start += s
+    return owner
+
+
+def grouped_matmul_ref(a, b, sizes, b_layout="nk"):
+    """f32 oracle of G = a @ B_g^T (nk) / a @ B_g (kn) with zero rows past the groups."""
+    a, b = f32(a), f32(b)
+    if b_layout == "nk":
+        b = np.swapaxes(b, 1, 2)
+    out = np.zeros((a.shape[0], b.shape[2]), np.float32)
+    owner = expert_of_rows(sizes, a.shape[0])
+    for g in range(b.shape[0]):
+        rows = owner == g
+        out[rows] = a[rows] @ b[g]
+    return out
+
+
+def silu(x):
+    return x / (1 + np.exp(-x))
+
+
+def dirty_allocator(specs, rounds=4):
+    """Allocate buffers of the output sizes filled with SENTINEL and free them, several times, so that
+    a later allocation of the same size is likely to reuse dirty memory."""
+    for _ in range(rounds):
+        bufs = [jnp.full(s.shape, SENTINEL, s.dtype) for s in specs]
+        jax.block_until_ready(bufs)
+        del bufs
+
+
+def run_into_sentinels(fn, out_specs, *args):
+    """Run ``fn(*args)`` under jit so that its outputs are written into buffers that hold SENTINEL:
+    the allocator is dirtied first, then one SENTINEL buffer per output is donated to the jitted call
+    (keep_unused: XLA places each output in the donated buffer of its shape). Returns the outputs and
+    whether every output really landed in its donated buffer (then untouched elements must still read
+    SENTINEL)."""
+    dirty_allocator(out_specs)
+    sentinels = [jnp.full(s.shape, SENTINEL, s.dtype) for s in out_specs]
+    jax.block_until_ready(sentinels)
+    pointers = [s.unsafe_buffer_pointer() for s in sentinels]
+    jitted = jax.jit(lambda sent, *a: fn(*a), donate_argnums=0, keep_unused=True)
+    out = jitted(sentinels, *args)
+    leaves = jax.tree_util.tree_leaves(out)
+    landed = [leaf.unsafe_buffer_pointer() for leaf in leaves] == pointers
+    return out, landed

@@ -1,0 +1,205 @@
+"""Every op of moegemm.jax against an f32 oracle on random data, jit vs eager, trace-time errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from jax_helpers import (assert_close, expert_of_rows, f32, grouped_matmul_ref, offsets_of, rand, silu,
+                         jax, jnp, mj)
+
+SIZES = [37, 0, 80, 5, 0, 61]  # empty middle experts, sizes not multiples of any tile; tail rows below
+M, K, N, E = 200, 64, 48, len(SIZES)
+
+
+def _glu_split(g, layout):
+    i = g.shape[1] // 2
+    if layout == "halves":
+        return g[:, :i], g[:, i:]
+    blocks = g.reshape(g.shape[0], -1, 2, 32)
+    first, second = blocks[:, :, 0].reshape(g.shape[0], i), blocks[:, :, 1].reshape(g.shape[0], i)
+    return (first, second) if layout == "interleaved32" else (second, first)
+
+
+def _inputs(rng, b_layout="nk", n=N):
+    a = rand(rng, (M, K))
+    b = rand(rng, (E, n, K) if b_layout == "nk" else (E, K, n), scale=0.2)
+    return a, b, offsets_of(SIZES)
+
+
+@pytest.mark.parametrize("b_layout", ["nk", "kn"])
+@pytest.mark.parametrize("extras", [False, True])
+def test_grouped_gemm_values(b_layout, extras):
+    rng = np.random.default_rng(1)
+    a, b, off = _inputs(rng, b_layout)
+    kw = {}
+    alpha = prob = bias = None
+    if extras:
+        alpha = jnp.asarray(rng.uniform(0.5, 2, E), jnp.float32)
+        prob = jnp.asarray(rng.uniform(0, 1, M), jnp.float32)
+        bias = rand(rng, (E, N), jnp.float32)
+        kw = dict(alpha=alpha, prob=prob, bias=bias)
+    d, c = mj.grouped_gemm(a, b, off, b_layout=b_layout, generate_c=True, zero_tail=True, **kw)
+    g = grouped_matmul_ref(a, b, SIZES, b_layout)
+    owner = expert_of_rows(SIZES, M)
+    if extras:
+        g = g * f32(alpha)[owner][:, None] + f32(bias)[owner] * (owner >= 0)[:, None]
+    ref_d = g * (f32(prob)[:, None] if extras else 1.0)
+    assert_close(d, ref_d, "d")
+    assert_close(c, g, "c")
+
+
+@pytest.mark.parametrize("glu_layout", ["halves", "interleaved32"])
+def test_grouped_gemm_glu_values(glu_layout):
+    rng = np.random.default_rng(2)
+    a, b, off = _inputs(rng, "kn", n=128)
+    prob = jnp.asarray(rng.uniform(0, 1, M), jnp.float32)
+    d, c = mj.grouped_gemm_glu(a, b, off, prob=prob, b_layout="kn", glu_layout=glu_layout,
+                               generate_c=True, zero_tail=True)
+    g = grouped_matmul_ref(a, b, SIZES, "kn")
+    gate, up = _glu_split(g, glu_layout)
+    assert_close(c, g, "c")
+    assert_close(d, f32(prob)[:, None] * silu(gate) * up, "d")
+
+
+def test_grouped_gemm_srelu_values():
+    rng = np.random.default_rng(3)
+    a, b, off = _inputs(rng)
+    prob = jnp.asarray(rng.uniform(0, 1, M), jnp.float32)
+    d = mj.grouped_gemm_srelu(a, b, off, prob=prob, zero_tail=True)
+    g = grouped_matmul_ref(a, b, SIZES)
+    assert_close(d, f32(prob)[:, None] * np.maximum(g, 0) ** 2, "d")
+
+
+def test_grouped_gemm_dglu_matches_autodiff_of_forward():
+    rng = np.random.default_rng(4)
+    i, h = 64, K
+    dy = rand(rng, (M, h))
+    w = rand(rng, (E, i, h), scale=0.2)  # nk: (E, N = I, K = H)
+    c = rand(rng, (M, 2 * i))
+    prob = jnp.asarray(rng.uniform(0, 1, M), jnp.float32)
+    off = offsets_of(SIZES)
+    out = mj.grouped_gemm_dglu(dy, w, c, off, prob=prob, compute_dprob=True, compute_dbias=True,
+                               compute_amax=True, dc_dtype=jnp.float32, zero_tail=True)
+    dh = grouped_matmul_ref(dy, w, SIZES, "nk")
+    act = lambda cc: jax.nn.silu(cc[:, :i]) * cc[:, i:]  # noqa: E731
+    _, vjp = jax.vjp(lambda cc: act(cc) * f32(prob)[:, None], jnp.asarray(f32(c)))
+    (dc_ref,) = vjp(jnp.asarray(dh))
+    dc_ref = np.asarray(dc_ref)
+    assert_close(out.dc, dc_ref, "dc")
+    assert_close(out.dprob, (np.asarray(act(jnp.asarray(f32(c)))) * dh).sum(1), "dprob")
+    owner = expert_of_rows(SIZES, M)
+    dbias_ref = np.stack([dc_ref[owner == g].sum(0) for g in range(E)])
+    assert_close(out.dbias, dbias_ref, "dbias")
+    assert_close(out.amax, [np.abs(dc_ref[:, :i]).max(), np.abs(dc_ref[:, i:]).max()], "amax")
+
+
+def test_grouped_gemm_dsrelu_values():
+    rng = np.random.default_rng(5)
+    dy = rand(rng, (M, K))
+    w = rand(rng, (E, N, K), scale=0.2)
+    c = rand(rng, (M, N))
+    prob = jnp.asarray(rng.uniform(0, 1, M), jnp.float32)
+    out = mj.grouped_gemm_dsrelu(dy, w, c, offsets_of(SIZES), prob=prob, compute_dprob=True,
+                                 compute_amax=True, dc_dtype=jnp.float32, zero_tail=True)
+    dh = grouped_matmul_ref(dy, w, SIZES)
+    dc_ref = 2 * np.maximum(f32(c), 0) * dh * f32(prob)[:, None]
+    assert_close(out.dc, dc_ref, "dc")
+    assert_close(out.dprob, (np.maximum(f32(c), 0) ** 2 * dh).sum(1), "dprob")
+    assert_close(out.amax, np.abs(dc_ref).max(), "amax")
+
+
+@pytest.mark.parametrize("transpose_output", [False, True])
+def test_grouped_gemm_wgrad_values_and_exact_zero_experts(transpose_output):
+    rng = np.random.default_rng(6)
+    x, dy = rand(rng, (M, K)), rand(rng, (M, N))
+    w = mj.grouped_gemm_wgrad(x, dy, offsets_of(SIZES), transpose_output=transpose_output)
+    owner = expert_of_rows(SIZES, M)
+    ref = np.stack([f32(x)[owner == g].T @ f32(dy)[owner == g] for g in range(E)])
+    if transpose_output:
+        ref = np.swapaxes(ref, 1, 2)
+    assert_close(w, ref, "w")
+    for g, s in enumerate(SIZES):
+        if s == 0:
+            assert (f32(w[g]) == 0).all()
+
+
+@pytest.mark.parametrize("b_layout", ["nk", "kn"])
+def test_dense_ops_values(b_layout):
+    rng = np.random.default_rng(7)
+    a = rand(rng, (M, K))
+    b = rand(rng, (128, K) if b_layout == "nk" else (K, 128), scale=0.2)
+    g = f32(a) @ (f32(b).T if b_layout == "nk" else f32(b))
+    ab12, c = mj.gemm_swiglu(a, b, b_layout=b_layout, alpha=0.5)
+    up, gate = _glu_split(0.5 * g, "interleaved32")  # up-first: block 2j up, 2j+1 gate
+    assert_close(ab12, 0.5 * g, "ab12")
+    assert_close(c, up * silu(gate), "c")
+    cc, amax = mj.gemm_amax(a, b, b_layout=b_layout, c_dtype=jnp.float32)
+    assert_close(cc, g, "gemm_amax c")
+    assert amax.shape == () and abs(float(amax) - np.abs(f32(cc)).max()) <= 1e-6 * abs(float(amax))
+    prob = jnp.asarray(rng.uniform(0, 1, M), jnp.float32)
+    d, c2 = mj.gemm_srelu(a, b, b_layout=b_layout, alpha=2.0, prob=prob, generate_c=True)
+    assert_close(c2, 2 * g, "gemm_srelu c")
+    assert_close(d, f32(prob)[:, None] * np.maximum(2 * g, 0) ** 2, "gemm_srelu d")
+    dy = rand(rng, (M, K))
+    dc, dprob = mj.gemm_dsrelu(dy, b, c2, b_layout=b_layout, prob=prob, compute_dprob=True,
+                               dc_dtype=jnp.float32)
+    dh = f32(dy) @ (f32(b).T if b_layout == "nk" else f32(b))
+    assert_close(dc, 2 * np.maximum(f32(c2), 0) * dh * f32(prob)[:, None], "gemm_dsrelu dc")
+    assert_close(dprob, (np.maximum(f32(c2), 0) ** 2 * dh).sum(1), "gemm_dsrelu dprob")
+
+
+def _every_op(rng):
+    a, b, off = _inputs(rng)
+    bk = rand(rng, (E, 128, K), scale=0.2)
+    dy, c128, c48 = rand(rng, (M, K)), rand(rng, (M, 128)), rand(rng, (M, N))
+    dense = rand(rng, (128, K), scale=0.2)
+    return {
+        "grouped_gemm": lambda: mj.grouped_gemm(a, b, off, generate_c=True, zero_tail=True),
+        "grouped_gemm_glu": lambda: mj.grouped_gemm_glu(a, bk, off, generate_c=True, zero_tail=True),
+        "grouped_gemm_dglu": lambda: mj.grouped_gemm_dglu(
+            dy, rand(np.random.default_rng(0), (E, 64, K)), c128, off, compute_dprob=True, zero_tail=True),
+        "grouped_gemm_srelu": lambda: mj.grouped_gemm_srelu(a, b, off, generate_c=True, zero_tail=True),
+        "grouped_gemm_dsrelu": lambda: mj.grouped_gemm_dsrelu(dy, b, c48, off, compute_dprob=True,
+                                                                zero_tail=True),
+        "grouped_gemm_wgrad": lambda: mj.grouped_gemm_wgrad(a, c48, off),
+        "gemm_swiglu": lambda: mj.gemm_swiglu(a, dense),
+        "gemm_amax": lambda: mj.gemm_amax(a, dense),
+        "gemm_srelu": lambda: mj.gemm_srelu(a, dense, generate_c=True),
+        "gemm_dsrelu": lambda: mj.gemm_dsrelu(dy, dense, c128),
+    }
+
+
+@pytest.mark.parametrize("op", list(_every_op(np.random.default_rng(0))))
+def test_jit_and_eager_bitwise_identical(op):
+    """Whole outputs (zero_tail makes the tail rows defined), eager once, the jitted call twice."""
+    fn = _every_op(np.random.default_rng(8))[op]
+    eager = jax.tree_util.tree_leaves(fn())
+    jitted = jax.jit(fn)
+    first = jax.tree_util.tree_leaves(jitted())
+    second = jax.tree_util.tree_leaves(jitted())
+    for e, j1, j2 in zip(eager, first, second):
+        assert np.isfinite(f32(e)).any()
+        np.testing.assert_array_equal(np.asarray(e), np.asarray(j1))
+        np.testing.assert_array_equal(np.asarray(j1), np.asarray(j2))
+
+
+def test_trace_time_errors_name_the_operand():
+    rng = np.random.default_rng(9)
+    a, b, off = _inputs(rng)
+    with pytest.raises(ValueError, match=r"grouped_gemm: b: expected dim 2 = 64 \(K from a\)"):
+        jax.jit(lambda: mj.grouped_gemm(a, rand(rng, (E, N, 32)), off)).lower()
+    with pytest.raises(TypeError, match=r"grouped_gemm: offsets: expected dtype int32, got float32"):
+        mj.grouped_gemm(a, b, off.astype(jnp.float32))
+    with pytest.raises(TypeError, match=r"grouped_gemm: a: expected dtype bfloat16, float16, got float32"):
+        mj.grouped_gemm(a.astype(jnp.float32), b.astype(jnp.float32), off)
+    with pytest.raises(ValueError, match=r"offsets: expected dim 0 = 6 \(E from b\)"):
+        mj.grouped_gemm(a, b, off[:3])
+    with pytest.raises(ValueError, match=r"b: N = 43 is not a multiple of 8"):
+        mj.grouped_gemm(a, rand(rng, (E, 43, K)), off)
+    with pytest.raises(ValueError, match=r"b_layout: expected one of 'nk', 'kn', got 'tn'"):
+        mj.grouped_gemm(a, b, off, b_layout="tn")
+    with pytest.raises(ValueError, match=r"activation: expected one of"):
+        mj.grouped_gemm_glu(a, b, off, activation="relu")
+    with pytest.raises(ValueError, match=r"prob: expected dim 0 = 200 \(M\)"):
+        mj.grouped_gemm(a, b, off, prob=jnp.ones((7,), jnp.float32))
