@@ -1,0 +1,124 @@
+// Dense (single-GEMM) ops: gemm_swiglu, gemm_amax, gemm_srelu, gemm_dsrelu.
+#include <optional>
+#include <tuple>
+
+#include <ATen/ops/empty.h>
+#include <c10/util/string_view.h>
+
+#include "launch.hpp"
+#include "operands.hpp"
+#include "options.hpp"
+#include "registration.hpp"
+#include "tensor_view.hpp"
+
+namespace moegemm::torch_ops {
+namespace {
+
+using OptTensor = std::optional<at::Tensor>;
+using Pair = std::tuple<at::Tensor, at::Tensor>;
+
+// a (M, K) and b ((N, K) for nk, (K, N) for kn) on one device; returns N.
+int64_t check_matrices(const char* op, const at::Tensor& a, const at::Tensor& b, BLayout layout) {
+  expect_rank(a, 2, op, "a", "(M, K)");
+  expect_device(a, b, op, "b");
+  return matrix_n(b, layout, op);
+}
+
+Pair gemm_swiglu_op(const at::Tensor& a, const at::Tensor& b, c10::string_view b_layout, double alpha,
+                    c10::string_view glu_layout, std::optional<at::ScalarType> ab12_dtype,
+                    std::optional<at::ScalarType> out_dtype) {
+  constexpr const char* op = "gemm_swiglu";
+  GemmSwigluArgs args;
+  args.b_layout = parse_b_layout(b_layout, op);
+  args.layout = parse_glu_layout(glu_layout, op);
+  const int64_t n = check_matrices(op, a, b, args.b_layout);
+  args.a = view_of(a, op, "a");
+  args.b = view_of(b, op, "b");
+  args.alpha = static_cast<float>(alpha);
+  DeviceContext context(a);
+  const int64_t m = a.size(0);
+  at::Tensor ab12 = at::empty({m, n}, a.options().dtype(out_dtype_or(ab12_dtype, a.scalar_type())));
+  at::Tensor c = at::empty({m, n / 2}, a.options().dtype(out_dtype_or(out_dtype, a.scalar_type())));
+  args.ab12 = view_of(ab12, op, "ab12");
+  args.c = view_of(c, op, "c");
+  launch(context, a, args, [](const auto& x) { return gemm_swiglu_workspace_bytes(x); },
+         [](const auto& x, void* w, std::size_t bytes, cudaStream_t s) { gemm_swiglu(x, w, bytes, s); });
+  return {ab12, c};
+}
+
+Pair gemm_amax_op(const at::Tensor& a, const at::Tensor& b, c10::string_view b_layout,
+                  std::optional<at::ScalarType> out_dtype) {
+  constexpr const char* op = "gemm_amax";
+  GemmAmaxArgs args;
+  args.b_layout = parse_b_layout(b_layout, op);
+  const int64_t n = check_matrices(op, a, b, args.b_layout);
+  args.a = view_of(a, op, "a");
+  args.b = view_of(b, op, "b");
+  DeviceContext context(a);
+  at::Tensor c = at::empty({a.size(0), n}, a.options().dtype(out_dtype_or(out_dtype, a.scalar_type())));
+  at::Tensor amax = at::empty({1}, a.options().dtype(float_side_dtype(a)));
+  args.c = view_of(c, op, "c");
+  args.amax = view_of(amax, op, "amax");
+  launch(context, a, args, [](const auto& x) { return gemm_amax_workspace_bytes(x); },
+         [](const auto& x, void* w, std::size_t bytes, cudaStream_t s) { gemm_amax(x, w, bytes, s); });
+  return {c, amax};
+}
+
+Pair gemm_srelu_op(const at::Tensor& a, const at::Tensor& b, c10::string_view b_layout, double alpha,
+                   const OptTensor& prob, bool generate_c, std::optional<at::ScalarType> out_dtype) {
+  constexpr const char* op = "gemm_srelu";
+  GemmSreluArgs args;
+  args.b_layout = parse_b_layout(b_layout, op);
+  const int64_t n = check_matrices(op, a, b, args.b_layout);
+  expect_device(a, prob, op, "prob");
+  args.a = view_of(a, op, "a");
+  args.b = view_of(b, op, "b");
+  args.alpha = static_cast<float>(alpha);
+  args.prob = view_of(prob, op, "prob");
+  DeviceContext context(a);
+  const auto options = a.options().dtype(out_dtype_or(out_dtype, a.scalar_type()));
+  at::Tensor d = at::empty({a.size(0), n}, options);
+  at::Tensor c = generate_c ? at::empty({a.size(0), n}, options) : not_requested(d);
+  args.d = view_of(d, op, "d");
+  if (generate_c) args.c = view_of(c, op, "c");
+  launch(context, a, args, [](const auto& x) { return gemm_srelu_workspace_bytes(x); },
+         [](const auto& x, void* w, std::size_t bytes, cudaStream_t s) { gemm_srelu(x, w, bytes, s); });
+  return {d, c};
+}
+
+Pair gemm_dsrelu_op(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c, c10::string_view b_layout,
+                    double alpha, const OptTensor& prob, bool compute_dprob,
+                    std::optional<at::ScalarType> out_dtype) {
+  constexpr const char* op = "gemm_dsrelu";
+  GemmDsreluArgs args;
+  args.b_layout = parse_b_layout(b_layout, op);
+  const int64_t n = check_matrices(op, a, b, args.b_layout);
+  expect_rank(c, 2, op, "c", "(M, N) saved pre-activation");
+  expect_device(a, c, op, "c");
+  expect_device(a, prob, op, "prob");
+  args.a = view_of(a, op, "a");
+  args.b = view_of(b, op, "b");
+  args.c = view_of(c, op, "c");
+  args.alpha = static_cast<float>(alpha);
+  args.prob = view_of(prob, op, "prob");
+  DeviceContext context(a);
+  at::Tensor dc = at::empty({a.size(0), n}, a.options().dtype(out_dtype_or(out_dtype, c.scalar_type())));
+  at::Tensor dprob = compute_dprob ? at::empty({a.size(0)}, a.options().dtype(float_side_dtype(a)))
+                                   : not_requested(dc);
+  args.dc = view_of(dc, op, "dc");
+  if (compute_dprob) args.dprob = view_of(dprob, op, "dprob");
+  launch(context, a, args, [](const auto& x) { return gemm_dsrelu_workspace_bytes(x); },
+         [](const auto& x, void* w, std::size_t bytes, cudaStream_t s) { gemm_dsrelu(x, w, bytes, s); });
+  return {dc, dprob};
+}
+
+}  // namespace
+
+void register_dense(torch::Library& m) {
+  m.impl("gemm_swiglu", TORCH_FN(gemm_swiglu_op));
+  m.impl("gemm_amax", TORCH_FN(gemm_amax_op));
+  m.impl("gemm_srelu", TORCH_FN(gemm_srelu_op));
+  m.impl("gemm_dsrelu", TORCH_FN(gemm_dsrelu_op));
+}
+
+}  // namespace moegemm::torch_ops

@@ -1,0 +1,111 @@
+// Grouped forward ops (ragged M): grouped_gemm, grouped_gemm_glu, grouped_gemm_srelu.
+#include <optional>
+#include <tuple>
+
+#include <ATen/ops/empty.h>
+#include <c10/util/string_view.h>
+
+#include "launch.hpp"
+#include "operands.hpp"
+#include "options.hpp"
+#include "registration.hpp"
+#include "tensor_view.hpp"
+
+namespace moegemm::torch_ops {
+namespace {
+
+using OptTensor = std::optional<at::Tensor>;
+
+// Operands every grouped forward op shares; ranks and devices checked, views taken.
+template <class Args>
+void fill_common(Args& args, const char* op, const at::Tensor& a, const at::Tensor& b, BLayout layout,
+                 const at::Tensor& offsets, const OptTensor& alpha, const OptTensor& prob,
+                 const OptTensor& bias, bool zero_tail, bool validate) {
+  expect_rank(a, 2, op, "a", "(M, K) activation");
+  expect_device(a, b, op, "b");
+  expect_device(a, offsets, op, "offsets");
+  expect_device(a, alpha, op, "alpha");
+  expect_device(a, prob, op, "prob");
+  expect_device(a, bias, op, "bias");
+  args.a = view_of(a, op, "a");
+  args.b = dense_weights(b, layout, op);
+  args.offsets = view_of(offsets, op, "offsets");
+  args.alpha = view_of(alpha, op, "alpha");
+  args.prob = view_of(prob, op, "prob");
+  args.bias = view_of(bias, op, "bias");
+  args.zero_tail = zero_tail;
+  args.validate = validate;
+}
+
+std::tuple<at::Tensor, at::Tensor> grouped_gemm_op(
+    const at::Tensor& a, const at::Tensor& b, const at::Tensor& offsets, c10::string_view b_layout,
+    const OptTensor& alpha, const OptTensor& prob, const OptTensor& bias, bool generate_c,
+    std::optional<at::ScalarType> out_dtype, bool zero_tail, bool validate) {
+  constexpr const char* op = "grouped_gemm";
+  const BLayout layout = parse_b_layout(b_layout, op);
+  GroupedGemmArgs args;
+  fill_common(args, op, a, b, layout, offsets, alpha, prob, bias, zero_tail, validate);
+  DeviceContext context(a);
+  const auto options = a.options().dtype(out_dtype_or(out_dtype, a.scalar_type()));
+  const int64_t m = a.size(0), n = weights_n(b, layout);
+  at::Tensor d = at::empty({m, n}, options);
+  at::Tensor c = generate_c ? at::empty({m, n}, options) : not_requested(d);
+  args.d = view_of(d, op, "d");
+  if (generate_c) args.c = view_of(c, op, "c");
+  launch(context, a, args, [](const auto& x) { return grouped_gemm_workspace_bytes(x); },
+         [](const auto& x, void* w, std::size_t bytes, cudaStream_t s) { grouped_gemm(x, w, bytes, s); });
+  return {d, c};
+}
+
+std::tuple<at::Tensor, at::Tensor> grouped_gemm_glu_op(
+    const at::Tensor& a, const at::Tensor& b, const at::Tensor& offsets, c10::string_view b_layout,
+    const OptTensor& alpha, const OptTensor& prob, const OptTensor& bias, c10::string_view activation,
+    c10::string_view glu_layout, double limit, double act_alpha, double linear_offset, bool generate_c,
+    std::optional<at::ScalarType> out_dtype, bool zero_tail, bool validate) {
+  constexpr const char* op = "grouped_gemm_glu";
+  const BLayout layout = parse_b_layout(b_layout, op);
+  GroupedGemmGluArgs args;
+  fill_common(args, op, a, b, layout, offsets, alpha, prob, bias, zero_tail, validate);
+  args.glu = glu_params(activation, glu_layout, limit, act_alpha, linear_offset, op);
+  DeviceContext context(a);
+  const auto options = a.options().dtype(out_dtype_or(out_dtype, a.scalar_type()));
+  const int64_t m = a.size(0), n = weights_n(b, layout);
+  // An odd N is the contract's to reject (it names b); I = N / 2 only sizes the output here.
+  at::Tensor d = at::empty({m, n / 2}, options);
+  at::Tensor c = generate_c ? at::empty({m, n}, options) : not_requested(d);
+  args.d = view_of(d, op, "d");
+  if (generate_c) args.c = view_of(c, op, "c");
+  launch(context, a, args, [](const auto& x) { return grouped_gemm_glu_workspace_bytes(x); },
+         [](const auto& x, void* w, std::size_t bytes, cudaStream_t s) { grouped_gemm_glu(x, w, bytes, s); });
+  return {d, c};
+}
+
+std::tuple<at::Tensor, at::Tensor> grouped_gemm_srelu_op(
+    const at::Tensor& a, const at::Tensor& b, const at::Tensor& offsets, c10::string_view b_layout,
+    const OptTensor& alpha, const OptTensor& prob, const OptTensor& bias, bool generate_c,
+    std::optional<at::ScalarType> out_dtype, bool zero_tail, bool validate) {
+  constexpr const char* op = "grouped_gemm_srelu";
+  const BLayout layout = parse_b_layout(b_layout, op);
+  GroupedGemmSreluArgs args;
+  fill_common(args, op, a, b, layout, offsets, alpha, prob, bias, zero_tail, validate);
+  DeviceContext context(a);
+  const auto options = a.options().dtype(out_dtype_or(out_dtype, a.scalar_type()));
+  const int64_t m = a.size(0), n = weights_n(b, layout);
+  at::Tensor d = at::empty({m, n}, options);
+  at::Tensor c = generate_c ? at::empty({m, n}, options) : not_requested(d);
+  args.d = view_of(d, op, "d");
+  if (generate_c) args.c = view_of(c, op, "c");
+  launch(context, a, args, [](const auto& x) { return grouped_gemm_srelu_workspace_bytes(x); },
+         [](const auto& x, void* w, std::size_t bytes, cudaStream_t s) { grouped_gemm_srelu(x, w, bytes, s); });
+  return {d, c};
+}
+
+}  // namespace
+
+void register_grouped_forward(torch::Library& m) {
+  m.impl("grouped_gemm", TORCH_FN(grouped_gemm_op));
+  m.impl("grouped_gemm_glu", TORCH_FN(grouped_gemm_glu_op));
+  m.impl("grouped_gemm_srelu", TORCH_FN(grouped_gemm_srelu_op));
+}
+
+}  // namespace moegemm::torch_ops

@@ -1,0 +1,93 @@
+// The torch.ops.moegemm library: one schema per op of docs/ops.md, and its kernels on the CPU and CUDA
+// dispatch keys (same code; the moegemm backend follows the tensors' device).
+//
+// Schema conventions (docs/torch.md):
+//  - b_layout "nk": weights (E, N, K), K contiguous; "kn": weights (E, K, N), N contiguous.
+//  - Optional outputs are requested with a bool flag (generate_c, compute_dprob, ...); an output not
+//    requested comes back as an empty tensor of shape (0,). Every output is returned, none is Tensor?.
+//  - Outputs are fresh, uninitialised tensors (at::empty); mutation is declared with Tensor(a!) only
+//    where the op writes into a tensor the caller passes (grouped_gemm_wgrad.accumulate).
+//  - Output dtypes default to a's dtype (dc: c's dtype); dprob, amax, dbias and wgrad default to float32
+//    (float64 for float64 inputs on the CPU backend).
+#include <torch/library.h>
+#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
+
+#include "registration.hpp"
+
+namespace {
+
+// Layout-sensitive ops: the kernels read the strides they are given, so compiled graphs must hand them
+// exactly the strides eager mode would.
+const std::vector<at::Tag> kTags = {at::Tag::needs_exact_strides};
+
+}  // namespace
+
+TORCH_LIBRARY(moegemm, m) {
+  m.def("grouped_gemm(Tensor a, Tensor b, Tensor offsets, *, str b_layout=\"nk\", Tensor? alpha=None, "
+        "Tensor? prob=None, Tensor? bias=None, bool generate_c=False, ScalarType? out_dtype=None, "
+        "bool zero_tail=False, bool validate=False) -> (Tensor d, Tensor c)",
+        kTags);
+  m.def("grouped_gemm_glu(Tensor a, Tensor b, Tensor offsets, *, str b_layout=\"nk\", Tensor? alpha=None, "
+        "Tensor? prob=None, Tensor? bias=None, str activation=\"swiglu\", str glu_layout=\"halves\", "
+        "float limit=7.0, float act_alpha=1.702, float linear_offset=1.0, bool generate_c=False, "
+        "ScalarType? out_dtype=None, bool zero_tail=False, bool validate=False) -> (Tensor d, Tensor c)",
+        kTags);
+  m.def("grouped_gemm_dglu(Tensor a, Tensor b, Tensor c, Tensor offsets, *, str b_layout=\"nk\", "
+        "Tensor? alpha=None, Tensor? beta=None, Tensor? prob=None, str activation=\"swiglu\", "
+        "str glu_layout=\"halves\", float limit=7.0, float act_alpha=1.702, float linear_offset=1.0, "
+        "bool compute_dprob=False, bool compute_dbias=False, bool compute_amax=False, "
+        "ScalarType? dc_dtype=None, ScalarType? dbias_dtype=None, bool zero_tail=False, "
+        "bool validate=False) -> (Tensor dc, Tensor dprob, Tensor dbias, Tensor amax)",
+        kTags);
+  m.def("grouped_gemm_srelu(Tensor a, Tensor b, Tensor offsets, *, str b_layout=\"nk\", Tensor? alpha=None, "
+        "Tensor? prob=None, Tensor? bias=None, bool generate_c=False, ScalarType? out_dtype=None, "
+        "bool zero_tail=False, bool validate=False) -> (Tensor d, Tensor c)",
+        kTags);
+  m.def("grouped_gemm_dsrelu(Tensor a, Tensor b, Tensor c, Tensor offsets, *, str b_layout=\"nk\", "
+        "Tensor? alpha=None, Tensor? prob=None, bool compute_dprob=False, bool compute_dbias=False, "
+        "bool compute_amax=False, ScalarType? dc_dtype=None, ScalarType? dbias_dtype=None, "
+        "bool zero_tail=False, bool validate=False) -> (Tensor dc, Tensor dprob, Tensor dbias, Tensor amax)",
+        kTags);
+  m.def("grouped_gemm_wgrad(Tensor x, Tensor dy, Tensor offsets, *, bool transpose_output=False, "
+        "ScalarType? out_dtype=None, bool validate=False) -> Tensor",
+        kTags);
+  m.def("grouped_gemm_wgrad.accumulate(Tensor x, Tensor dy, Tensor offsets, Tensor(a!) w, *, "
+        "bool transpose_output=False, bool validate=False) -> ()",
+        kTags);
+  m.def("gemm_swiglu(Tensor a, Tensor b, *, str b_layout=\"nk\", float alpha=1.0, "
+        "str glu_layout=\"interleaved32_up_first\", ScalarType? ab12_dtype=None, ScalarType? out_dtype=None) "
+        "-> (Tensor ab12, Tensor c)",
+        kTags);
+  m.def("gemm_amax(Tensor a, Tensor b, *, str b_layout=\"nk\", ScalarType? out_dtype=None) "
+        "-> (Tensor c, Tensor amax)",
+        kTags);
+  m.def("gemm_srelu(Tensor a, Tensor b, *, str b_layout=\"nk\", float alpha=1.0, Tensor? prob=None, "
+        "bool generate_c=False, ScalarType? out_dtype=None) -> (Tensor d, Tensor c)",
+        kTags);
+  m.def("gemm_dsrelu(Tensor a, Tensor b, Tensor c, *, str b_layout=\"nk\", float alpha=1.0, "
+        "Tensor? prob=None, bool compute_dprob=False, ScalarType? out_dtype=None) -> (Tensor dc, Tensor dprob)",
+        kTags);
+}
+
+TORCH_LIBRARY_IMPL(moegemm, CPU, m) {
+  moegemm::torch_ops::register_grouped_forward(m);
+  moegemm::torch_ops::register_grouped_backward(m);
+  moegemm::torch_ops::register_wgrad(m);
+  moegemm::torch_ops::register_dense(m);
+}
+
+#ifdef MOEGEMM_TORCH_CUDA
+TORCH_LIBRARY_IMPL(moegemm, CUDA, m) {
+  moegemm::torch_ops::register_grouped_forward(m);
+  moegemm::torch_ops::register_grouped_backward(m);
+  moegemm::torch_ops::register_wgrad(m);
+  moegemm::torch_ops::register_dense(m);
+}
+#endif
+
+// The ops have no derivative of their own (moegemm.torch builds autograd from them with
+// torch.autograd.Function): calling one on inputs that require grad and back-propagating through it
+// raises "derivative not implemented" instead of silently dropping the gradient.
+TORCH_LIBRARY_IMPL(moegemm, Autograd, m) {
+  m.fallback(torch::autograd::autogradNotImplementedFallback());
+}

@@ -1,0 +1,43 @@
+#include "operands.hpp"
+
+#include <ATen/ops/empty.h>
+#include <c10/util/Exception.h>
+
+#include "tensor_view.hpp"
+
+namespace moegemm::torch_ops {
+
+void expect_rank(const at::Tensor& t, int64_t rank, const char* op, const char* operand, const char* what) {
+  TORCH_CHECK_VALUE(t.defined(), op, ": ", operand, ": expected a tensor, got an undefined one");
+  TORCH_CHECK_VALUE(t.dim() == rank, op, ": ", operand, ": expected a ", rank, "-D ", what,
+                    " tensor, got shape ", t.sizes());
+}
+
+void expect_device(const at::Tensor& anchor, const at::Tensor& t, const char* op, const char* operand) {
+  TORCH_CHECK_VALUE(t.device() == anchor.device(), op, ": ", operand, ": expected a tensor on ",
+                    anchor.device(), " (the device of a), got one on ", t.device());
+}
+
+void expect_device(const at::Tensor& anchor, const std::optional<at::Tensor>& t, const char* op,
+                   const char* operand) {
+  if (t.has_value() && t->defined()) expect_device(anchor, *t, op, operand);
+}
+
+ExpertWeights dense_weights(const at::Tensor& b, BLayout layout, const char* op) {
+  expect_rank(b, 3, op, "b", layout == BLayout::nk ? "(E, N, K) weight" : "(E, K, N) weight");
+  ExpertWeights w;
+  w.dense = view_of(b, op, "b");
+  w.layout = layout;
+  w.n = weights_n(b, layout);
+  w.dtype = w.dense.dtype;
+  return w;
+}
+
+int64_t matrix_n(const at::Tensor& b, BLayout layout, const char* op) {
+  expect_rank(b, 2, op, "b", layout == BLayout::nk ? "(N, K) weight" : "(K, N) weight");
+  return layout == BLayout::nk ? b.size(0) : b.size(1);
+}
+
+at::Tensor not_requested(const at::Tensor& like) { return at::empty({0}, like.options()); }
+
+}  // namespace moegemm::torch_ops

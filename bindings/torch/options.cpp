@@ -1,0 +1,41 @@
+#include "options.hpp"
+
+#include <c10/util/Exception.h>
+
+namespace moegemm::torch_ops {
+
+BLayout parse_b_layout(std::string_view text, const char* op) {
+  if (text == "nk") return BLayout::nk;
+  if (text == "kn") return BLayout::kn;
+  TORCH_CHECK_VALUE(false, op, ": b_layout: expected \"nk\" (weights (E, N, K)) or \"kn\" (weights (E, K, N)), got \"",
+                    text, "\"");
+}
+
+Activation parse_activation(std::string_view text, const char* op) {
+  if (text == "swiglu") return Activation::swiglu;
+  if (text == "geglu") return Activation::geglu;
+  if (text == "swiglu_clamped") return Activation::swiglu_clamped;
+  TORCH_CHECK_VALUE(false, op, ": activation: expected \"swiglu\", \"geglu\" or \"swiglu_clamped\", got \"", text,
+                    "\"");
+}
+
+GluLayout parse_glu_layout(std::string_view text, const char* op) {
+  if (text == "halves") return GluLayout::halves;
+  if (text == "interleaved32") return GluLayout::interleaved32;
+  if (text == "interleaved32_up_first") return GluLayout::interleaved32_up_first;
+  TORCH_CHECK_VALUE(false, op, ": glu_layout: expected \"halves\", \"interleaved32\" or \"interleaved32_up_first\", got \"",
+                    text, "\"");
+}
+
+GluParams glu_params(std::string_view activation, std::string_view glu_layout, double limit,
+                     double act_alpha, double linear_offset, const char* op) {
+  GluParams p;
+  p.activation = parse_activation(activation, op);
+  p.layout = parse_glu_layout(glu_layout, op);
+  p.limit = static_cast<float>(limit);
+  p.act_alpha = static_cast<float>(act_alpha);
+  p.linear_offset = static_cast<float>(linear_offset);
+  return p;
+}
+
+}  // namespace moegemm::torch_ops

@@ -1,0 +1,38 @@
+// The string and dtype arguments of the op schemas, parsed into moegemm's enums.
+#pragma once
+
+#include <optional>
+#include <string_view>
+
+#include <ATen/core/Tensor.h>
+
+#include "moegemm/ops.hpp"
+
+namespace moegemm::torch_ops {
+
+/// "nk" (weights stored (E, N, K), K contiguous) or "kn" ((E, K, N), N contiguous). ValueError otherwise.
+BLayout parse_b_layout(std::string_view text, const char* op);
+
+/// "swiglu", "geglu" or "swiglu_clamped". ValueError otherwise.
+Activation parse_activation(std::string_view text, const char* op);
+
+/// "halves", "interleaved32" or "interleaved32_up_first". ValueError otherwise.
+GluLayout parse_glu_layout(std::string_view text, const char* op);
+
+/// The GLU parameters of one call from its schema arguments.
+GluParams glu_params(std::string_view activation, std::string_view glu_layout, double limit,
+                     double act_alpha, double linear_offset, const char* op);
+
+/// Output dtype: `requested` when given, else `fallback`.
+inline at::ScalarType out_dtype_or(const std::optional<at::ScalarType>& requested,
+                                   at::ScalarType fallback) {
+  return requested.has_value() ? *requested : fallback;
+}
+
+/// dtype of the f32 side outputs (dprob, amax, wgrad's default): float64 when the call's inputs are
+/// float64 (gradient checks on the host backend), float32 otherwise.
+inline at::ScalarType float_side_dtype(const at::Tensor& a) {
+  return a.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+}
+
+}  // namespace moegemm::torch_ops

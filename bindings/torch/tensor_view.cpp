@@ -1,0 +1,72 @@
+#include "tensor_view.hpp"
+
+#include <c10/util/Exception.h>
+
+namespace moegemm::torch_ops {
+
+DType dtype_of(at::ScalarType type, const char* op, const char* operand) {
+  switch (type) {
+    case at::kBFloat16: return DType::bf16;
+    case at::kHalf: return DType::f16;
+    case at::kFloat: return DType::f32;
+    case at::kDouble: return DType::f64;
+    case at::kInt: return DType::i32;
+    case at::kLong: return DType::i64;
+    case at::kByte: return DType::u8;
+    case at::kFloat8_e4m3fn: return DType::e4m3;
+    case at::kFloat8_e5m2: return DType::e5m2;
+    case at::kFloat4_e2m1fn_x2: return DType::e2m1;
+    default:
+      TORCH_CHECK_VALUE(false, op, ": ", operand, ": dtype ", c10::toString(type),
+                        " has no moegemm element type (expected bfloat16, float16, float32, float64, "
+                        "int32, int64, uint8 or float8)");
+  }
+}
+
+at::ScalarType scalar_type_of(DType type) {
+  switch (type) {
+    case DType::bf16: return at::kBFloat16;
+    case DType::f16: return at::kHalf;
+    case DType::f32: return at::kFloat;
+    case DType::f64: return at::kDouble;
+    case DType::i32: return at::kInt;
+    case DType::i64: return at::kLong;
+    case DType::u8: return at::kByte;
+    case DType::e4m3: return at::kFloat8_e4m3fn;
+    case DType::e5m2: return at::kFloat8_e5m2;
+    case DType::e2m1: return at::kFloat4_e2m1fn_x2;
+  }
+  TORCH_CHECK(false, "moegemm: unknown element type");
+}
+
+TensorView view_of(const at::Tensor& t, const char* op, const char* operand) {
+  TORCH_CHECK_VALUE(t.defined(), op, ": ", operand, ": expected a tensor, got an undefined one");
+  const int64_t rank = t.dim();
+  TORCH_CHECK_VALUE(rank >= 1 && rank <= TensorView::kMaxRank, op, ": ", operand,
+                    ": expected a tensor of rank 1 to ", TensorView::kMaxRank, ", got rank ", rank,
+                    " with shape ", t.sizes());
+  TensorView v;
+  if (t.device().is_cpu()) {
+    v.device = Device::host;
+  } else if (t.device().is_cuda()) {
+    v.device = Device::cuda;
+  } else {
+    TORCH_CHECK_VALUE(false, op, ": ", operand, ": expected a CPU or CUDA tensor, got device ",
+                      t.device());
+  }
+  v.dtype = dtype_of(t.scalar_type(), op, operand);
+  v.data = t.data_ptr();
+  v.rank = static_cast<int>(rank);
+  for (int64_t d = 0; d < rank; ++d) {
+    v.shape[d] = t.size(d);
+    v.strides[d] = t.stride(d);
+  }
+  return v;
+}
+
+TensorView view_of(const std::optional<at::Tensor>& t, const char* op, const char* operand) {
+  if (!t.has_value() || !t->defined()) return TensorView{};
+  return view_of(*t, op, operand);
+}
+
+}  // namespace moegemm::torch_ops

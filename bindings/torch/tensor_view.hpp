@@ -1,0 +1,28 @@
+// Views of torch tensors as moegemm TensorViews (no copy, strides kept as they are).
+#pragma once
+
+#include <optional>
+
+#include <ATen/core/Tensor.h>
+
+#include "moegemm/tensor.hpp"
+
+namespace moegemm::torch_ops {
+
+/// moegemm element type of a torch dtype. Throws ValueError naming "op: operand" for a dtype moegemm
+/// has no element type for (e.g. int8, complex).
+DType dtype_of(at::ScalarType type, const char* op, const char* operand);
+
+/// torch dtype of a moegemm element type (the inverse of dtype_of).
+at::ScalarType scalar_type_of(DType type);
+
+/// A non-owning view of `t`: data pointer, dtype, shape, strides (elements) and backend (CPU tensors ->
+/// host, CUDA tensors -> device). Throws ValueError naming "op: operand" for a rank outside 1..4, a device
+/// that is neither CPU nor CUDA, or an unsupported dtype. Everything else (shapes, strides, alignment) is
+/// the moegemm contract's to check.
+TensorView view_of(const at::Tensor& t, const char* op, const char* operand);
+
+/// As above; an absent optional operand gives an absent view (rank 0).
+TensorView view_of(const std::optional<at::Tensor>& t, const char* op, const char* operand);
+
+}  // namespace moegemm::torch_ops

@@ -1,0 +1,71 @@
+// The per-expert weight gradient (ragged K): grouped_gemm_wgrad and its accumulating overload.
+#include <optional>
+
+#include <ATen/ops/empty.h>
+
+#include "launch.hpp"
+#include "operands.hpp"
+#include "options.hpp"
+#include "registration.hpp"
+#include "tensor_view.hpp"
+
+namespace moegemm::torch_ops {
+namespace {
+
+void fill_inputs(GroupedGemmWgradArgs& args, const char* op, const at::Tensor& x, const at::Tensor& dy,
+                 const at::Tensor& offsets, bool transpose_output, bool validate) {
+  expect_rank(x, 2, op, "x", "(M, H)");
+  expect_rank(dy, 2, op, "dy", "(M, N)");
+  expect_rank(offsets, 1, op, "offsets", "(E,) int32");
+  expect_device(x, dy, op, "dy");
+  expect_device(x, offsets, op, "offsets");
+  args.x = view_of(x, op, "x");
+  args.dy = view_of(dy, op, "dy");
+  args.offsets = view_of(offsets, op, "offsets");
+  args.transpose_output = transpose_output;
+  args.validate = validate;
+}
+
+void run(const DeviceContext& context, const at::Tensor& x, const GroupedGemmWgradArgs& args) {
+  launch(context, x, args, [](const auto& a) { return grouped_gemm_wgrad_workspace_bytes(a); },
+         [](const auto& a, void* w, std::size_t bytes, cudaStream_t s) { grouped_gemm_wgrad(a, w, bytes, s); });
+}
+
+at::Tensor grouped_gemm_wgrad_op(const at::Tensor& x, const at::Tensor& dy, const at::Tensor& offsets,
+                                 bool transpose_output, std::optional<at::ScalarType> out_dtype,
+                                 bool validate) {
+  constexpr const char* op = "grouped_gemm_wgrad";
+  GroupedGemmWgradArgs args;
+  fill_inputs(args, op, x, dy, offsets, transpose_output, validate);
+  DeviceContext context(x);
+  const int64_t e = offsets.size(0), h = x.size(1), n = dy.size(1);
+  // Not zero-filled here: the op writes every element, exact zeros for experts without rows.
+  at::Tensor w = transpose_output
+                     ? at::empty({e, n, h}, x.options().dtype(out_dtype_or(out_dtype, float_side_dtype(x))))
+                     : at::empty({e, h, n}, x.options().dtype(out_dtype_or(out_dtype, float_side_dtype(x))));
+  args.w = view_of(w, op, "w");
+  run(context, x, args);
+  return w;
+}
+
+void grouped_gemm_wgrad_accumulate_op(const at::Tensor& x, const at::Tensor& dy, const at::Tensor& offsets,
+                                      const at::Tensor& w, bool transpose_output, bool validate) {
+  constexpr const char* op = "grouped_gemm_wgrad.accumulate";
+  GroupedGemmWgradArgs args;
+  fill_inputs(args, op, x, dy, offsets, transpose_output, validate);
+  expect_rank(w, 3, op, "w", transpose_output ? "(E, N, H)" : "(E, H, N)");
+  expect_device(x, w, op, "w");
+  DeviceContext context(x);
+  args.w = view_of(w, op, "w");
+  args.accumulate = true;
+  run(context, x, args);
+}
+
+}  // namespace
+
+void register_wgrad(torch::Library& m) {
+  m.impl("grouped_gemm_wgrad", TORCH_FN(grouped_gemm_wgrad_op));
+  m.impl("grouped_gemm_wgrad.accumulate", TORCH_FN(grouped_gemm_wgrad_accumulate_op));
+}
+
+}  // namespace moegemm::torch_ops
