@@ -1,0 +1,196 @@
+// grouped_gemm_glu (docs/ops.md §2) and gemm_swiglu (§6) references against double-precision loops:
+// every activation x every column layout, with alpha/prob/bias, C, and the poisoned tail.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <tuple>
+
+#include "common/expected.hpp"
+#include "common/naive.hpp"
+#include "common/offsets.hpp"
+#include "common/poison.hpp"
+#include "common/random_fill.hpp"
+#include "reference/reference.hpp"
+
+namespace moegemm::testing {
+namespace {
+
+using naive::BMode;
+
+std::string layout_name(GluLayout l) {
+  switch (l) {
+    case GluLayout::halves: return "halves";
+    case GluLayout::interleaved32: return "interleaved32";
+    default: return "interleaved32_up_first";
+  }
+}
+std::string activation_name(Activation a) {
+  switch (a) {
+    case Activation::swiglu: return "swiglu";
+    case Activation::geglu: return "geglu";
+    default: return "swiglu_clamped";
+  }
+}
+
+class GluReference : public ::testing::TestWithParam<std::tuple<Activation, GluLayout, BMode>> {};
+
+TEST_P(GluReference, MatchesLoopFormula) {
+  const auto [act, layout, mode] = GetParam();
+  const std::vector<int64_t> sizes{45, 0, 70, 1, 64};
+  const int64_t E = 5, M = 200, I = 64, N = 2 * I, K = 48;
+  // Large pre-activations (|G| up to ~12) so that swiglu_clamped's clamps are active on many elements.
+  HostTensor a = random_tensor(DType::bf16, {M, K}, 21);
+  naive::Weights b(mode, DType::bf16, E, N, K, 22, 6.0 / std::sqrt(double(K)));
+  HostTensor offsets = offsets_from_sizes(sizes);
+  HostTensor alpha = random_tensor(DType::f32, {E}, 23, 0.5, 1.5);
+  HostTensor prob = random_tensor(DType::f32, {M}, 24, 0.0, 1.0);
+  HostTensor bias = random_tensor(DType::bf16, {E, N}, 25, -1.0, 1.0);
+  HostTensor d(DType::bf16, {M, I}), c(DType::f32, {M, N});
+  poison(d);
+  poison(c);
+
+  GroupedGemmGluArgs args;
+  args.a = a.view();
+  args.b = b.ew;
+  args.offsets = offsets.view();
+  args.alpha = alpha.view();
+  args.prob = prob.view();
+  args.bias = bias.view();
+  args.glu.activation = act;
+  args.glu.layout = layout;
+  if (act == Activation::swiglu_clamped) {
+    args.glu.limit = 5.0f;  // non-default knobs reach the formula
+    args.glu.act_alpha = 1.5f;
+    args.glu.linear_offset = 0.5f;
+  }
+  args.d = d.view();
+  args.c = c.view();
+  reference::run(args);
+
+  const naive::Rows rs = naive::rows(offsets, M);
+  Expected want_d({M, I}), want_c({M, N});
+  int64_t clamped = 0;
+  for (int64_t g = 0; g < E; ++g)
+    for (int64_t r = rs.begin[g]; r < rs.end[g]; ++r) {
+      std::vector<double> pre(N);
+      for (int64_t n = 0; n < N; ++n) {
+        pre[n] = alpha(g) * naive::dot(a, r, b, g, n) + bias(g, n);
+        want_c.close({r, n}, pre[n]);
+      }
+      for (int64_t j = 0; j < I; ++j) {
+        int64_t gc, uc;
+        naive::glu_pair(layout, I, j, gc, uc);
+        want_d.close({r, j}, prob(r) * naive::glu(args.glu, pre[gc], pre[uc]));
+        clamped += pre[gc] > args.glu.limit || std::fabs(pre[uc]) > args.glu.limit;
+      }
+    }
+  if (act == Activation::swiglu_clamped) EXPECT_GT(clamped, 50) << "the data must exercise the clamps";
+  EXPECT_TRUE(matches(d, want_d));
+  EXPECT_TRUE(matches(c, want_c));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, GluReference,
+    ::testing::Combine(::testing::Values(Activation::swiglu, Activation::geglu, Activation::swiglu_clamped),
+                       ::testing::Values(GluLayout::halves, GluLayout::interleaved32,
+                                         GluLayout::interleaved32_up_first),
+                       ::testing::Values(BMode::dense_nk, BMode::ptrs_kn)),
+    [](const auto& info) {
+      return activation_name(std::get<0>(info.param)) + "_" + layout_name(std::get<1>(info.param)) + "_" +
+             (std::get<2>(info.param) == BMode::dense_nk ? "dense_nk" : "ptrs_kn");
+    });
+
+TEST(GluReference, ZeroTailAndDefaults) {
+  // No alpha/prob/bias, no C, f16 output, a tail of unaddressed rows zeroed on request.
+  const std::vector<int64_t> sizes{30, 0, 33};
+  const int64_t E = 3, M = 90, I = 32, N = 64, K = 24;
+  HostTensor a = random_tensor(DType::f16, {M, K}, 31);
+  naive::Weights b(BMode::dense_kn, DType::f16, E, N, K, 32, 2.0 / std::sqrt(double(K)));
+  HostTensor offsets = offsets_from_sizes(sizes);
+  for (bool zero_tail : {false, true}) {
+    HostTensor d(DType::f16, {M, I});
+    poison(d);
+    GroupedGemmGluArgs args;
+    args.a = a.view();
+    args.b = b.ew;
+    args.offsets = offsets.view();
+    args.d = d.view();
+    args.zero_tail = zero_tail;
+    reference::run(args);
+    Expected want({M, I});
+    for (int64_t g = 0; g < E; ++g)
+      for (int64_t r = (g ? offsets(g - 1) : 0); r < offsets(g); ++r)
+        for (int64_t j = 0; j < I; ++j)
+          want.close({r, j}, naive::silu(naive::dot(a, r, b, g, j)) * naive::dot(a, r, b, g, I + j));
+    for (int64_t r = 63; r < M && zero_tail; ++r)
+      for (int64_t j = 0; j < I; ++j) want.exact({r, j}, 0.0);
+    EXPECT_TRUE(matches(d, want)) << "zero_tail=" << zero_tail;
+  }
+}
+
+class GemmSwigluReference : public ::testing::TestWithParam<std::tuple<GluLayout, BLayout, DType>> {};
+
+TEST_P(GemmSwigluReference, MatchesLoopFormula) {
+  const auto [layout, b_layout, ab12_dtype] = GetParam();
+  const int64_t M = 77, N = 128, I = 64, K = 40;
+  HostTensor a = random_tensor(DType::bf16, {M, K}, 41);
+  HostTensor b = random_tensor(DType::bf16, b_layout == BLayout::nk ? std::vector<int64_t>{N, K}
+                                                                    : std::vector<int64_t>{K, N},
+                               42, -0.5, 0.5);
+  HostTensor ab12(ab12_dtype, {M, N}), c(DType::bf16, {M, I});
+  poison(ab12);
+  poison(c);
+  GemmSwigluArgs args;
+  args.a = a.view();
+  args.b = b.view();
+  args.b_layout = b_layout;
+  args.alpha = 0.75f;
+  args.layout = layout;
+  args.ab12 = ab12.view();
+  args.c = c.view();
+  reference::run(args);
+
+  Expected want_ab({M, N}), want_c({M, I});
+  for (int64_t r = 0; r < M; ++r) {
+    std::vector<double> pre(N);
+    for (int64_t n = 0; n < N; ++n) {
+      double s = 0;
+      for (int64_t k = 0; k < K; ++k) s += a(r, k) * (b_layout == BLayout::nk ? b(n, k) : b(k, n));
+      pre[n] = 0.75 * s;
+      want_ab.close({r, n}, pre[n]);
+    }
+    for (int64_t j = 0; j < I; ++j) {
+      int64_t gc, uc;
+      naive::glu_pair(layout, I, j, gc, uc);
+      want_c.close({r, j}, pre[uc] * naive::silu(pre[gc]));
+    }
+  }
+  EXPECT_TRUE(matches(ab12, want_ab));
+  EXPECT_TRUE(matches(c, want_c));
+}
+
+INSTANTIATE_TEST_SUITE_P(All, GemmSwigluReference,
+                         ::testing::Combine(::testing::Values(GluLayout::interleaved32_up_first,
+                                                              GluLayout::interleaved32, GluLayout::halves),
+                                            ::testing::Values(BLayout::nk, BLayout::kn),
+                                            ::testing::Values(DType::f32, DType::bf16)));
+
+TEST(GemmSwigluReference, DefaultLayoutIsUpFirst) {
+  // Output column 0 pairs up = pre-activation column 0 and gate = column 32 (cuDNN dense convention).
+  const int64_t M = 1, N = 64, K = 64;
+  HostTensor a(DType::bf16, {M, K}), b(DType::bf16, {N, K}), ab12(DType::f32, {M, N}), c(DType::f32, {M, 32});
+  for (int64_t k = 0; k < K; ++k) a.set({0, k}, k == 0 ? 1.0 : 0.0);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K; ++k) b.set({n, k}, k == 0 ? (n < 32 ? 2.0 : -1.0) : 0.0);
+  GemmSwigluArgs args;
+  args.a = a.view();
+  args.b = b.view();
+  args.ab12 = ab12.view();
+  args.c = c.view();
+  reference::run(args);
+  EXPECT_NEAR(c(0, 0), 2.0 * naive::silu(-1.0), 1e-6);  // up = 2, gate = -1
+}
+
+}  // namespace
+}  // namespace moegemm::testing

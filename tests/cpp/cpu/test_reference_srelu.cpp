@@ -1,0 +1,211 @@
+// Squared-ReLU references (docs/ops.md §4, §6) and gemm_amax against double-precision loops.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "common/expected.hpp"
+#include "common/naive.hpp"
+#include "common/offsets.hpp"
+#include "common/poison.hpp"
+#include "common/random_fill.hpp"
+#include "reference/reference.hpp"
+
+namespace moegemm::testing {
+namespace {
+
+using naive::BMode;
+
+const std::vector<int64_t> kSizes{33, 0, 60, 1, 0};
+constexpr int64_t kE = 5, kM = 110, kN = 40, kK = 56;
+
+TEST(SreluReference, GroupedForward) {
+  for (BMode mode : {BMode::dense_nk, BMode::dense_kn, BMode::ptrs_nk}) {
+    HostTensor a = random_tensor(DType::bf16, {kM, kK}, 71);
+    naive::Weights b(mode, DType::bf16, kE, kN, kK, 72, 2.0 / std::sqrt(double(kK)));
+    HostTensor offsets = offsets_from_sizes(kSizes);
+    HostTensor alpha = random_tensor(DType::f32, {kE}, 73, 0.5, 1.5);
+    HostTensor prob = random_tensor(DType::f32, {kM}, 74, 0.0, 1.0);
+    HostTensor bias = random_tensor(DType::f32, {kE, kN}, 75, -0.3, 0.3);
+    HostTensor d(DType::bf16, {kM, kN}), c(DType::bf16, {kM, kN});
+    poison(d);
+    poison(c);
+    GroupedGemmSreluArgs args;
+    args.a = a.view();
+    args.b = b.ew;
+    args.offsets = offsets.view();
+    args.alpha = alpha.view();
+    args.prob = prob.view();
+    args.bias = bias.view();
+    args.d = d.view();
+    args.c = c.view();
+    reference::run(args);
+    const naive::Rows rs = naive::rows(offsets, kM);
+    Expected want_d({kM, kN}), want_c({kM, kN});
+    for (int64_t g = 0; g < kE; ++g)
+      for (int64_t r = rs.begin[g]; r < rs.end[g]; ++r)
+        for (int64_t n = 0; n < kN; ++n) {
+          const double pre = alpha(g) * naive::dot(a, r, b, g, n) + bias(g, n);
+          want_c.close({r, n}, pre);
+          want_d.close({r, n}, prob(r) * naive::relu(pre) * naive::relu(pre));
+        }
+    EXPECT_TRUE(matches(d, want_d)) << "mode " << int(mode);
+    EXPECT_TRUE(matches(c, want_c)) << "mode " << int(mode);
+  }
+}
+
+TEST(SreluReference, GroupedBackward) {
+  for (bool zero_tail : {false, true}) {
+    const int64_t M = kM + 9;  // a tail past the last offset
+    HostTensor dy = random_tensor(DType::bf16, {M, kK}, 81);
+    naive::Weights b(BMode::ptrs_kn, DType::bf16, kE, kN, kK, 82, 2.0 / std::sqrt(double(kK)));
+    HostTensor c = random_tensor(DType::bf16, {M, kN}, 83, -2.0, 2.0);
+    HostTensor offsets = offsets_from_sizes(kSizes);
+    HostTensor alpha = random_tensor(DType::f32, {kE}, 84, 0.5, 1.5);
+    HostTensor prob = random_tensor(DType::f32, {M}, 85, 0.0, 1.0);
+    HostTensor dc(DType::bf16, {M, kN}), dprob(DType::f32, {M}), dbias(DType::bf16, {kE, kN}),
+        amax(DType::f32, {1});
+    for (HostTensor* t : {&dc, &dprob, &dbias, &amax}) poison(*t);
+    GroupedGemmDsreluArgs args;
+    args.a = dy.view();
+    args.b = b.ew;
+    args.c = c.view();
+    args.offsets = offsets.view();
+    args.alpha = alpha.view();
+    args.prob = prob.view();
+    args.dc = dc.view();
+    args.dprob = dprob.view();
+    args.dbias = dbias.view();
+    args.amax = amax.view();
+    args.zero_tail = zero_tail;
+    reference::run(args);
+
+    const naive::Rows rs = naive::rows(offsets, M);
+    Expected want_dc({M, kN}), want_dprob({M}), want_dbias({kE, kN}), want_amax({1});
+    std::vector<double> sums(kE * kN, 0.0);
+    double m = 0;
+    for (int64_t g = 0; g < kE; ++g)
+      for (int64_t r = rs.begin[g]; r < rs.end[g]; ++r) {
+        double dp = 0;
+        for (int64_t n = 0; n < kN; ++n) {
+          const double dh = alpha(g) * naive::dot(dy, r, b, g, n), s = naive::relu(c(r, n));
+          const double v = 2 * s * dh * prob(r);
+          want_dc.close({r, n}, v);
+          sums[g * kN + n] += v;
+          m = std::max(m, std::fabs(v));
+          dp += s * s * dh;
+        }
+        want_dprob.close({r}, dp);
+      }
+    for (int64_t g = 0; g < kE; ++g)
+      for (int64_t n = 0; n < kN; ++n)
+        if (rs.end[g] == rs.begin[g]) want_dbias.exact({g, n}, 0.0);
+        else want_dbias.close({g, n}, sums[g * kN + n]);
+    want_amax.close({0}, m);
+    for (int64_t r = rs.end_all; r < M && zero_tail; ++r) {
+      want_dprob.exact({r}, 0.0);
+      for (int64_t n = 0; n < kN; ++n) want_dc.exact({r, n}, 0.0);
+    }
+    const Tolerance f32_reduction{1e-3, 1e-3, 1e-4};
+    EXPECT_TRUE(matches(dc, want_dc));
+    EXPECT_TRUE(matches(dprob, want_dprob, f32_reduction));
+    EXPECT_TRUE(matches(dbias, want_dbias));
+    EXPECT_TRUE(matches(amax, want_amax, f32_reduction));
+  }
+}
+
+TEST(SreluReference, DenseForwardAndBackward) {
+  const int64_t M = 70, N = 24, K = 32;
+  for (BLayout layout : {BLayout::nk, BLayout::kn}) {
+    HostTensor a = random_tensor(DType::f16, {M, K}, 91);
+    HostTensor b = random_tensor(DType::f16, layout == BLayout::nk ? std::vector<int64_t>{N, K}
+                                                                   : std::vector<int64_t>{K, N},
+                                 92, -0.4, 0.4);
+    auto bt = [&](int64_t n, int64_t k) { return layout == BLayout::nk ? b(n, k) : b(k, n); };
+    HostTensor prob = random_tensor(DType::f32, {M}, 93, 0.0, 1.0);
+    HostTensor saved = random_tensor(DType::f16, {M, N}, 94, -1.0, 1.0);
+    HostTensor d(DType::f16, {M, N}), c(DType::f32, {M, N}), dc(DType::f16, {M, N}), dprob(DType::f32, {M});
+    for (HostTensor* t : {&d, &c, &dc, &dprob}) poison(*t);
+
+    GemmSreluArgs fw;
+    fw.a = a.view();
+    fw.b = b.view();
+    fw.b_layout = layout;
+    fw.alpha = 1.25f;
+    fw.prob = prob.view();
+    fw.d = d.view();
+    fw.c = c.view();
+    reference::run(fw);
+    GemmDsreluArgs bw;
+    bw.a = a.view();
+    bw.b = b.view();
+    bw.b_layout = layout;
+    bw.alpha = 1.25f;
+    bw.c = saved.view();
+    bw.prob = prob.view();
+    bw.dc = dc.view();
+    bw.dprob = dprob.view();
+    reference::run(bw);
+
+    Expected want_d({M, N}), want_c({M, N}), want_dc({M, N}), want_dprob({M});
+    for (int64_t r = 0; r < M; ++r) {
+      double dp = 0;
+      for (int64_t n = 0; n < N; ++n) {
+        double s = 0;
+        for (int64_t k = 0; k < K; ++k) s += a(r, k) * bt(n, k);
+        const double pre = 1.25 * s, sr = naive::relu(saved(r, n));
+        want_c.close({r, n}, pre);
+        want_d.close({r, n}, prob(r) * naive::relu(pre) * naive::relu(pre));
+        want_dc.close({r, n}, 2 * sr * pre * prob(r));
+        dp += sr * sr * pre;
+      }
+      want_dprob.close({r}, dp);
+    }
+    EXPECT_TRUE(matches(d, want_d));
+    EXPECT_TRUE(matches(c, want_c));
+    EXPECT_TRUE(matches(dc, want_dc));
+    EXPECT_TRUE(matches(dprob, want_dprob, Tolerance{1e-3, 1e-3, 1e-4}));
+  }
+}
+
+TEST(GemmAmaxReference, ValuesAndAmax) {
+  const int64_t M = 90, N = 56, K = 72;
+  HostTensor a = random_tensor(DType::bf16, {M, K}, 101);
+  HostTensor b = random_tensor(DType::bf16, {N, K}, 102, -0.3, 0.3);
+  HostTensor c(DType::bf16, {M, N}, 8), amax(DType::f32, {1});
+  poison(c);
+  poison(amax);
+  GemmAmaxArgs args;
+  args.a = a.view();
+  args.b = b.view();
+  args.c = c.view();
+  args.amax = amax.view();
+  reference::run(args);
+  Expected want({M, N}), want_amax({1});
+  double m = 0;
+  for (int64_t r = 0; r < M; ++r)
+    for (int64_t n = 0; n < N; ++n) {
+      double s = 0;
+      for (int64_t k = 0; k < K; ++k) s += a(r, k) * b(n, k);
+      want.close({r, n}, s);
+      m = std::max(m, std::fabs(s));
+    }
+  want_amax.close({0}, m);
+  EXPECT_TRUE(matches(c, want));
+  EXPECT_TRUE(matches(amax, want_amax, Tolerance{1e-5, 1e-5, 1e-5}));  // from f32 values, before rounding
+}
+
+TEST(GemmAmaxReference, EmptyMWritesZero) {
+  HostTensor a(DType::bf16, {0, 16}), b = random_tensor(DType::bf16, {8, 16}, 103), c(DType::bf16, {0, 8}),
+      amax(DType::f32, {1});
+  poison(amax);
+  GemmAmaxArgs args;
+  args.a = a.view();
+  args.b = b.view();
+  args.c = c.view();
+  args.amax = amax.view();
+  reference::run(args);
+  EXPECT_EQ(amax(0), 0.0);
+}
+
+}  // namespace
+}  // namespace moegemm::testing

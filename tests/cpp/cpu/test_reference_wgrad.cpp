@@ -1,0 +1,109 @@
+// grouped_gemm_wgrad reference (docs/ops.md §5) against double-precision loops: dense and pointer
+// outputs, transpose, accumulate, f32 and bf16 outputs, exact zeros for empty experts.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <tuple>
+
+#include "common/expected.hpp"
+#include "common/naive.hpp"
+#include "common/offsets.hpp"
+#include "common/poison.hpp"
+#include "common/random_fill.hpp"
+#include "reference/reference.hpp"
+
+namespace moegemm::testing {
+namespace {
+
+class WgradReference : public ::testing::TestWithParam<std::tuple<bool, bool, bool, DType>> {};
+
+TEST_P(WgradReference, MatchesLoopFormula) {
+  const auto [pointers, transpose, accumulate, out] = GetParam();
+  const std::vector<int64_t> sizes{0, 37, 0, 130, 1, 0};
+  const int64_t E = 6, M = 180, H = 40, N = 24;  // rows 168.. are a tail that wgrad must ignore
+  HostTensor x = random_tensor(DType::bf16, {M, H}, 111);
+  HostTensor dy = random_tensor(DType::bf16, {M, N}, 112);
+  HostTensor offsets = offsets_from_sizes(sizes);
+  const std::vector<int64_t> wshape = transpose ? std::vector<int64_t>{N, H} : std::vector<int64_t>{H, N};
+
+  // Outputs: dense (E, ., .) with padded rows, or one buffer per expert. With accumulate they start from
+  // random values (kept by empty experts); otherwise they are poisoned.
+  HostTensor dense(out, {E, wshape[0], wshape[1]}, pointers ? 0 : 4);
+  std::vector<HostTensor> per_expert;
+  std::vector<const void*> addrs;
+  for (int64_t g = 0; g < E; ++g) {
+    per_expert.emplace_back(out, wshape);
+    addrs.push_back(per_expert.back().data());
+  }
+  HostTensor table = pointer_table(addrs);
+  auto w_at = [&](int64_t g, int64_t i, int64_t j) { return pointers ? per_expert[g](i, j) : dense(g, i, j); };
+  std::vector<double> before(E * H * N, 0.0);
+  if (accumulate) {
+    fill_uniform(dense, 113);
+    for (int64_t g = 0; g < E; ++g) fill_uniform(per_expert[g], 114 + g);
+    for (int64_t g = 0; g < E; ++g)
+      for (int64_t i = 0; i < wshape[0]; ++i)
+        for (int64_t j = 0; j < wshape[1]; ++j) before[(g * wshape[0] + i) * wshape[1] + j] = w_at(g, i, j);
+  } else {
+    poison(dense);
+    for (auto& t : per_expert) poison(t);
+  }
+
+  GroupedGemmWgradArgs args;
+  args.x = x.view();
+  args.dy = dy.view();
+  args.offsets = offsets.view();
+  if (pointers) {
+    args.w_ptrs = table.view();
+    args.w_dtype = out;
+  } else {
+    args.w = dense.view();
+  }
+  args.transpose_output = transpose;
+  args.accumulate = accumulate;
+  reference::run(args);
+
+  const naive::Rows rs = naive::rows(offsets, M);
+  std::vector<Expected> want(E, Expected(wshape));
+  for (int64_t g = 0; g < E; ++g)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t n = 0; n < N; ++n) {
+        double s = 0;
+        for (int64_t r = rs.begin[g]; r < rs.end[g]; ++r) s += x(r, h) * dy(r, n);
+        const int64_t i = transpose ? n : h, j = transpose ? h : n;
+        const bool empty = rs.end[g] == rs.begin[g];
+        const double old = before[(g * wshape[0] + i) * wshape[1] + j];
+        if (empty) want[g].exact({i, j}, accumulate ? old : 0.0);
+        else want[g].close({i, j}, s + old);
+      }
+  if (pointers) {
+    for (int64_t g = 0; g < E; ++g) EXPECT_TRUE(matches(per_expert[g], want[g])) << "expert " << g;
+  } else {
+    // Compare expert slices of the dense output through per-expert copies of its values.
+    Expected all({E, wshape[0], wshape[1]});
+    for (int64_t g = 0; g < E; ++g)
+      for (int64_t lin = 0; lin < want[g].numel(); ++lin)
+        all.set(g * want[g].numel() + lin, want[g].kind(lin), want[g].value(lin));
+    if (accumulate) {
+      // The padding held no poison (only view elements were filled): compare the view through a copy.
+      HostTensor copy(out, {E, wshape[0], wshape[1]});
+      for (int64_t lin = 0; lin < copy.numel(); ++lin) copy.set_bits_at(lin, dense.bits_at(dense.offset_of_linear(lin)));
+      EXPECT_TRUE(matches(copy, all));
+    } else {
+      EXPECT_TRUE(matches(dense, all));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, WgradReference,
+                         ::testing::Combine(::testing::Bool(), ::testing::Bool(), ::testing::Bool(),
+                                            ::testing::Values(DType::f32, DType::bf16)),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param) ? "ptrs" : "dense") +
+                                  (std::get<1>(info.param) ? "_transposed" : "") +
+                                  (std::get<2>(info.param) ? "_accumulate" : "") +
+                                  (std::get<3>(info.param) == DType::f32 ? "_f32" : "_bf16");
+                         });
+
+}  // namespace
+}  // namespace moegemm::testing
