@@ -1,0 +1,179 @@
+"""moegemm.jax.ragged_dot and moe_mlp: value and gradient against jax.lax.ragged_dot / a plain f32
+implementation, the shapes of JAX's own ragged_dot tests, and cases C04, C05, C06, C12."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from jax_helpers import assert_close, f32, offsets_of, rand, jax, jnp, mj
+
+
+def _random_sizes(rng, m, g):
+    """A random split of m rows into g groups (empty groups likely), as JAX's ragged_dot tests draw."""
+    cuts = np.sort(rng.integers(0, m + 1, g - 1))
+    return np.diff(np.concatenate([[0], cuts, [m]])).astype(np.int32)
+
+
+def _oracle(lhs, rhs, sizes):
+    return jax.lax.ragged_dot(jnp.asarray(f32(lhs)), jnp.asarray(f32(rhs)), jnp.asarray(sizes))
+
+
+def _check_value_and_grad(lhs, rhs, sizes, preferred=None):
+    gs = jnp.asarray(sizes, jnp.int32)
+    out = jax.jit(lambda l, r: mj.ragged_dot(l, r, gs, preferred_element_type=preferred))(lhs, rhs)
+    assert out.dtype == (preferred or lhs.dtype)
+    assert_close(out, _oracle(lhs, rhs, sizes), "value")
+    cot = rand(np.random.default_rng(99), out.shape, jnp.float32)
+    loss = lambda l, r: (mj.ragged_dot(l, r, gs).astype(jnp.float32) * cot).sum()  # noqa: E731
+    ref_loss = lambda l, r: (jax.lax.ragged_dot(l, r, gs) * cot).sum()  # noqa: E731
+    dl, dr = jax.jit(jax.grad(loss, (0, 1)))(lhs, rhs)
+    rl, rr = jax.grad(ref_loss, (0, 1))(jnp.asarray(f32(lhs)), jnp.asarray(f32(rhs)))
+    assert_close(dl, rl, "d lhs")
+    assert_close(dr, rr, "d rhs")
+    for g, s in enumerate(sizes):
+        if s == 0:
+            assert (f32(dr[g]) == 0).all(), f"d rhs of empty group {g} not exactly 0"
+    return out, dl, dr
+
+
+# Shapes of jax's tests/lax_test.py ragged_dot tests: (m, k, n, num_groups). The first two have K or N
+# that bf16 cannot serve (rows not 16-byte aligned): they must raise a clear error; the rest run.
+UNALIGNED_JAX_CASES = [(64, 4, 3, 1), (64, 9, 8, 2)]
+JAX_CASES = [(64, 8, 8, 1), (64, 16, 8, 2), (128, 64, 32, 4), (40, 24, 16, 7), (256, 128, 64, 16)]
+
+
+@pytest.mark.parametrize("m,k,n,g", JAX_CASES)
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_ragged_dot_jax_cases(m, k, n, g, dtype):
+    rng = np.random.default_rng(m * 7 + g)
+    _check_value_and_grad(rand(rng, (m, k), dtype), rand(rng, (g, k, n), dtype), _random_sizes(rng, m, g))
+
+
+@pytest.mark.parametrize("m,k,n,g", UNALIGNED_JAX_CASES)
+def test_ragged_dot_unaligned_jax_cases_raise(m, k, n, g):
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError, match="is not a multiple of 8"):
+        mj.ragged_dot(rand(rng, (m, k)), rand(rng, (g, k, n)), jnp.asarray(_random_sizes(rng, m, g)))
+
+
+def test_ragged_dot_preferred_f32_and_sizes_short_of_m():
+    rng = np.random.default_rng(1)
+    sizes = np.array([10, 0, 20, 3], np.int32)  # sum 33 < M = 64: rows 33.. are zero
+    out, dl, _ = _check_value_and_grad(rand(rng, (64, 32)), rand(rng, (4, 32, 16)), sizes, jnp.float32)
+    assert (f32(out)[33:] == 0).all() and (f32(dl)[33:] == 0).all()
+
+
+def test_ragged_dot_rejects_other_dtypes_and_group_offset():
+    rng = np.random.default_rng(2)
+    lhs, rhs, gs = rand(rng, (16, 8), jnp.float32), rand(rng, (2, 8, 8), jnp.float32), jnp.array([8, 8])
+    with pytest.raises(TypeError, match=r"ragged_dot: lhs: expected dtype bfloat16, float16, got float32"):
+        mj.ragged_dot(lhs, rhs, gs)
+    with pytest.raises(NotImplementedError, match="group_offset"):
+        mj.ragged_dot(lhs.astype(jnp.bfloat16), rhs.astype(jnp.bfloat16), gs, group_offset=jnp.array([0]))
+
+
+def test_c06_empty_groups_and_n43_error():
+    rng = np.random.default_rng(3)
+    _check_value_and_grad(rand(rng, (16, 64)), rand(rng, (4, 64, 32)), np.array([8, 0, 8, 0], np.int32))
+    sizes = np.array([2] * 6 + [0] * 12 + [0], np.int32)[:18]
+    sizes[0] += 32 - sizes.sum()
+    with pytest.raises(ValueError, match=r"ragged_dot: rhs: N = 43 is not a multiple of 8"):
+        jax.jit(mj.ragged_dot)(rand(rng, (32, 64)), rand(rng, (18, 64, 43)), jnp.asarray(sizes))
+
+
+@pytest.mark.parametrize("sizes", [[5, 9, 0], [0, 0, 0]])
+def test_c12_last_or_every_expert_empty(sizes):
+    rng = np.random.default_rng(4)
+    sizes = np.array(sizes, np.int32)
+    out, dl, dr = _check_value_and_grad(rand(rng, (16, 32)), rand(rng, (3, 32, 16)), sizes)
+    assert out.shape == (16, 16) and dr.shape == (3, 32, 16)
+    assert (f32(dr[2]) == 0).all()
+    # gradients stay connected: a nonzero expert gets a nonzero gradient
+    if sizes.sum():
+        assert np.abs(f32(dr[0])).sum() > 0
+    w = mj.grouped_gemm_wgrad(rand(rng, (16, 32)), rand(rng, (16, 16)), offsets_of(sizes))
+    assert (f32(w[2]) == 0).all()
+
+
+def test_c04_tail_rows_of_grouped_gemm():
+    from jax_helpers import SENTINEL, run_into_sentinels, grouped_matmul_ref
+    rng = np.random.default_rng(5)
+    sizes = [93] * 8  # offsets[-1] = 744 of M = 1000
+    a, b = rand(rng, (1000, 64)), rand(rng, (8, 32, 64))
+    ref = grouped_matmul_ref(a, b, sizes)
+    for zero_tail in (False, True):
+        spec = [jax.ShapeDtypeStruct((1000, 32), jnp.bfloat16)]
+        d, landed = run_into_sentinels(
+            lambda a, b: mj.grouped_gemm(a, b, offsets_of(sizes), zero_tail=zero_tail), spec, a, b)
+        assert landed, "XLA did not place the output in the donated sentinel buffer"
+        assert_close(d[:744], ref[:744], "valid rows")
+        tail = f32(d)[744:]
+        assert (tail == 0).all() if zero_tail else (tail == SENTINEL).all()
+
+
+def test_c05_two_iterations_of_forward_and_backward_with_dirty_allocator():
+    from jax_helpers import dirty_allocator
+    rng = np.random.default_rng(6)
+    gs = jnp.asarray([93] * 8, jnp.int32)
+    lhs, rhs = rand(rng, (1000, 64)), rand(rng, (8, 64, 32))
+    step = jax.jit(jax.value_and_grad(lambda l, r: (mj.ragged_dot(l, r, gs).astype(jnp.float32) ** 2).sum(),
+                                      (0, 1)))
+    results = []
+    for _ in range(2):
+        dirty_allocator([jax.ShapeDtypeStruct((1000, 64), jnp.bfloat16),
+                         jax.ShapeDtypeStruct((1000, 32), jnp.bfloat16)])
+        value, (dl, dr) = step(lhs, rhs)
+        assert np.isfinite(f32(dl)).all() and np.isfinite(f32(dr)).all()
+        assert (f32(dl)[744:] == 0).all()
+        results.append((np.asarray(value), np.asarray(dl), np.asarray(dr)))
+    for x, y in zip(*results):
+        np.testing.assert_array_equal(x, y)
+
+
+def _moe_reference(x, w_up, w_down, sizes, prob, activation):
+    gs = jnp.asarray(sizes)
+    g = jax.lax.ragged_dot(x, w_up, gs)
+    i = w_up.shape[2] // 2
+    gate, up = g[:, :i], g[:, i:]
+    if activation == "swiglu":
+        h = jax.nn.silu(gate) * up
+    else:
+        h = jax.nn.gelu(gate, approximate=True) * up
+    return jax.lax.ragged_dot(h * prob[:, None], w_down, gs)
+
+
+@pytest.mark.parametrize("activation", ["swiglu", "geglu"])
+def test_moe_mlp_value_and_gradients(activation):
+    rng = np.random.default_rng(7)
+    sizes = np.array([30, 0, 51, 11, 0], np.int32)  # 92 of M = 100 rows
+    m, h, i, e = 100, 64, 32, len(sizes)
+    x, w_up, w_down = rand(rng, (m, h)), rand(rng, (e, h, 2 * i), scale=0.2), rand(rng, (e, i, h), scale=0.2)
+    prob = jnp.asarray(rng.uniform(0.2, 1, m), jnp.float32)
+    cot = rand(rng, (m, h), jnp.float32)
+    args = (x, w_up, w_down, prob)
+    loss = lambda x, wu, wd, p: (mj.moe_mlp(x, wu, wd, jnp.asarray(sizes), prob=p,  # noqa: E731
+                                            activation=activation).astype(jnp.float32) * cot).sum()
+    ref = lambda x, wu, wd, p: (_moe_reference(x, wu, wd, sizes, p, activation) * cot).sum()  # noqa: E731
+    y = jax.jit(lambda *a: mj.moe_mlp(*a[:3], jnp.asarray(sizes), prob=a[3], activation=activation))(*args)
+    f32_args = tuple(jnp.asarray(f32(a)) for a in args)
+    assert_close(y, _moe_reference(*f32_args[:3], sizes, f32_args[3], activation), "y")
+    assert (f32(y)[92:] == 0).all()
+    grads = jax.jit(jax.grad(loss, (0, 1, 2, 3)))(*args)
+    ref_grads = jax.grad(ref, (0, 1, 2, 3))(*f32_args)
+    for name, g, r in zip(["dx", "dw_up", "dw_down", "dprob"], grads, ref_grads):
+        assert_close(g, r, name)
+    assert (f32(grads[1][1]) == 0).all() and (f32(grads[2][4]) == 0).all()
+    assert (f32(grads[0])[92:] == 0).all() and (f32(grads[3])[92:] == 0).all()
+
+
+def test_moe_mlp_offsets_argument_and_errors():
+    rng = np.random.default_rng(8)
+    x, w_up, w_down = rand(rng, (32, 16)), rand(rng, (2, 16, 32)), rand(rng, (2, 16, 16))
+    y1 = mj.moe_mlp(x, w_up, w_down, group_sizes=jnp.array([10, 22]))
+    y2 = mj.moe_mlp(x, w_up, w_down, offsets=offsets_of([10, 22]))
+    np.testing.assert_array_equal(np.asarray(y1), np.asarray(y2))
+    with pytest.raises(ValueError, match="exactly one of group_sizes and offsets"):
+        mj.moe_mlp(x, w_up, w_down)
+    with pytest.raises(ValueError, match=r"moe_mlp: w_down: expected dim 1 = 16 \(I from w_up\)"):
+        mj.moe_mlp(x, w_up, rand(rng, (2, 8, 16)), group_sizes=jnp.array([10, 22]))
