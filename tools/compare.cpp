@@ -1,0 +1,28 @@
+#include "compare.hpp"
+
+#include <cmath>
+
+namespace moegemm::cli {
+
+Comparison compare(const std::string& output, const std::vector<double>& actual,
+                   const std::vector<double>& expected) {
+  Comparison c;
+  c.output = output;
+  c.elements = static_cast<int64_t>(expected.size());
+  double sum_e2 = 0, sum_d2 = 0;
+  for (double e : expected) sum_e2 += e * e;
+  const double scale = expected.empty() || sum_e2 == 0 ? 1.0 : std::sqrt(sum_e2 / double(expected.size()));
+  bool finite = true;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const double d = std::abs(actual[i] - expected[i]);
+    if (!std::isfinite(d)) finite = false;
+    sum_d2 += d * d;
+    if (!(d <= kAtol * scale + kRtol * std::abs(expected[i]))) ++c.mismatches;  // NaN fails too
+    if (d > c.max_abs_err || !std::isfinite(d)) c.max_abs_err = d;
+  }
+  c.rel_frobenius = sum_e2 > 0 ? std::sqrt(sum_d2 / sum_e2) : std::sqrt(sum_d2);
+  c.passed = finite && c.rel_frobenius < kMaxRelFrobenius && c.mismatches == 0;
+  return c;
+}
+
+}  // namespace moegemm::cli

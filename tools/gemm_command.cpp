@@ -1,0 +1,97 @@
+// `moegemm gemm`: one grouped_gemm (bf16, B as (E,K,N) or (E,N,K)) timed on the GPU, with inputs rotated over
+// copies that together exceed twice the L2 cache, so that no call finds its operands cached by the previous one.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <fstream>
+
+#include <cuda_runtime_api.h>
+#include <nlohmann/json.hpp>
+
+#include "commands.hpp"
+#include "cuda_check.hpp"
+#include "options.hpp"
+#include "report.hpp"
+#include "routing.hpp"
+#include "tensor_store.hpp"
+#include "timing.hpp"
+
+namespace moegemm::cli {
+
+int gemm_command(const std::vector<std::string>& args) {
+  const GemmOptions o = parse_gemm_options(args);
+  const std::vector<int64_t> sizes =
+      o.group_sizes.empty() ? group_sizes(o.routing, o.m, o.e, o.seed) : o.group_sizes;
+  nlohmann::ordered_json doc = {{"schema", "moegemm-gemm/1"}, {"M", o.m}, {"N", o.n}, {"K", o.k}, {"E", o.e},
+                                {"layout", o.layout == BLayout::kn ? "kn" : "nk"}, {"group_sizes", sizes},
+                                {"warmup", o.warmup}, {"iters", o.iters}};
+  int code = 0;
+  if (!device_kernels_available()) {
+    doc["status"] = "no gpu";
+    doc["error"] = "no CUDA GPU that runs the sm_90a kernels was found; moegemm gemm measures the GPU only";
+    std::fprintf(stderr, "%s\n", doc["error"].get<std::string>().c_str());
+    code = 1;
+  } else {
+    int dev = 0, l2 = 0;
+    cudaDeviceProp prop{};
+    MOEGEMM_CLI_CUDA(cudaGetDevice(&dev));
+    MOEGEMM_CLI_CUDA(cudaGetDeviceProperties(&prop, dev));
+    MOEGEMM_CLI_CUDA(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
+    doc["device"] = prop.name;
+    const double operand_bytes = 2.0 * (double(o.m) * o.k + double(o.e) * o.n * o.k);
+    const int copies = static_cast<int>(std::clamp(std::ceil(2.0 * l2 / operand_bytes), 1.0, 16.0));
+    doc["rotating_copies"] = copies;
+
+    const std::vector<int32_t> ends = end_offsets(sizes);
+    const OwnedTensor offsets = make_tensor(Device::cuda, DType::i32, {o.e});
+    copy_from_host(offsets.view.data, ends.data(), ends.size() * sizeof(int32_t), Device::cuda);
+    const OwnedTensor d = make_tensor(Device::cuda, DType::bf16, {o.m, o.n});
+    std::vector<GroupedGemmArgs> calls;
+    std::vector<OwnedTensor> keep;
+    for (int c = 0; c < copies; ++c) {
+      OwnedTensor a = make_tensor(Device::cuda, DType::bf16, {o.m, o.k});
+      OwnedTensor b = o.layout == BLayout::kn ? make_tensor(Device::cuda, DType::bf16, {o.e, o.k, o.n})
+                                              : make_tensor(Device::cuda, DType::bf16, {o.e, o.n, o.k});
+      fill_synthetic(a.view, o.seed + 2 * c + 1, 1.0f);
+      fill_synthetic(b.view, o.seed + 2 * c + 2, 1.0f / std::sqrt(float(o.k)));
+      GroupedGemmArgs g;
+      g.a = a.view;
+      g.b.dense = b.view;
+      g.b.layout = o.layout;
+      g.offsets = offsets.view;
+      g.d = d.view;
+      calls.push_back(g);
+      keep.push_back(std::move(a));
+      keep.push_back(std::move(b));
+    }
+    std::size_t ws_bytes = 0;
+    for (const auto& g : calls) ws_bytes = std::max(ws_bytes, grouped_gemm_workspace_bytes(g));
+    const OwnedTensor ws = make_tensor(Device::cuda, DType::u8, {int64_t(ws_bytes)});
+    cudaStream_t stream = nullptr;
+    MOEGEMM_CLI_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    try {
+      size_t next = 0;
+      const double us = median_device_us(
+          [&](cudaStream_t s) { grouped_gemm(calls[next++ % calls.size()], ws.view.data, ws_bytes, s); }, stream,
+          o.warmup, o.iters);
+      doc["status"] = "ok";
+      doc["time_us"] = us;
+      doc["tflops"] = 2.0 * double(o.m) * o.n * o.k / us * 1e-6;
+    } catch (const Error& e) {
+      doc["status"] = e.code() == ErrorCode::unsupported ? "no kernel yet" : "failed";
+      doc["error"] = e.what();
+      code = e.code() == ErrorCode::unsupported ? 0 : 1;
+    }
+    cudaStreamDestroy(stream);
+  }
+  doc["date"] = utc_now();
+  if (!o.json || *o.json == "-") {
+    std::cout << doc.dump(1) << '\n';
+  } else {
+    std::ofstream(*o.json) << doc.dump(1) << '\n';
+  }
+  return code;
+}
+
+}  // namespace moegemm::cli

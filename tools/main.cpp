@@ -1,0 +1,67 @@
+// The moegemm program: `run` (the main job), `gemm` (one timed grouped GEMM), `bench` (the peer benchmark).
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "moegemm/moegemm.hpp"
+#include "usage_error.hpp"
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: moegemm <command> [options]
+
+commands:
+  run     one MoE layer (up-projection with fused GLU, down-projection, and their backward ops) per model
+          preset: verified against the CPU reference on sampled rows, timed against a dense cuBLAS GEMM
+            --model NAME          one preset (default: every preset of the workloads file)
+            --tokens N            tokens per batch, N > 0 (default: the preset's; 64 on the CPU backend)
+            --routing uniform|zipf  how rows are routed to experts (default uniform)
+            --seed N              seed of the routing and the data (default 0)
+            --json PATH           write the results as JSON (schema in docs/cli.md)
+            --workloads PATH      a workloads file instead of the built-in one
+            --backend auto|cpu|gpu  (default auto: the GPU when it can run the kernels)
+            --iters N, --warmup N timed and untimed calls per op on the GPU (default 20, 3)
+  gemm    one grouped_gemm timed on the GPU, printed as JSON
+            --m M --n N --k K --e E [--group-sizes a,b,...] [--routing R] [--seed S]
+            [--layout kn|nk] [--iters N] [--warmup N] [--json PATH|-]
+  bench   the peers side by side (python3 bench/peers.py [args]; --help for its options)
+
+exit codes: 0 success, 1 verification failed or runtime error, 2 bad arguments
+)";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace moegemm::cli;
+  const std::vector<std::string> args(argv + std::min(argc, 2), argv + argc);
+  const std::string command = argc > 1 ? argv[1] : "";
+  const bool help = std::find(args.begin(), args.end(), "--help") != args.end();
+  try {
+    if (help && (command == "run" || command == "gemm")) {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (command == "run") return run_command(args);
+    if (command == "gemm") return gemm_command(args);
+    if (command == "bench") return bench_command(args, argv[0]);
+    if (command == "--help" || command == "-h" || command == "help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (command == "--version") {
+      std::printf("moegemm %s\n", moegemm::kVersion);
+      return 0;
+    }
+    throw UsageError(command.empty() ? "missing command" : "unknown command '" + command + "'");
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "moegemm: %s\n(moegemm --help lists the commands and options)\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "moegemm: error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,126 @@
+#include "options.hpp"
+
+#include <charconv>
+#include <filesystem>
+#include <map>
+#include <functional>
+
+#include <unistd.h>
+
+#include "usage_error.hpp"
+
+namespace moegemm::cli {
+namespace {
+
+int64_t parse_int(const std::string& flag, const std::string& text, int64_t min) {
+  int64_t v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size())
+    throw UsageError(flag + ": expected an integer, got '" + text + "'");
+  if (v < min) throw UsageError(flag + ": must be >= " + std::to_string(min) + ", got " + text);
+  return v;
+}
+
+using Handler = std::function<void(const std::string&)>;
+
+// Walks `args` as "--flag value" or "--flag=value" pairs and hands each value to its flag's handler.
+void parse_flags(const std::vector<std::string>& args, const std::map<std::string, Handler>& handlers) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string flag = args[i], value;
+    const bool inline_value = flag.find('=') != std::string::npos;
+    if (inline_value) {
+      value = flag.substr(flag.find('=') + 1);
+      flag = flag.substr(0, flag.find('='));
+    }
+    const auto h = handlers.find(flag);
+    if (flag.rfind("--", 0) != 0 || h == handlers.end())
+      throw UsageError("unknown option '" + args[i] + "' (see moegemm --help)");
+    if (!inline_value) {
+      if (i + 1 >= args.size()) throw UsageError(flag + ": missing value");
+      value = args[++i];
+    }
+    h->second(value);
+  }
+}
+
+}  // namespace
+
+void check_writable_path(const std::string& path) {
+  namespace fs = std::filesystem;
+  if (path.empty()) throw UsageError("--json: empty path");
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) throw UsageError("--json: '" + path + "' is a directory, not a file path");
+  fs::path parent = fs::path(path).parent_path();
+  if (parent.empty()) parent = ".";
+  if (!fs::is_directory(parent, ec))
+    throw UsageError("--json: cannot write '" + path + "': folder '" + parent.string() + "' does not exist");
+  if (::access(parent.c_str(), W_OK) != 0)
+    throw UsageError("--json: cannot write '" + path + "': folder '" + parent.string() + "' is not writable");
+  if (fs::exists(path, ec) && ::access(path.c_str(), W_OK) != 0)
+    throw UsageError("--json: cannot write '" + path + "': file is not writable");
+}
+
+RunOptions parse_run_options(const std::vector<std::string>& args) {
+  RunOptions o;
+  parse_flags(args, {
+      {"--model", [&](const std::string& v) { o.model = v; }},
+      {"--tokens", [&](const std::string& v) { o.tokens = parse_int("--tokens", v, 1); }},
+      {"--routing", [&](const std::string& v) { o.routing = parse_routing(v); }},
+      {"--seed", [&](const std::string& v) { o.seed = static_cast<uint64_t>(parse_int("--seed", v, 0)); }},
+      {"--json", [&](const std::string& v) { check_writable_path(v); o.json = v; }},
+      {"--workloads", [&](const std::string& v) { o.workloads = v; }},
+      {"--iters", [&](const std::string& v) { o.iters = static_cast<int>(parse_int("--iters", v, 1)); }},
+      {"--warmup", [&](const std::string& v) { o.warmup = static_cast<int>(parse_int("--warmup", v, 0)); }},
+      {"--backend",
+       [&](const std::string& v) {
+         if (v == "auto") o.backend = BackendChoice::automatic;
+         else if (v == "cpu") o.backend = BackendChoice::cpu;
+         else if (v == "gpu") o.backend = BackendChoice::gpu;
+         else throw UsageError("--backend: expected auto, cpu or gpu, got '" + v + "'");
+       }},
+  });
+  return o;
+}
+
+GemmOptions parse_gemm_options(const std::vector<std::string>& args) {
+  GemmOptions o;
+  parse_flags(args, {
+      {"--m", [&](const std::string& v) { o.m = parse_int("--m", v, 1); }},
+      {"--n", [&](const std::string& v) { o.n = parse_int("--n", v, 1); }},
+      {"--k", [&](const std::string& v) { o.k = parse_int("--k", v, 1); }},
+      {"--e", [&](const std::string& v) { o.e = parse_int("--e", v, 1); }},
+      {"--group-sizes",
+       [&](const std::string& v) {
+         o.group_sizes.clear();
+         size_t start = 0;
+         while (start <= v.size()) {
+           const size_t comma = std::min(v.find(',', start), v.size());
+           o.group_sizes.push_back(parse_int("--group-sizes", v.substr(start, comma - start), 0));
+           start = comma + 1;
+         }
+       }},
+      {"--routing", [&](const std::string& v) { o.routing = parse_routing(v); }},
+      {"--seed", [&](const std::string& v) { o.seed = static_cast<uint64_t>(parse_int("--seed", v, 0)); }},
+      {"--layout",
+       [&](const std::string& v) {
+         if (v == "kn") o.layout = BLayout::kn;
+         else if (v == "nk") o.layout = BLayout::nk;
+         else throw UsageError("--layout: expected kn or nk, got '" + v + "'");
+       }},
+      {"--iters", [&](const std::string& v) { o.iters = static_cast<int>(parse_int("--iters", v, 1)); }},
+      {"--warmup", [&](const std::string& v) { o.warmup = static_cast<int>(parse_int("--warmup", v, 0)); }},
+      {"--json", [&](const std::string& v) { if (v != "-") check_writable_path(v); o.json = v; }},
+  });
+  if (o.m == 0 || o.n == 0 || o.k == 0 || o.e == 0) throw UsageError("gemm: --m, --n, --k and --e are required");
+  if (!o.group_sizes.empty()) {
+    if (static_cast<int64_t>(o.group_sizes.size()) != o.e)
+      throw UsageError("--group-sizes: expected " + std::to_string(o.e) + " sizes (--e), got " +
+                       std::to_string(o.group_sizes.size()));
+    int64_t total = 0;
+    for (int64_t s : o.group_sizes) total += s;
+    if (total > o.m) throw UsageError("--group-sizes: sizes sum to " + std::to_string(total) + " > --m " + std::to_string(o.m));
+  }
+  return o;
+}
+
+}  // namespace moegemm::cli

@@ -1,0 +1,52 @@
+# CPU tests of the moegemm program (label cpu): a verified reduced run whose JSON matches docs/cli.md, and
+# bad arguments answered with exit code 2 and a message that names the problem.
+find_package(Python3 COMPONENTS Interpreter)
+set(_cli $<TARGET_FILE:moegemm_cli>)
+set(_out ${CMAKE_CURRENT_BINARY_DIR}/test-output)
+file(MAKE_DIRECTORY ${_out})
+
+function(moegemm_cli_test name)
+  cmake_parse_arguments(T "" "REGEX;TIMEOUT" "COMMAND" ${ARGN})
+  add_test(NAME cli.${name} COMMAND ${T_COMMAND})
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 120)
+  endif()
+  set_tests_properties(cli.${name} PROPERTIES LABELS cpu TIMEOUT ${T_TIMEOUT})
+  if(T_REGEX)
+    set_tests_properties(cli.${name} PROPERTIES PASS_REGULAR_EXPRESSION "${T_REGEX}")
+  endif()
+endfunction()
+
+# A reduced run of one preset and of every preset on the CPU backend: exit 0 and "verification passed".
+# (ctest ignores exit codes when a regex is given: expect_exit.cmake checks them.)
+set(_expect_0 ${CMAKE_COMMAND} -DEXPECT_CODE=0 -P ${CMAKE_CURRENT_SOURCE_DIR}/tests/expect_exit.cmake)
+moegemm_cli_test(run_one_preset COMMAND ${_expect_0} ${_cli} run --backend cpu --model qwen3-30b-a3b --tokens 32
+                 REGEX "verification passed")
+moegemm_cli_test(run_all_presets_zipf COMMAND ${_expect_0} ${_cli} run --backend cpu --tokens 16 --routing zipf --seed 3
+                 REGEX "verification passed" TIMEOUT 300)
+
+# The JSON document: written, and valid against the schema of docs/cli.md (checked with the Python stdlib).
+if(Python3_Interpreter_FOUND)
+  add_test(NAME cli.run_json_schema
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/tests/check_run_json.py ${_cli} ${_out})
+  set_tests_properties(cli.run_json_schema PROPERTIES LABELS cpu TIMEOUT 300)
+endif()
+
+# Bad arguments: exit code 2 and a message naming the problem.
+set(_expect_2 ${CMAKE_COMMAND} -DEXPECT_CODE=2 -P ${CMAKE_CURRENT_SOURCE_DIR}/tests/expect_exit.cmake)
+moegemm_cli_test(unknown_model COMMAND ${_expect_2} ${_cli} run --model no-such-model
+                 REGEX "unknown model 'no-such-model' \\(known: mixtral-8x7b")
+moegemm_cli_test(negative_tokens COMMAND ${_expect_2} ${_cli} run --tokens -5 REGEX "--tokens: must be >= 1, got -5")
+moegemm_cli_test(non_numeric_tokens COMMAND ${_expect_2} ${_cli} run --tokens many
+                 REGEX "--tokens: expected an integer, got 'many'")
+moegemm_cli_test(json_is_directory COMMAND ${_expect_2} ${_cli} run --json ${_out} REGEX "is a directory")
+moegemm_cli_test(json_missing_folder COMMAND ${_expect_2} ${_cli} run --json /nonexistent/dir/x.json
+                 REGEX "folder '/nonexistent/dir' does not exist")
+moegemm_cli_test(unknown_flag COMMAND ${_expect_2} ${_cli} run --frobnicate 1 REGEX "unknown option '--frobnicate'")
+moegemm_cli_test(unknown_routing COMMAND ${_expect_2} ${_cli} run --routing pareto REGEX "unknown routing 'pareto'")
+moegemm_cli_test(missing_value COMMAND ${_expect_2} ${_cli} run --model REGEX "--model: missing value")
+moegemm_cli_test(unknown_command COMMAND ${_expect_2} ${_cli} frobnicate REGEX "unknown command 'frobnicate'")
+moegemm_cli_test(unreadable_workloads COMMAND ${_expect_2} ${_cli} run --workloads /nonexistent/w.json
+                 REGEX "cannot read workloads file /nonexistent/w.json")
+moegemm_cli_test(malformed_workloads COMMAND ${_expect_2} ${_cli} run --workloads ${CMAKE_CURRENT_SOURCE_DIR}/main.cpp
+                 REGEX "is not valid JSON")

@@ -1,0 +1,70 @@
+#include "workloads.hpp"
+
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "default_workloads.hpp"
+#include "usage_error.hpp"
+
+namespace moegemm::cli {
+namespace {
+
+int64_t positive_field(const nlohmann::ordered_json& obj, const char* key, const std::string& where) {
+  if (!obj.contains(key) || !obj[key].is_number_integer() || obj[key].get<int64_t>() <= 0)
+    throw UsageError(where + ": field \"" + key + "\" must be a positive integer");
+  return obj[key].get<int64_t>();
+}
+
+Workloads parse(const std::string& text, const std::string& source) {
+  nlohmann::ordered_json doc;
+  try {
+    doc = nlohmann::ordered_json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw UsageError("workloads file " + source + " is not valid JSON: " + e.what());
+  }
+  if (!doc.is_object() || !doc.contains("models") || !doc["models"].is_object())
+    throw UsageError("workloads file " + source + " has no \"models\" object");
+  Workloads w;
+  w.source = source;
+  for (const auto& [name, m] : doc["models"].items()) {
+    const std::string where = source + ": model " + name;
+    w.models.push_back({name, positive_field(m, "tokens", where), positive_field(m, "top_k", where),
+                        positive_field(m, "experts", where), positive_field(m, "hidden", where),
+                        positive_field(m, "intermediate", where)});
+  }
+  if (doc.contains("gemms") && doc["gemms"].is_array()) {
+    for (const auto& g : doc["gemms"]) {
+      const std::string name = g.value("name", std::string("unnamed"));
+      const std::string where = source + ": gemm " + name;
+      w.gemms.push_back({name, positive_field(g, "M", where), positive_field(g, "N", where),
+                         positive_field(g, "K", where), positive_field(g, "E", where)});
+    }
+  }
+  return w;
+}
+
+}  // namespace
+
+Workloads embedded_workloads() { return parse(kDefaultWorkloadsJson, "embedded"); }
+
+Workloads load_workloads(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw UsageError("cannot read workloads file " + path);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw UsageError("cannot read workloads file " + path);
+  return parse(text.str(), path);
+}
+
+const ModelPreset& find_model(const Workloads& w, const std::string& name) {
+  std::string known;
+  for (const auto& m : w.models) {
+    if (m.name == name) return m;
+    known += (known.empty() ? "" : ", ") + m.name;
+  }
+  throw UsageError("unknown model '" + name + "' (known: " + known + ")");
+}
+
+}  // namespace moegemm::cli
