@@ -1,0 +1,476 @@
+// grouped_gemm, grouped_gemm_glu and gemm_swiglu on the sm_90a kernels, against the CPU reference run on
+// the same bytes. Outputs are poisoned before each call: addressed elements must be written and close to
+// the reference, rows past the last expert end must keep the poison (zeros with zero_tail).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/expected.hpp"
+#include "common/host_tensor.hpp"
+#include "common/offsets.hpp"
+#include "common/poison.hpp"
+#include "common/random_fill.hpp"
+#include "gpu/device_buffer.hpp"
+#include "moegemm/moegemm.hpp"
+
+namespace moegemm::testing {
+namespace {
+
+bool gpu_present() { return device_kernels_available(); }
+
+#define REQUIRE_GPU()                                                      \
+  do {                                                                     \
+    if (!gpu_present()) GTEST_SKIP() << "no sm_90 GPU: GPU test not run";  \
+  } while (0)
+
+/// One forward problem: shapes, group sizes and options.
+struct Forward {
+  std::string name;
+  int64_t m = 256, n = 256, k = 128;
+  std::vector<int64_t> sizes{128, 128};
+  std::vector<int32_t> raw_offsets;  // used instead of sizes when non-empty (garbage offsets)
+  BLayout layout = BLayout::nk;
+  bool alpha = false, prob = false, generate_c = false, zero_tail = false;
+  int bias = 0;  // 0 none, 1 bf16, 2 f32
+  DType out = DType::bf16;
+  bool glu = false;
+  GluParams glu_params;
+  uint64_t seed = 1;
+};
+
+/// Host inputs of a problem, and device mirrors.
+struct Inputs {
+  HostTensor a, b, offsets, alpha, prob, bias;
+  DeviceTensor da, db, doffsets, dalpha, dprob, dbias;
+
+  explicit Inputs(const Forward& f) {
+    const int64_t e = f.raw_offsets.empty() ? static_cast<int64_t>(f.sizes.size())
+                                            : static_cast<int64_t>(f.raw_offsets.size());
+    a = random_tensor(DType::bf16, {f.m, f.k}, f.seed);
+    const double bscale = 1.0 / std::sqrt(static_cast<double>(f.k));  // keeps outputs O(1)
+    b = f.layout == BLayout::nk ? random_tensor(DType::bf16, {e, f.n, f.k}, f.seed + 1, -bscale, bscale)
+                                : random_tensor(DType::bf16, {e, f.k, f.n}, f.seed + 1, -bscale, bscale);
+    offsets = f.raw_offsets.empty() ? offsets_from_sizes(f.sizes) : offsets_raw(f.raw_offsets);
+    da = DeviceTensor(a);
+    db = DeviceTensor(b);
+    doffsets = DeviceTensor(offsets);
+    if (f.alpha) {
+      alpha = random_tensor(DType::f32, {e}, f.seed + 2, 0.5, 1.5);
+      dalpha = DeviceTensor(alpha);
+    }
+    if (f.prob) {
+      prob = random_tensor(DType::f32, {f.m}, f.seed + 3, 0.0, 1.0);
+      dprob = DeviceTensor(prob);
+    }
+    if (f.bias) {
+      bias = random_tensor(f.bias == 1 ? DType::bf16 : DType::f32, {e, f.n}, f.seed + 4, -0.5, 0.5);
+      dbias = DeviceTensor(bias);
+    }
+  }
+};
+
+template <class Args>
+void fill_common(Args& args, const Forward& f, const Inputs& in, bool device) {
+  args.a = device ? in.da.view() : in.a.view();
+  args.b.dense = device ? in.db.view() : in.b.view();
+  args.b.layout = f.layout;
+  args.offsets = device ? in.doffsets.view() : in.offsets.view();
+  if (f.alpha) args.alpha = device ? in.dalpha.view() : in.alpha.view();
+  if (f.prob) args.prob = device ? in.dprob.view() : in.prob.view();
+  if (f.bias) args.bias = device ? in.dbias.view() : in.bias.view();
+  args.zero_tail = f.zero_tail;
+}
+
+/// Outputs of one run (host storage; device runs download into it).
+struct Outputs {
+  HostTensor d, c;
+};
+
+Outputs make_outputs(const Forward& f) {
+  Outputs o;
+  o.d = HostTensor(f.out, {f.m, f.glu ? f.n / 2 : f.n});
+  poison(o.d);
+  if (f.generate_c) {
+    o.c = HostTensor(f.out, {f.m, f.n});
+    poison(o.c);
+  }
+  return o;
+}
+
+/// Runs the problem on the host (reference) or on the device, returning the outputs.
+Outputs run(const Forward& f, const Inputs& in, bool device, cudaStream_t stream = nullptr) {
+  Outputs o = make_outputs(f);
+  DeviceTensor dd(o.d), dc;
+  if (f.generate_c) dc = DeviceTensor(o.c);
+  auto out_view = [&](HostTensor& h, DeviceTensor& dt) { return device ? dt.view() : h.view(); };
+  if (f.glu) {
+    GroupedGemmGluArgs args;
+    fill_common(args, f, in, device);
+    args.glu = f.glu_params;
+    args.d = out_view(o.d, dd);
+    if (f.generate_c) args.c = out_view(o.c, dc);
+    grouped_gemm_glu(args, nullptr, 0, stream);
+  } else {
+    GroupedGemmArgs args;
+    fill_common(args, f, in, device);
+    args.d = out_view(o.d, dd);
+    if (f.generate_c) args.c = out_view(o.c, dc);
+    grouped_gemm(args, nullptr, 0, stream);
+  }
+  if (device) {
+    cuda_ok(cudaStreamSynchronize(stream), "kernel");
+    dd.download(o.d);
+    if (f.generate_c) dc.download(o.c);
+  }
+  return o;
+}
+
+/// What the device output must hold: rows before `end` close to the reference; rows at or past it
+/// untouched where the reference left them poisoned, exactly zero where zero_tail zeroed them.
+Expected expectation(const HostTensor& ref, int64_t end) {
+  Expected want(ref.shape());
+  const int64_t cols = ref.size(1);
+  for (int64_t i = 0; i < ref.numel(); ++i) {
+    const int64_t off = ref.offset_of_linear(i);
+    if (i / cols < end) want.set(i, Expected::kClose, ref.get_at(off));
+    else if (is_poison(ref, off)) want.set(i, Expected::kUntouched, 0.0);
+    else want.set(i, Expected::kExact, ref.get_at(off));
+  }
+  return want;
+}
+
+int64_t last_end(const Forward& f, const Inputs& in) {
+  int64_t end = 0;
+  for (int64_t g = 0; g < in.offsets.size(0); ++g) end = std::max<int64_t>(end, static_cast<int64_t>(in.offsets(g)));
+  return std::min(end, f.m);
+}
+
+void check_forward(const Forward& f) {
+  SCOPED_TRACE(f.name);
+  Inputs in(f);
+  const Outputs ref = run(f, in, false);
+  const Outputs got = run(f, in, true);
+  const int64_t end = last_end(f, in);
+  EXPECT_TRUE(matches(got.d, expectation(ref.d, end))) << "output d";
+  if (f.generate_c) EXPECT_TRUE(matches(got.c, expectation(ref.c, end))) << "output c";
+}
+
+TEST(ForwardGpu, GroupSizeEdgeCases) {
+  REQUIRE_GPU();
+  const std::vector<std::pair<std::string, std::vector<int64_t>>> patterns = {
+      {"random", {130, 7, 301, 64, 1, 250, 99, 148}},
+      {"empty first", {0, 200, 300, 100, 0, 120, 80, 200}},
+      {"empty middle", {200, 100, 0, 0, 300, 150, 50, 200}},
+      {"empty last", {300, 200, 100, 150, 150, 50, 50, 0}},
+      {"all empty", {0, 0, 0, 0, 0, 0, 0, 0}},
+      {"one expert holds every row", {0, 0, 0, 1000, 0, 0, 0, 0}},
+      {"1-row experts", {1, 1, 1, 1, 1, 1, 1, 993}},
+      {"offsets[-1] < M", {100, 100, 100, 100, 100, 100, 100, 44}},
+  };
+  for (const auto& [name, sizes] : patterns) {
+    for (BLayout layout : {BLayout::nk, BLayout::kn}) {
+      Forward f;
+      f.name = name + (layout == BLayout::nk ? " nk" : " kn");
+      f.m = 1000;
+      f.n = 384;
+      f.k = 200;
+      f.sizes = sizes;
+      f.layout = layout;
+      f.generate_c = true;
+      check_forward(f);
+    }
+  }
+}
+
+TEST(ForwardGpu, ExpertCounts) {
+  REQUIRE_GPU();
+  for (int64_t e : {1, 7, 64, 256, 1024}) {
+    Forward f;
+    f.name = "E=" + std::to_string(e);
+    f.m = std::max<int64_t>(1500, 3 * e);
+    f.n = 256;
+    f.k = 136;
+    f.sizes = random_group_sizes(e, f.m - 37, 11 + e, 0.2);
+    check_forward(f);
+  }
+}
+
+TEST(ForwardGpu, ShapesNK) {
+  REQUIRE_GPU();
+  const std::vector<int64_t> dims = {8, 24, 136, 768, 1536, 2880, 4096};
+  for (int64_t n : dims) {
+    for (int64_t k : dims) {
+      Forward f;
+      f.name = "N=" + std::to_string(n) + " K=" + std::to_string(k);
+      f.m = 264;
+      f.n = n;
+      f.k = k;
+      f.sizes = {100, 0, 131, 20};
+      f.layout = (n + k) % 16 == 0 ? BLayout::nk : BLayout::kn;
+      check_forward(f);
+    }
+  }
+}
+
+TEST(ForwardGpu, Options) {
+  REQUIRE_GPU();
+  int variant = 0;
+  for (BLayout layout : {BLayout::nk, BLayout::kn}) {
+    for (DType out : {DType::bf16, DType::f16, DType::f32}) {
+      for (int opts = 0; opts < 4; ++opts) {
+        Forward f;
+        f.m = 777;
+        f.n = 520;
+        f.k = 328;
+        f.sizes = {120, 0, 301, 77, 200};
+        f.layout = layout;
+        f.out = out;
+        f.alpha = opts & 1;
+        f.prob = opts & 2;
+        f.bias = (variant % 3);
+        f.generate_c = variant % 2 == 0;
+        f.zero_tail = variant % 4 < 2;
+        f.seed = 100 + variant;
+        f.name = "options variant " + std::to_string(variant++);
+        check_forward(f);
+      }
+    }
+  }
+}
+
+TEST(ForwardGpu, Glu) {
+  REQUIRE_GPU();
+  int variant = 0;
+  for (GluLayout pairing : {GluLayout::halves, GluLayout::interleaved32, GluLayout::interleaved32_up_first}) {
+    for (Activation act : {Activation::swiglu, Activation::geglu, Activation::swiglu_clamped}) {
+      for (BLayout layout : {BLayout::nk, BLayout::kn}) {
+        for (int64_t n : {128, 1536, 2880 * 2}) {
+          if (pairing != GluLayout::halves && n % 64) continue;
+          Forward f;
+          f.glu = true;
+          f.glu_params.activation = act;
+          f.glu_params.layout = pairing;
+          f.m = 700;
+          f.n = pairing == GluLayout::halves && n == 128 ? 272 : n;  // I = 136: not a tile multiple
+          f.k = 264;
+          f.sizes = {300, 0, 1, 250, 100};
+          f.layout = layout;
+          f.alpha = variant % 2;
+          f.prob = variant % 3 != 0;
+          f.bias = variant % 3;
+          f.generate_c = variant % 2 == 0;
+          f.zero_tail = variant % 4 == 1;
+          f.out = variant % 5 == 4 ? DType::f32 : DType::bf16;
+          f.seed = 300 + variant;
+          f.name = "glu variant " + std::to_string(variant++) + " N=" + std::to_string(f.n);
+          check_forward(f);
+        }
+      }
+    }
+  }
+}
+
+TEST(ForwardGpu, CasesC03C04C07) {
+  REQUIRE_GPU();
+  {  // C03: 256 experts, 240 empty, the rest 1..40 rows; then all 256 empty with M = 128.
+    std::vector<int64_t> sizes(256, 0);
+    std::mt19937 rng(3);
+    int64_t total = 0;
+    for (int i = 0; i < 16; ++i) {
+      const int64_t s = 1 + static_cast<int64_t>(rng() % 40);
+      sizes[static_cast<size_t>(rng() % 256)] += s;
+    }
+    for (int64_t s : sizes) total += s;
+    Forward f;
+    f.name = "C03 sparse";
+    f.m = total + 5;
+    f.n = 128;
+    f.k = 64;
+    f.sizes = sizes;
+    f.generate_c = true;
+    check_forward(f);
+    f.name = "C03 all empty";
+    f.m = 128;
+    f.sizes.assign(256, 0);
+    check_forward(f);
+  }
+  for (bool zero_tail : {false, true}) {  // C04: M = 1000, offsets[-1] = 744
+    Forward f;
+    f.name = zero_tail ? "C04 zero_tail" : "C04";
+    f.m = 1000;
+    f.n = 256;
+    f.k = 128;
+    f.sizes = {93, 93, 93, 93, 93, 93, 93, 93};
+    f.zero_tail = zero_tail;
+    f.generate_c = true;
+    check_forward(f);
+  }
+  for (int64_t n : {128, 160, 200, 768}) {  // C07: N tails
+    Forward f;
+    f.name = "C07 N=" + std::to_string(n);
+    f.m = 512;
+    f.n = n;
+    f.k = 64;
+    f.sizes = {256, 256};
+    check_forward(f);
+  }
+}
+
+TEST(ForwardGpu, GarbageOffsetsClampLikeTheReference) {
+  REQUIRE_GPU();
+  const std::vector<std::vector<int32_t>> garbage = {
+      {500, 200, 900, 100},            // decreasing
+      {-50, 300, -7, 600},             // negative
+      {100, 5000, 70000, 2147483647},  // past M
+      {-2147483647 - 1, 0, 3, 1 << 30},
+  };
+  int i = 0;
+  for (const auto& raw : garbage) {
+    Forward f;
+    f.name = "garbage offsets " + std::to_string(i++);
+    f.m = 800;
+    f.n = 256;
+    f.k = 64;
+    f.raw_offsets = raw;
+    f.generate_c = true;
+    f.zero_tail = i % 2 == 0;
+    check_forward(f);
+  }
+}
+
+TEST(ForwardGpu, RepeatsAreBitwiseIdentical) {
+  REQUIRE_GPU();
+  for (bool glu : {false, true}) {
+    Forward f;
+    f.glu = glu;
+    f.m = 3000;
+    f.n = 1024;
+    f.k = 512;
+    f.sizes = random_group_sizes(16, 2950, 5, 0.1);
+    f.prob = true;
+    f.generate_c = true;
+    Inputs in(f);
+    const Outputs first = run(f, in, true);
+    for (int r = 0; r < 20; ++r) {
+      const Outputs again = run(f, in, true);
+      ASSERT_EQ(0, std::memcmp(first.d.data(), again.d.data(), first.d.storage_bytes())) << "repeat " << r;
+      ASSERT_EQ(0, std::memcmp(first.c.data(), again.c.data(), first.c.storage_bytes())) << "repeat " << r;
+    }
+  }
+}
+
+TEST(ForwardGpu, CudaGraphReplayMatchesEager) {
+  REQUIRE_GPU();
+  Forward f;
+  f.glu = true;
+  f.m = 2000;
+  f.n = 768;
+  f.k = 256;
+  f.sizes = random_group_sizes(8, 1900, 9, 0.2);
+  f.prob = true;
+  f.zero_tail = true;
+  Inputs in(f);
+  const Outputs eager = run(f, in, true);
+
+  Outputs graph_out = make_outputs(f);
+  DeviceTensor dd(graph_out.d);
+  cudaStream_t stream;
+  cuda_ok(cudaStreamCreate(&stream), "stream");
+  GroupedGemmGluArgs args;
+  fill_common(args, f, in, true);
+  args.glu = f.glu_params;
+  args.d = dd.view();
+  cudaGraph_t graph;
+  cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "begin capture");
+  grouped_gemm_glu(args, nullptr, 0, stream);
+  cuda_ok(cudaStreamEndCapture(stream, &graph), "end capture");
+  cudaGraphExec_t exec;
+  cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  for (int r = 0; r < 3; ++r) {
+    poison(graph_out.d);
+    dd.upload(graph_out.d);
+    cuda_ok(cudaGraphLaunch(exec, stream), "replay");
+    cuda_ok(cudaStreamSynchronize(stream), "replay sync");
+    dd.download(graph_out.d);
+    ASSERT_EQ(0, std::memcmp(eager.d.data(), graph_out.d.data(), eager.d.storage_bytes())) << "replay " << r;
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+TEST(ForwardGpu, GemmSwigluDense) {
+  REQUIRE_GPU();
+  for (GluLayout pairing : {GluLayout::interleaved32_up_first, GluLayout::halves}) {
+    const int64_t m = 1000, n = 1024, k = 512;
+    HostTensor a = random_tensor(DType::bf16, {m, k}, 71);
+    HostTensor b = random_tensor(DType::bf16, {n, k}, 72, -0.05, 0.05);
+    auto run_dense = [&](bool device) {
+      HostTensor ab12(DType::f32, {m, n}), c(DType::bf16, {m, n / 2});
+      poison(ab12);
+      poison(c);
+      DeviceTensor da(a), db(b), dab(ab12), dcc(c);
+      GemmSwigluArgs args;
+      args.a = device ? da.view() : a.view();
+      args.b = device ? db.view() : b.view();
+      args.alpha = 0.75f;
+      args.layout = pairing;
+      args.ab12 = device ? dab.view() : ab12.view();
+      args.c = device ? dcc.view() : c.view();
+      gemm_swiglu(args, nullptr, 0, nullptr);
+      if (device) {
+        cuda_ok(cudaDeviceSynchronize(), "gemm_swiglu");
+        dab.download(ab12);
+        dcc.download(c);
+      }
+      return std::make_pair(std::move(ab12), std::move(c));
+    };
+    auto ref = run_dense(false);
+    auto got = run_dense(true);
+    EXPECT_TRUE(matches(got.first, expectation(ref.first, m))) << "ab12";
+    EXPECT_TRUE(matches(got.second, expectation(ref.second, m))) << "c";
+  }
+}
+
+TEST(ForwardGpu, C11RowTimesNPast2To31) {
+  REQUIRE_GPU();
+  // 1.1M rows x 2048 columns = 2.25e9 elements of D: 64-bit addressing in the epilogue.
+  const int64_t m = 1100000, n = 2048, k = 64, e = 4;
+  HostTensor a = random_tensor(DType::bf16, {m, k}, 81);
+  HostTensor b = random_tensor(DType::bf16, {e, n, k}, 82, -0.125, 0.125);
+  const std::vector<int64_t> sizes = {300000, 0, 500000, 300000};
+  HostTensor offsets = offsets_from_sizes(sizes);
+  DeviceTensor da(a), db(b), doff(offsets);
+  void* dd = nullptr;
+  cuda_ok(cudaMalloc(&dd, static_cast<size_t>(m * n) * 2), "cudaMalloc d");
+  GroupedGemmArgs args;
+  args.a = da.view();
+  args.b.dense = db.view();
+  args.offsets = doff.view();
+  args.d = TensorView::contiguous(dd, DType::bf16, {m, n}, Device::cuda);
+  grouped_gemm(args, nullptr, 0, nullptr);
+  cuda_ok(cudaDeviceSynchronize(), "large grouped_gemm");
+  // The last 256 rows belong to the last expert: compare them with a reference of those rows alone.
+  const int64_t rows = 256;
+  HostTensor a_tail(DType::bf16, {rows, k});
+  std::memcpy(a_tail.data(), static_cast<const uint16_t*>(a.data()) + (m - rows) * k, rows * k * 2);
+  HostTensor off_tail = offsets_from_sizes({0, 0, 0, rows});
+  HostTensor ref(DType::bf16, {rows, n}), got(DType::bf16, {rows, n});
+  poison(ref);
+  GroupedGemmArgs rargs;
+  rargs.a = a_tail.view();
+  rargs.b.dense = b.view();
+  rargs.offsets = off_tail.view();
+  rargs.d = ref.view();
+  grouped_gemm(rargs, nullptr, 0, nullptr);
+  cuda_ok(cudaMemcpy(got.data(), static_cast<uint16_t*>(dd) + (m - rows) * n, rows * n * 2, cudaMemcpyDeviceToHost),
+          "download tail");
+  cudaFree(dd);
+  EXPECT_TRUE(matches(got, expectation(ref, rows)));
+}
+
+}  // namespace
+}  // namespace moegemm::testing
