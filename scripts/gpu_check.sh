@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Everything that needs an sm_90 GPU, in one go: build, SASS check, GPU tests, compute-sanitizer,
+# benchmarks against the peers. Reports (logs, JSON, plots) go to $MOEGEMM_REPORT_DIR
+# (default build-gpu-check/report).
+#
+#   scripts/gpu_check.sh [stage ...]    stages: build sass test sanitize pytest bench   (default: all)
+#
+# Options through the environment:
+#   MOEGEMM_BUILD_DIR       build tree (default build-gpu-check)
+#   MOEGEMM_CMAKE_ARGS      extra CMake arguments (e.g. -DMOEGEMM_GTEST_SOURCE_DIR=...)
+#   MOEGEMM_GTEST_FILTER    GoogleTest filter for the GPU suite (default: everything)
+#   MOEGEMM_BENCH_ARGS      arguments for bench/peers.py (default: --quick)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${MOEGEMM_BUILD_DIR:-build-gpu-check}
+REPORT=${MOEGEMM_REPORT_DIR:-$BUILD/report}
+mkdir -p "$REPORT"
+stages=("$@")
+[ ${#stages[@]} -eq 0 ] && stages=(build sass test sanitize pytest bench)
+status=0
+note() { printf '\n=== %s\n' "$*" | tee -a "$REPORT/summary.txt"; }
+
+for stage in "${stages[@]}"; do
+  case "$stage" in
+    build)
+      note "build ($BUILD)"
+      cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOEGEMM_BUILD_PYTHON=ON \
+        ${MOEGEMM_CMAKE_ARGS:-} > "$REPORT/configure.log" 2>&1 || { tail -30 "$REPORT/configure.log"; exit 1; }
+      cmake --build "$BUILD" -j"$(nproc)" > "$REPORT/build.log" 2>&1 || { grep -E "error|FAILED" "$REPORT/build.log" | head -40; exit 1; }
+      grep -E "C75[0-9][0-9]|spill stores" "$REPORT/build.log" | sort | uniq -c | tee -a "$REPORT/summary.txt"
+      ;;
+    sass)
+      note "SASS of libmoegemm.so"
+      lib=$(ls "$BUILD"/src/libmoegemm.so* | head -1)
+      cuobjdump --dump-sass "$lib" > "$REPORT/sass.txt" 2>&1
+      echo "HGMMA instructions: $(grep -c HGMMA "$REPORT/sass.txt")" | tee -a "$REPORT/summary.txt"
+      echo "local memory (LDL/STL): $(grep -cE '\b(LDL|STL)\b' "$REPORT/sass.txt")" | tee -a "$REPORT/summary.txt"
+      grep -oE 'HGMMA\.[0-9x]+\.[A-Z0-9.]+' "$REPORT/sass.txt" | sort | uniq -c | tee -a "$REPORT/summary.txt"
+      ;;
+    test)
+      note "GPU tests (ctest -L gpu)"
+      "$BUILD"/tests/cpp/moegemm_gpu_tests --gtest_filter="${MOEGEMM_GTEST_FILTER:-*}" \
+        --gtest_output=xml:"$REPORT/gpu_tests.xml" > "$REPORT/gpu_tests.log" 2>&1 || status=1
+      grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|FAILED  \]" "$REPORT/gpu_tests.log" | tee -a "$REPORT/summary.txt"
+      ;;
+    sanitize)
+      note "compute-sanitizer"
+      for tool in memcheck; do
+        compute-sanitizer --tool $tool --error-exitcode 9 "$BUILD"/tests/cpp/moegemm_gpu_tests \
+          --gtest_filter='ForwardGpu.GarbageOffsets*:ForwardGpu.CasesC03C04C07:ForwardGpu.GroupSizeEdgeCases' \
+          > "$REPORT/sanitize_$tool.log" 2>&1
+        echo "$tool exit $? : $(grep -E 'ERROR SUMMARY' "$REPORT/sanitize_$tool.log" | tail -1)" | tee -a "$REPORT/summary.txt"
+      done
+      compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD"/tests/cpp/moegemm_gpu_tests \
+        --gtest_filter='ForwardGpu.CasesC03C04C07' > "$REPORT/sanitize_racecheck.log" 2>&1
+      echo "racecheck exit $? : $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$REPORT/sanitize_racecheck.log" | tail -1)" | tee -a "$REPORT/summary.txt"
+      ;;
+    pytest)
+      note "Python tests on the GPU"
+      PYTHONPATH="$BUILD/python" python3 -m pytest -q tests/python -x -p no:cacheprovider \
+        > "$REPORT/pytest.log" 2>&1 || status=1
+      tail -5 "$REPORT/pytest.log" | tee -a "$REPORT/summary.txt"
+      ;;
+    bench)
+      note "benchmarks against the peers"
+      if [ -f bench/peers.py ]; then
+        PYTHONPATH="$BUILD/python" MOEGEMM_BIN="$BUILD/tools/moegemm" python3 bench/peers.py \
+          ${MOEGEMM_BENCH_ARGS:---quick} --out "$REPORT" > "$REPORT/bench.log" 2>&1 || status=1
+        tail -40 "$REPORT/bench.log" | tee -a "$REPORT/summary.txt"
+      else
+        echo "bench/peers.py missing" | tee -a "$REPORT/summary.txt"
+      fi
+      ;;
+    *) echo "unknown stage $stage"; exit 2 ;;
+  esac
+done
+exit $status
