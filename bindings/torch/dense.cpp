@@ -56,7 +56,7 @@ Pair gemm_amax_op(const at::Tensor& a, const at::Tensor& b, c10::string_view b_l
   args.b = view_of(b, op, "b");
   DeviceContext context(a);
   at::Tensor c = at::empty({a.size(0), n}, a.options().dtype(out_dtype_or(out_dtype, a.scalar_type())));
-  at::Tensor amax = at::empty({1}, a.options().dtype(float_side_dtype(a)));
+  at::Tensor amax = at::empty({1}, a.options().dtype(at::kFloat));
   args.c = view_of(c, op, "c");
   args.amax = view_of(amax, op, "amax");
   launch(context, a, args, [](const auto& x) { return gemm_amax_workspace_bytes(x); },
@@ -103,7 +103,7 @@ Pair gemm_dsrelu_op(const at::Tensor& a, const at::Tensor& b, const at::Tensor& 
   args.prob = view_of(prob, op, "prob");
   DeviceContext context(a);
   at::Tensor dc = at::empty({a.size(0), n}, a.options().dtype(out_dtype_or(out_dtype, c.scalar_type())));
-  at::Tensor dprob = compute_dprob ? at::empty({a.size(0)}, a.options().dtype(float_side_dtype(a)))
+  at::Tensor dprob = compute_dprob ? at::empty({a.size(0)}, a.options().dtype(at::kFloat))
                                    : not_requested(dc);
   args.dc = view_of(dc, op, "dc");
   if (compute_dprob) args.dprob = view_of(dprob, op, "dprob");

@@ -7,8 +7,8 @@
 //    requested comes back as an empty tensor of shape (0,). Every output is returned, none is Tensor?.
 //  - Outputs are fresh, uninitialised tensors (at::empty); mutation is declared with Tensor(a!) only
 //    where the op writes into a tensor the caller passes (grouped_gemm_wgrad.accumulate).
-//  - Output dtypes default to a's dtype (dc: c's dtype); dprob, amax, dbias and wgrad default to float32
-//    (float64 for float64 inputs on the CPU backend).
+//  - Output dtypes default to a's dtype (dc: c's dtype); dprob and amax are float32, dbias defaults to
+//    float32, wgrad to float32 (float64 for float64 inputs on the CPU backend).
 #include <torch/library.h>
 #include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 
@@ -89,5 +89,9 @@ TORCH_LIBRARY_IMPL(moegemm, CUDA, m) {
 // torch.autograd.Function): calling one on inputs that require grad and back-propagating through it
 // raises "derivative not implemented" instead of silently dropping the gradient.
 TORCH_LIBRARY_IMPL(moegemm, Autograd, m) {
-  m.fallback(torch::autograd::autogradNotImplementedFallback());
+  for (const char* op : {"grouped_gemm", "grouped_gemm_glu", "grouped_gemm_dglu", "grouped_gemm_srelu",
+                         "grouped_gemm_dsrelu", "grouped_gemm_wgrad", "grouped_gemm_wgrad.accumulate",
+                         "gemm_swiglu", "gemm_amax", "gemm_srelu", "gemm_dsrelu"}) {
+    m.impl(op, torch::autograd::autogradNotImplementedFallback());
+  }
 }

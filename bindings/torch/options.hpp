@@ -29,10 +29,10 @@ inline at::ScalarType out_dtype_or(const std::optional<at::ScalarType>& requeste
   return requested.has_value() ? *requested : fallback;
 }
 
-/// dtype of the f32 side outputs (dprob, amax, wgrad's default): float64 when the call's inputs are
-/// float64 (gradient checks on the host backend), float32 otherwise.
-inline at::ScalarType float_side_dtype(const at::Tensor& a) {
-  return a.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+/// Default dtype of grouped_gemm_wgrad's output: float64 for float64 inputs (gradient checks on the host
+/// backend), float32 otherwise. (dprob, amax and alpha/prob are float32 on every backend.)
+inline at::ScalarType wgrad_default_dtype(const at::Tensor& x) {
+  return x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
 }
 
 }  // namespace moegemm::torch_ops

@@ -1,0 +1,134 @@
+"""``grouped_mm``: a drop-in for ``torch._grouped_mm`` on the moegemm ops, with autograd."""
+
+from __future__ import annotations
+
+import torch
+
+from ._torch_weights import flipped, weight_grad_like, weight_operand
+
+_OP = "grouped_mm"
+
+
+def _segment_column_sums(dout: torch.Tensor, offs: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Per-expert column sums of the rows each expert owns (the bias gradient), (E, N) in `dtype`."""
+    e = offs.shape[0]
+    rows = torch.arange(dout.shape[0], device=dout.device, dtype=offs.dtype)
+    owner = torch.searchsorted(offs, rows, right=True)  # rows at or past offs[-1] get E: dropped below
+    sums = dout.new_zeros((e + 1, dout.shape[1]), dtype=torch.float32)
+    sums.index_add_(0, owner, dout.to(torch.float32))
+    return sums[:e].to(dtype)
+
+
+class _RaggedRowsMM(torch.autograd.Function):
+    """out = a @ b[g] (+ bias[g]) over the row ranges of `offs`; gradients through the moegemm ops."""
+
+    @staticmethod
+    def forward(ctx, a, b, offs, bias, out_dtype, zero_tail):
+        b_op, layout = weight_operand(b, _OP, "b")
+        out, _ = torch.ops.moegemm.grouped_gemm(a, b_op, offs, b_layout=layout, bias=bias, out_dtype=out_dtype,
+                                                zero_tail=zero_tail)
+        ctx.save_for_backward(a, b_op, offs)
+        ctx.layout = layout
+        ctx.zero_tail = zero_tail
+        ctx.b_dtype = b.dtype
+        ctx.bias_dtype = None if bias is None else bias.dtype
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        a, b_op, offs = ctx.saved_tensors
+        dout = dout.to(a.dtype).contiguous()
+        da = db = dbias = None
+        if ctx.needs_input_grad[0]:
+            da, _ = torch.ops.moegemm.grouped_gemm(dout, b_op, offs, b_layout=flipped(ctx.layout),
+                                                   zero_tail=ctx.zero_tail)
+        if ctx.needs_input_grad[1]:
+            transpose, fix = weight_grad_like(ctx.layout)
+            db = fix(torch.ops.moegemm.grouped_gemm_wgrad(a, dout, offs, transpose_output=transpose,
+                                                          out_dtype=ctx.b_dtype))
+        if ctx.needs_input_grad[3]:
+            dbias = _segment_column_sums(dout, offs, ctx.bias_dtype)
+        return da, db, None, dbias, None, None
+
+
+def _rows_mm(a, b, offs, bias, out_dtype, zero_tail):
+    needs_grad = torch.is_grad_enabled() and (
+        a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad))
+    if needs_grad:
+        return _RaggedRowsMM.apply(a, b, offs, bias, out_dtype, zero_tail)
+    b_op, layout = weight_operand(b, _OP, "b")
+    out, _ = torch.ops.moegemm.grouped_gemm(a, b_op, offs, b_layout=layout, bias=bias, out_dtype=out_dtype,
+                                            zero_tail=zero_tail)
+    return out
+
+
+def _ragged_k_mm(a, b, offs, out_dtype):
+    # out[g] = a[:, rows_g] @ b[rows_g, :] = X[rows_g]^T @ dY[rows_g] with X = a.T (T, H), dY = b (T, N).
+    if a.requires_grad or b.requires_grad:
+        if torch.is_grad_enabled():
+            raise NotImplementedError(f"{_OP}: the 2-D x 2-D (ragged K) mode has no autograd in moegemm")
+    if a.stride(0) != 1 and a.shape[0] > 1:
+        raise ValueError(
+            f"{_OP}: a: the 2-D x 2-D mode reads a as the transpose of a row-major (T, H) tensor, i.e. "
+            f"a.stride(0) == 1 (pass x.t() for x of shape (T, H)); got shape {tuple(a.shape)} with strides "
+            f"{tuple(a.stride())}")
+    return torch.ops.moegemm.grouped_gemm_wgrad(a.t(), b, offs, out_dtype=out_dtype or a.dtype)
+
+
+def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+               out_dtype: torch.dtype | None = None, *, zero_tail: bool = False) -> torch.Tensor:
+    """Grouped matrix multiply with ``torch._grouped_mm`` semantics, on the moegemm kernels.
+
+    Modes (E groups, ``offs`` (E,) int32 on the operands' device: cumulative end of each group along the
+    ragged dimension, non-decreasing, any alignment, empty groups allowed):
+
+    - 2-D x 3-D (ragged M): ``a`` (M, K), ``b`` (E, K, N) -> (M, N); rows [offs[g-1], offs[g]) of the
+      output are ``a[rows] @ b[g] (+ bias[g])``. ``b`` may be row-major (N contiguous) or a transposed view
+      of an (E, N, K) tensor (``w.mT``); the layout is read from the strides and nothing is copied. Any
+      other stride order raises ValueError. Differentiable in ``a``, ``b`` and ``bias``
+      (dA via grouped_gemm with the transposed weight, dB via grouped_gemm_wgrad: empty groups get exact
+      zeros).
+    - 2-D x 2-D (ragged K): ``a`` (H, T), ``b`` (T, N) -> (E, H, N) with ``out[g] = a[:, cols_g] @
+      b[cols_g, :]``; groups without columns give exact zeros. ``a`` must be the transposed view of a
+      row-major (T, H) tensor and ``b`` row-major (the token dimension is the rows of both in memory);
+      other orders raise ValueError. Not differentiable (NotImplementedError under autograd).
+    - 3-D x 3-D (batched): ``a`` (E, M, K), ``b`` (E, K, N), ``offs=None`` -> (E, M, N). ``a`` must be
+      viewable as (E*M, K).
+    - 3-D x 2-D: NotImplementedError.
+
+    Rows at or past ``offs[-1]`` (2-D x 3-D): not written, content unspecified, as ``torch._grouped_mm``
+    (whose output is an uninitialised ``empty`` there, on CPU and CUDA); ``zero_tail=True`` (an extension)
+    writes zeros to exactly those rows, and to the same rows of dA in the backward.
+
+    dtypes: bf16/f16 inputs (f32/f64 also on CPU); ``out_dtype`` bf16, f16 or f32 (default ``a.dtype``),
+    unlike torch which only allows ``a.dtype``. ``bias`` (E, N) bf16/f32 is supported (torch rejects any
+    bias). Errors: ValueError naming the operand for shapes, dtypes, strides, alignment (N and K multiples
+    of 8 for 16-bit types); NotImplementedError for f32 inputs on CUDA and for unsupported modes.
+    Formula source: docs/ops.md §1 and §5; ``torch._grouped_mm`` (torch/_meta_registrations.py).
+    """
+    if a.dim() == 2 and b.dim() == 3:
+        if offs is None:
+            raise ValueError(f"{_OP}: offs: required for 2-D x 3-D inputs (an (E,) int32 tensor), got None")
+        return _rows_mm(a, b, offs, bias, out_dtype, zero_tail)
+    if a.dim() == 2 and b.dim() == 2:
+        if offs is None:
+            raise ValueError(f"{_OP}: offs: required for 2-D x 2-D inputs (an (E,) int32 tensor), got None")
+        if bias is not None:
+            raise ValueError(f"{_OP}: bias: not supported in the 2-D x 2-D mode, got a tensor")
+        return _ragged_k_mm(a, b, offs, out_dtype)
+    if a.dim() == 3 and b.dim() == 3:
+        if offs is not None:
+            raise ValueError(f"{_OP}: offs: must be None for 3-D x 3-D inputs, got a tensor")
+        e, m, k = a.shape
+        if b.shape[0] != e:
+            raise ValueError(f"{_OP}: b: expected {e} groups (a.shape[0]), got shape {tuple(b.shape)}")
+        try:
+            rows = a.view(e * m, k)
+        except RuntimeError:
+            raise ValueError(f"{_OP}: a: expected a 3-D tensor viewable as (E*M, K), got strides "
+                             f"{tuple(a.stride())}") from None
+        ends = torch.arange(1, e + 1, device=a.device, dtype=torch.int32) * m
+        return _rows_mm(rows, b, ends, bias, out_dtype, zero_tail).view(e, m, -1)
+    if a.dim() in (2, 3) and b.dim() in (2, 3):
+        raise NotImplementedError(f"{_OP}: the 3-D x 2-D mode is not supported by moegemm")
+    raise ValueError(f"{_OP}: expected 2-D or 3-D operands, got a of rank {a.dim()} and b of rank {b.dim()}")

@@ -1,0 +1,135 @@
+"""A differentiable Mixture-of-Experts MLP on the fused GLU ops: ``moe_mlp`` and ``MoEMLP``."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ._torch_weights import flipped, weight_grad_like, weight_operand
+
+_OP = "moe_mlp"
+
+
+def _as_f32(prob: torch.Tensor | None) -> torch.Tensor | None:
+    # The ops take router probabilities as float32 on every backend.
+    return None if prob is None or prob.dtype == torch.float32 else prob.to(torch.float32)
+
+
+class _MoEMLPFunction(torch.autograd.Function):
+    """y = (prob * act(x @ w_up[g])) @ w_down[g] per expert row range, with a fused backward.
+
+    Forward: grouped_gemm_glu (keeps the pre-activation C) then grouped_gemm.
+    Backward: grouped_gemm_dglu(dy, w_down transposed, C) -> dC (+ dprob);
+    dx = grouped_gemm(dC, w_up transposed); dw_up = wgrad(x, dC); dw_down = wgrad(h, dy).
+    """
+
+    @staticmethod
+    def forward(ctx, x, w_up, w_down, offsets, prob, activation, glu_layout, zero_tail):
+        up, up_layout = weight_operand(w_up, _OP, "w_up")
+        down, down_layout = weight_operand(w_down, _OP, "w_down")
+        prob32 = _as_f32(prob)
+        h, c = torch.ops.moegemm.grouped_gemm_glu(x, up, offsets, b_layout=up_layout, prob=prob32,
+                                                  activation=activation, glu_layout=glu_layout, generate_c=True,
+                                                  zero_tail=zero_tail)
+        y, _ = torch.ops.moegemm.grouped_gemm(h, down, offsets, b_layout=down_layout, zero_tail=zero_tail)
+        ctx.save_for_backward(x, up, down, offsets, prob32, h, c)
+        ctx.layouts = (up_layout, down_layout)
+        ctx.config = (activation, glu_layout, zero_tail)
+        ctx.dtypes = (w_up.dtype, w_down.dtype, None if prob is None else prob.dtype)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, up, down, offsets, prob32, h, c = ctx.saved_tensors
+        up_layout, down_layout = ctx.layouts
+        activation, glu_layout, zero_tail = ctx.config
+        w_up_dtype, w_down_dtype, prob_dtype = ctx.dtypes
+        need_x, need_up, need_down, _, need_prob = ctx.needs_input_grad[:5]
+        dy = dy.to(h.dtype).contiguous()
+        dx = dw_up = dw_down = dprob = None
+        if need_x or need_up or need_prob:
+            dc, dprob32, _, _ = torch.ops.moegemm.grouped_gemm_dglu(
+                dy, down, c, offsets, b_layout=flipped(down_layout), prob=prob32, activation=activation,
+                glu_layout=glu_layout, compute_dprob=bool(need_prob), zero_tail=zero_tail)
+            if need_prob:
+                dprob = dprob32.to(prob_dtype)
+            if need_x:
+                dx, _ = torch.ops.moegemm.grouped_gemm(dc, up, offsets, b_layout=flipped(up_layout),
+                                                       zero_tail=zero_tail)
+            if need_up:
+                transpose, fix = weight_grad_like(up_layout)
+                dw_up = fix(torch.ops.moegemm.grouped_gemm_wgrad(x, dc, offsets, transpose_output=transpose,
+                                                                 out_dtype=w_up_dtype))
+        if need_down:
+            transpose, fix = weight_grad_like(down_layout)
+            dw_down = fix(torch.ops.moegemm.grouped_gemm_wgrad(h, dy, offsets, transpose_output=transpose,
+                                                               out_dtype=w_down_dtype))
+        return dx, dw_up, dw_down, None, dprob, None, None, None
+
+
+def moe_mlp(x: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, offsets: torch.Tensor,
+            prob: torch.Tensor | None = None, activation: str = "swiglu", glu_layout: str = "halves", *,
+            zero_tail: bool = False) -> torch.Tensor:
+    """The expert MLP of a Mixture-of-Experts layer, differentiable in x, w_up, w_down and prob.
+
+    For expert g and each row r it owns (rows [offsets[g-1], offsets[g])):
+    ``y[r] = (prob[r] * act(gate, up)) @ w_down[g]`` with ``[gate | up] = x[r] @ w_up[g]`` paired by
+    ``glu_layout`` ("halves": gate = columns [0, I), up = [I, 2I); "interleaved32": alternating 32-column
+    gate/up blocks) and ``act`` = "swiglu" (silu(gate) * up), "geglu" (gelu_tanh(gate) * up) or
+    "swiglu_clamped" (gpt-oss, limit 7.0, alpha 1.702, offset 1.0); formulas: docs/ops.md §2-§3.
+
+    Args:
+        x: (M, H) tokens sorted by expert, row-major; bf16/f16 (f32/f64 on CPU, for gradient checks).
+        w_up: (E, H, 2I), same dtype; N-contiguous, or a transposed view of an (E, 2I, H) tensor.
+        w_down: (E, I, H), same dtype and stride rules.
+        offsets: (E,) int32, cumulative end row of each expert, on x's device (never read on the host).
+        prob: optional (M,) router probability per row (any float dtype; used as float32).
+        zero_tail: write zeros to rows at or past offsets[-1] of y (and of dx in the backward); by default
+            those rows are not written and their content is unspecified.
+
+    Returns:
+        y: (M, H) in x's dtype.
+
+    Backward: grouped_gemm_dglu gives dC (and dprob) from the saved pre-activation; dx = grouped_gemm(dC,
+    w_up^T); dw_up = grouped_gemm_wgrad(x, dC); dw_down = grouped_gemm_wgrad(h, dy), exact zeros for experts
+    without rows. Weight gradients have the weights' dtype and stride order.
+
+    Raises:
+        ValueError naming the operand (shape, dtype, stride, alignment); NotImplementedError for requests the
+        backend cannot serve (f32 inputs on CUDA).
+    """
+    return _MoEMLPFunction.apply(x, w_up, w_down, offsets, prob, activation, glu_layout, zero_tail)
+
+
+class MoEMLP(torch.nn.Module):
+    """Expert MLP weights and :func:`moe_mlp`: ``forward(x, offsets, prob=None) -> y``.
+
+    Parameters: ``w_up`` (E, H, 2I) and ``w_down`` (E, I, H), initialised uniform in
+    [-1/sqrt(fan_in), 1/sqrt(fan_in)] (fan_in H for w_up, I for w_down), as nn.Linear does.
+    """
+
+    def __init__(self, num_experts: int, hidden: int, intermediate: int, *, activation: str = "swiglu",
+                 glu_layout: str = "halves", zero_tail: bool = False, device=None, dtype=None):
+        super().__init__()
+        factory = {"device": device, "dtype": dtype}
+        self.activation = activation
+        self.glu_layout = glu_layout
+        self.zero_tail = zero_tail
+        self.w_up = torch.nn.Parameter(torch.empty(num_experts, hidden, 2 * intermediate, **factory))
+        self.w_down = torch.nn.Parameter(torch.empty(num_experts, intermediate, hidden, **factory))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        for w, fan_in in ((self.w_up, self.w_up.shape[1]), (self.w_down, self.w_down.shape[1])):
+            bound = 1.0 / math.sqrt(fan_in)
+            torch.nn.init.uniform_(w, -bound, bound)
+
+    def forward(self, x: torch.Tensor, offsets: torch.Tensor, prob: torch.Tensor | None = None) -> torch.Tensor:
+        """x (M, H), offsets (E,) int32, prob optional (M,) -> y (M, H); see :func:`moe_mlp`."""
+        return moe_mlp(x, self.w_up, self.w_down, offsets, prob, self.activation, self.glu_layout,
+                       zero_tail=self.zero_tail)
+
+    def extra_repr(self) -> str:
+        e, h, n2 = self.w_up.shape
+        return f"experts={e}, hidden={h}, intermediate={n2 // 2}, activation={self.activation}"

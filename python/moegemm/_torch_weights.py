@@ -1,0 +1,44 @@
+"""Reading a logical (E, K, N) weight tensor as a moegemm B operand without copying it."""
+
+from __future__ import annotations
+
+import torch
+
+_FLIP = {"kn": "nk", "nk": "kn"}
+
+
+def weight_operand(w: torch.Tensor, op: str, name: str) -> tuple[torch.Tensor, str]:
+    """The moegemm (b, b_layout) that computes ``A @ w[g]`` for a logical (E, K, N) weight ``w``.
+
+    ``w`` row-major in its last two dims (N contiguous) is passed as is with ``"kn"``; ``w`` that is a
+    transposed view of a row-major (E, N, K) tensor (``w.stride(-2) == 1``, e.g. ``weight.mT`` of an
+    ``nn.Linear``-style stack) is passed as that (E, N, K) tensor with ``"nk"``. Nothing is copied.
+    Raises ValueError naming ``op: name`` for any other stride order (neither of the last two dims
+    contiguous, or experts interleaved inside a matrix); the moegemm contract then checks the rest
+    (expert stride, 16-byte alignment).
+    """
+    if w.dim() != 3:
+        raise ValueError(f"{op}: {name}: expected a 3-D (E, K, N) weight tensor, got shape {tuple(w.shape)}")
+    if w.stride(-1) == 1 and (w.shape[-2] <= 1 or w.stride(-2) >= w.shape[-1]):
+        return w, "kn"
+    if w.stride(-2) == 1 and (w.shape[-1] <= 1 or w.stride(-1) >= w.shape[-2]):
+        return w.transpose(-2, -1), "nk"
+    raise ValueError(
+        f"{op}: {name}: expected an (E, K, N) weight whose N dim is contiguous (stride(-1) == 1) or a "
+        f"transposed view of an (E, N, K) tensor (stride(-2) == 1), got shape {tuple(w.shape)} with strides "
+        f"{tuple(w.stride())}; pass w.contiguous() to copy it"
+    )
+
+
+def flipped(layout: str) -> str:
+    """The layout that reads the same storage as the transposed weight (E, N, K) -> used by dgrad."""
+    return _FLIP[layout]
+
+
+def weight_grad_like(layout: str):
+    """For a weight read with `layout`, (transpose_output, fix) for grouped_gemm_wgrad such that
+    ``fix(wgrad(x, dy, transpose_output=...))`` has the weight's logical (E, K, N) shape and the same
+    stride order as the weight's storage."""
+    if layout == "kn":
+        return False, lambda g: g
+    return True, lambda g: g.transpose(-2, -1)

@@ -1,0 +1,171 @@
+"""PyTorch front end of moegemm: ``torch.ops.moegemm.*`` custom ops, their fake kernels, autograd.
+
+Importing this module loads ``libmoegemm_torch.so`` (the C++ ops, registered with ``TORCH_LIBRARY`` for
+the CPU and CUDA dispatch keys) and registers a fake kernel for every op, so the ops trace under
+``torch.compile(fullgraph=True)`` and pass ``torch.library.opcheck``.
+
+Ops (contracts: docs/ops.md; schemas and conventions: docs/torch.md). All take ``offsets`` (E,) int32,
+the cumulative end row of each expert, on the device of the other operands; CPU tensors run the CPU
+reference backend, CUDA tensors the sm_90a kernels (bf16/f16 inputs):
+
+- ``grouped_gemm(a, b, offsets, *, b_layout, alpha, prob, bias, generate_c, out_dtype, zero_tail,
+  validate) -> (d, c)``
+- ``grouped_gemm_glu(... , activation, glu_layout, limit, act_alpha, linear_offset, ...) -> (d, c)``
+- ``grouped_gemm_dglu(a, b, c, offsets, *, ..., compute_dprob, compute_dbias, compute_amax, ...)
+  -> (dc, dprob, dbias, amax)``
+- ``grouped_gemm_srelu -> (d, c)``, ``grouped_gemm_dsrelu -> (dc, dprob, dbias, amax)``
+- ``grouped_gemm_wgrad(x, dy, offsets, *, transpose_output, out_dtype, validate) -> w`` and
+  ``grouped_gemm_wgrad.accumulate(x, dy, offsets, w, ...)`` (adds into ``w`` in place)
+- ``gemm_swiglu -> (ab12, c)``, ``gemm_amax -> (c, amax)``, ``gemm_srelu -> (d, c)``,
+  ``gemm_dsrelu -> (dc, dprob)``
+
+Conventions: ``b_layout="nk"`` means weights stored (E, N, K) with K contiguous, ``"kn"`` (E, K, N) with
+N contiguous. An optional output is requested with its flag (``generate_c``, ``compute_dprob``, ...);
+one not requested comes back as an empty tensor of shape (0,). Outputs are uninitialised allocations
+of the caching allocator on the current stream; rows at or past ``offsets[-1]`` are left unwritten
+unless ``zero_tail=True``. Bad operands raise ``ValueError`` naming the operand; requests the backend
+cannot serve (f32 inputs on CUDA, FP8) raise ``NotImplementedError``.
+
+Higher level: :func:`grouped_mm` (``torch._grouped_mm`` drop-in), :func:`moe_mlp` and :class:`MoEMLP`
+(a differentiable MoE MLP on the fused GLU ops).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._native import library_path
+
+torch.ops.load_library(str(library_path("moegemm_torch")))
+
+_B_LAYOUTS = ("nk", "kn")
+_ACTIVATIONS = ("swiglu", "geglu", "swiglu_clamped")
+_GLU_LAYOUTS = ("halves", "interleaved32", "interleaved32_up_first")
+
+
+def _check_choice(op: str, name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{op}: {name}: expected one of {', '.join(repr(c) for c in choices)}, got {value!r}")
+
+
+def _weights_n(op: str, b: torch.Tensor, b_layout: str) -> int:
+    _check_choice(op, "b_layout", b_layout, _B_LAYOUTS)
+    return b.shape[-2] if b_layout == "nk" else b.shape[-1]
+
+
+def _absent(like: torch.Tensor) -> torch.Tensor:
+    return like.new_empty((0,))
+
+
+# ---- fake kernels: output metadata only, exactly as the C++ ops allocate it -----------------------
+
+
+@torch.library.register_fake("moegemm::grouped_gemm")
+def _grouped_gemm_fake(a, b, offsets, *, b_layout="nk", alpha=None, prob=None, bias=None, generate_c=False,
+                       out_dtype=None, zero_tail=False, validate=False):
+    n = _weights_n("grouped_gemm", b, b_layout)
+    d = a.new_empty((a.shape[0], n), dtype=out_dtype or a.dtype)
+    return d, (d.new_empty((a.shape[0], n)) if generate_c else _absent(d))
+
+
+@torch.library.register_fake("moegemm::grouped_gemm_glu")
+def _grouped_gemm_glu_fake(a, b, offsets, *, b_layout="nk", alpha=None, prob=None, bias=None,
+                           activation="swiglu", glu_layout="halves", limit=7.0, act_alpha=1.702,
+                           linear_offset=1.0, generate_c=False, out_dtype=None, zero_tail=False,
+                           validate=False):
+    _check_choice("grouped_gemm_glu", "activation", activation, _ACTIVATIONS)
+    _check_choice("grouped_gemm_glu", "glu_layout", glu_layout, _GLU_LAYOUTS)
+    n = _weights_n("grouped_gemm_glu", b, b_layout)
+    d = a.new_empty((a.shape[0], n // 2), dtype=out_dtype or a.dtype)
+    return d, (d.new_empty((a.shape[0], n)) if generate_c else _absent(d))
+
+
+@torch.library.register_fake("moegemm::grouped_gemm_srelu")
+def _grouped_gemm_srelu_fake(a, b, offsets, *, b_layout="nk", alpha=None, prob=None, bias=None,
+                             generate_c=False, out_dtype=None, zero_tail=False, validate=False):
+    n = _weights_n("grouped_gemm_srelu", b, b_layout)
+    d = a.new_empty((a.shape[0], n), dtype=out_dtype or a.dtype)
+    return d, (d.new_empty((a.shape[0], n)) if generate_c else _absent(d))
+
+
+def _backward_outputs(a, c, offsets, columns, amax_len, compute_dprob, compute_dbias, compute_amax,
+                      dc_dtype, dbias_dtype):
+    m, e = a.shape[0], offsets.shape[0]
+    dc = a.new_empty((m, columns), dtype=dc_dtype or c.dtype)
+    dprob = a.new_empty((m,), dtype=torch.float32) if compute_dprob else _absent(dc)
+    dbias = a.new_empty((e, columns), dtype=dbias_dtype or torch.float32) if compute_dbias else _absent(dc)
+    amax = a.new_empty((amax_len,), dtype=torch.float32) if compute_amax else _absent(dc)
+    return dc, dprob, dbias, amax
+
+
+@torch.library.register_fake("moegemm::grouped_gemm_dglu")
+def _grouped_gemm_dglu_fake(a, b, c, offsets, *, b_layout="nk", alpha=None, beta=None, prob=None,
+                            activation="swiglu", glu_layout="halves", limit=7.0, act_alpha=1.702,
+                            linear_offset=1.0, compute_dprob=False, compute_dbias=False, compute_amax=False,
+                            dc_dtype=None, dbias_dtype=None, zero_tail=False, validate=False):
+    _check_choice("grouped_gemm_dglu", "activation", activation, _ACTIVATIONS)
+    _check_choice("grouped_gemm_dglu", "glu_layout", glu_layout, _GLU_LAYOUTS)
+    n = _weights_n("grouped_gemm_dglu", b, b_layout)
+    return _backward_outputs(a, c, offsets, 2 * n, 2, compute_dprob, compute_dbias, compute_amax, dc_dtype,
+                             dbias_dtype)
+
+
+@torch.library.register_fake("moegemm::grouped_gemm_dsrelu")
+def _grouped_gemm_dsrelu_fake(a, b, c, offsets, *, b_layout="nk", alpha=None, prob=None, compute_dprob=False,
+                              compute_dbias=False, compute_amax=False, dc_dtype=None, dbias_dtype=None,
+                              zero_tail=False, validate=False):
+    n = _weights_n("grouped_gemm_dsrelu", b, b_layout)
+    return _backward_outputs(a, c, offsets, n, 1, compute_dprob, compute_dbias, compute_amax, dc_dtype,
+                             dbias_dtype)
+
+
+@torch.library.register_fake("moegemm::grouped_gemm_wgrad")
+def _grouped_gemm_wgrad_fake(x, dy, offsets, *, transpose_output=False, out_dtype=None, validate=False):
+    e, h, n = offsets.shape[0], x.shape[1], dy.shape[1]
+    dtype = out_dtype or (torch.float64 if x.dtype == torch.float64 else torch.float32)
+    return x.new_empty((e, n, h) if transpose_output else (e, h, n), dtype=dtype)
+
+
+@torch.library.register_fake("moegemm::grouped_gemm_wgrad.accumulate")
+def _grouped_gemm_wgrad_accumulate_fake(x, dy, offsets, w, *, transpose_output=False, validate=False):
+    return None
+
+
+@torch.library.register_fake("moegemm::gemm_swiglu")
+def _gemm_swiglu_fake(a, b, *, b_layout="nk", alpha=1.0, glu_layout="interleaved32_up_first", ab12_dtype=None,
+                      out_dtype=None):
+    _check_choice("gemm_swiglu", "glu_layout", glu_layout, _GLU_LAYOUTS)
+    n = _weights_n("gemm_swiglu", b, b_layout)
+    return (a.new_empty((a.shape[0], n), dtype=ab12_dtype or a.dtype),
+            a.new_empty((a.shape[0], n // 2), dtype=out_dtype or a.dtype))
+
+
+@torch.library.register_fake("moegemm::gemm_amax")
+def _gemm_amax_fake(a, b, *, b_layout="nk", out_dtype=None):
+    n = _weights_n("gemm_amax", b, b_layout)
+    return a.new_empty((a.shape[0], n), dtype=out_dtype or a.dtype), a.new_empty((1,), dtype=torch.float32)
+
+
+@torch.library.register_fake("moegemm::gemm_srelu")
+def _gemm_srelu_fake(a, b, *, b_layout="nk", alpha=1.0, prob=None, generate_c=False, out_dtype=None):
+    n = _weights_n("gemm_srelu", b, b_layout)
+    d = a.new_empty((a.shape[0], n), dtype=out_dtype or a.dtype)
+    return d, (d.new_empty((a.shape[0], n)) if generate_c else _absent(d))
+
+
+@torch.library.register_fake("moegemm::gemm_dsrelu")
+def _gemm_dsrelu_fake(a, b, c, *, b_layout="nk", alpha=1.0, prob=None, compute_dprob=False, out_dtype=None):
+    n = _weights_n("gemm_dsrelu", b, b_layout)
+    dc = a.new_empty((a.shape[0], n), dtype=out_dtype or c.dtype)
+    return dc, (a.new_empty((a.shape[0],), dtype=torch.float32) if compute_dprob else _absent(dc))
+
+
+# ---- the user-level API (after the fakes: it calls the ops) --------------------------------------
+
+from ._torch_grouped_mm import grouped_mm  # noqa: E402
+from ._torch_moe import MoEMLP, moe_mlp  # noqa: E402
+
+ops = torch.ops.moegemm
+"""The op namespace, ``torch.ops.moegemm``."""
+
+__all__ = ["MoEMLP", "grouped_mm", "moe_mlp", "ops"]

@@ -1,0 +1,153 @@
+"""Shared helpers of the torch front-end tests: inputs, float64 torch references, poisoned allocators."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+
+import torch
+import torch.nn.functional as F
+
+GPU = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
+def offsets_of(sizes, device="cpu") -> torch.Tensor:
+    """(E,) int32 cumulative end rows of groups of the given sizes."""
+    ends, total = [], 0
+    for s in sizes:
+        total += s
+        ends.append(total)
+    return torch.tensor(ends, dtype=torch.int32, device=device)
+
+
+def randn(*shape, dtype=torch.bfloat16, device="cpu", seed=0, scale=1.0) -> torch.Tensor:
+    """Random normal data (never zeros) from a seeded generator, in `dtype`."""
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(*shape, generator=g, dtype=torch.float64) * scale).to(dtype=dtype, device=device)
+
+
+def ranges(offsets: torch.Tensor, m: int):
+    """[(g, start, end)] of every expert, ends clamped into [previous end, m]."""
+    out, prev = [], 0
+    for g, end in enumerate(offsets.cpu().tolist()):
+        end = min(max(end, prev), m)
+        out.append((g, prev, end))
+        prev = end
+    return out
+
+
+def weight_matrix(b: torch.Tensor, g: int, b_layout: str) -> torch.Tensor:
+    """Expert g's (K, N) matrix in float64, whichever the storage layout."""
+    w = b[g].double()
+    return w.t() if b_layout == "nk" else w
+
+
+def ref_linear(a, b, offsets, b_layout="nk", alpha=None, bias=None) -> torch.Tensor:
+    """G = alpha[g] * a @ B_g (+ bias[g]) in float64; unaddressed rows are NaN."""
+    m = a.shape[0]
+    n = b.shape[1] if b_layout == "nk" else b.shape[2]
+    out = torch.full((m, n), float("nan"), dtype=torch.float64)
+    for g, s, e in ranges(offsets, m):
+        if e == s:
+            continue
+        r = a[s:e].double().cpu() @ weight_matrix(b.cpu(), g, b_layout)
+        if alpha is not None:
+            r = r * float(alpha[g])
+        if bias is not None:
+            r = r + bias[g].double().cpu()
+        out[s:e] = r
+    return out
+
+
+def end_row(offsets, m) -> int:
+    return ranges(offsets, m)[-1][2] if offsets.numel() else 0
+
+
+def glu_halves(g: torch.Tensor, layout: str):
+    """(gate, up) column blocks of a pre-activation (M, 2I) in a GLU layout."""
+    m, n2 = g.shape
+    if layout == "halves":
+        return g[:, : n2 // 2], g[:, n2 // 2:]
+    blocks = g.reshape(m, n2 // 64, 2, 32)
+    first, second = blocks[:, :, 0, :].reshape(m, -1), blocks[:, :, 1, :].reshape(m, -1)
+    return (first, second) if layout == "interleaved32" else (second, first)
+
+
+def glu_join(gate: torch.Tensor, up: torch.Tensor, layout: str) -> torch.Tensor:
+    """Inverse of glu_halves."""
+    if layout == "halves":
+        return torch.cat([gate, up], dim=1)
+    m, i = gate.shape
+    first, second = (gate, up) if layout == "interleaved32" else (up, gate)
+    return torch.stack([first.reshape(m, i // 32, 32), second.reshape(m, i // 32, 32)], dim=2).reshape(m, 2 * i)
+
+
+def activation(gate, up, kind="swiglu", limit=7.0, act_alpha=1.702, linear_offset=1.0):
+    """The gated activations of docs/ops.md §2 in torch."""
+    if kind == "swiglu":
+        return F.silu(gate) * up
+    if kind == "geglu":
+        return F.gelu(gate, approximate="tanh") * up
+    g = gate.clamp(max=limit)
+    u = up.clamp(min=-limit, max=limit)
+    return (u + linear_offset) * g * torch.sigmoid(act_alpha * g)
+
+
+def assert_close(actual: torch.Tensor, expected: torch.Tensor, bf16: bool = True, rows=None):
+    """docs/ops.md §9 tolerance after scaling: rel. Frobenius < 1e-2, elementwise rtol 2e-2 / atol 4e-2
+    (bf16/f16); float32/64 results: 1e-5 relative."""
+    a = actual.detach().double().cpu()
+    e = expected.detach().double().cpu()
+    if rows is not None:
+        a, e = a[rows], e[rows]
+    assert a.shape == e.shape, (a.shape, e.shape)
+    assert torch.isfinite(a).all(), "non-finite values in the result"
+    if e.numel() == 0:
+        return
+    scale = max(e.abs().max().item(), 1e-30)
+    fro = (a - e).norm() / max(e.norm().item(), 1e-30)
+    if bf16:
+        assert fro < 1e-2, f"relative Frobenius error {fro:.3e}"
+        torch.testing.assert_close(a / scale, e / scale, rtol=2e-2, atol=4e-2)
+    else:
+        torch.testing.assert_close(a / scale, e / scale, rtol=1e-5, atol=1e-5)
+
+
+# ---- poisoned allocators -----------------------------------------------------------------------
+
+_malloc_pinned = False
+
+
+def _keep_freed_blocks_on_cpu():
+    """Make glibc serve large CPU allocations from its heap (not fresh zeroed mmap pages), so that a
+    freed block is handed to the next allocation of its size with its content intact."""
+    global _malloc_pinned
+    if _malloc_pinned:
+        return
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    m_mmap_threshold, m_trim_threshold = -3, -1
+    libc.mallopt(m_mmap_threshold, 1 << 30)
+    libc.mallopt(m_trim_threshold, 1 << 30)
+    _malloc_pinned = True
+
+
+def poison(nbytes_list, device="cpu"):
+    """Allocate blocks of the given byte sizes, fill them with NaN (0xFF bytes) and free them, so that
+    the next allocations of those sizes reuse NaN-filled memory (CUDA caching allocator; glibc heap on
+    CPU). Returns whether a fresh allocation of the first size now reads back as poison (a probe: the
+    CPU allocator gives no guarantee)."""
+    if device == "cpu":
+        _keep_freed_blocks_on_cpu()
+    blocks = [torch.full((n,), 0xFF, dtype=torch.uint8, device=device) for n in nbytes_list]
+    del blocks
+    probe = torch.empty(nbytes_list[0], dtype=torch.uint8, device=device)
+    reused = bool((probe[-64:] == 0xFF).all())
+    del probe
+    return reused
+
+
+def is_poison(t: torch.Tensor) -> torch.Tensor:
+    """Per-row mask: every element of the row still holds the 0xFF poison pattern (NaN for floats)."""
+    if t.is_floating_point():
+        return torch.isnan(t).all(dim=-1)
+    return (t == -1).all(dim=-1)
