@@ -1,0 +1,115 @@
+"""moegemm.jax.ragged_dot against jax.lax.ragged_dot: TFLOP/s on the project's MoE workloads (GPU).
+
+Each workload (M, N, K, E) is run with uniform and zipf routing (numpy default_rng(0), as
+workloads/moe_workloads.json defines them): lhs (M, K), rhs (E, K, N) bf16, group sizes from the
+routing. Time per call: warm-up, then `--calls` back-to-back jitted calls and one block_until_ready;
+median of `--repeats`, the two implementations alternating. FLOPs = 2 * sum(group sizes) * N * K.
+An allocation failure is reported as "failed: out of memory".
+Usage: python bench/jax_ragged_dot.py [workloads.json] [--quick] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import moegemm.jax as mj
+
+DEFAULT_WORKLOADS = Path(__file__).resolve().parent / "workloads" / "moe_workloads.json"
+
+
+def group_sizes(routing, m, e, rng):
+    if routing == "uniform":
+        p = np.full(e, 1.0 / e)
+    else:  # zipf: popularity 1/rank^1.2 over a random permutation of ranks
+        ranks = rng.permutation(e) + 1
+        p = 1.0 / ranks ** 1.2
+        p /= p.sum()
+    return np.bincount(rng.choice(e, size=m, p=p), minlength=e).astype(np.int32)
+
+
+def _time(fn, args, calls, warmup=3):
+    out = None
+    for _ in range(warmup):
+        out = fn(*args)
+    jax.block_until_ready(out)
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        out = fn(*args)
+    jax.block_until_ready(out)
+    return (time.perf_counter() - t0) / calls
+
+
+def _is_oom(exc):
+    text = str(exc).lower()
+    return "out of memory" in text or "resource_exhausted" in text or "resource exhausted" in text
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("workloads", nargs="?", default=str(DEFAULT_WORKLOADS))
+    p.add_argument("--quick", action="store_true", help="seed workloads only, 1 repeat, 5 calls")
+    p.add_argument("--json", default="jax_ragged_dot.json")
+    p.add_argument("--calls", type=int, default=20)
+    p.add_argument("--repeats", type=int, default=3)
+    args = p.parse_args()
+    gemms = json.loads(Path(args.workloads).read_text())["gemms"]
+    if args.quick:
+        gemms = [g for g in gemms if g["name"].startswith("seed")][:2]
+    calls, repeats = (5, 1) if args.quick else (args.calls, args.repeats)
+    impls = {"moegemm": jax.jit(mj.ragged_dot), "jax.lax": jax.jit(jax.lax.ragged_dot)}
+    print(f"backend {jax.default_backend()}, devices {jax.devices()}")
+    print(f"{'workload':14} {'routing':8} {'moegemm TFLOP/s':>16} {'jax.lax TFLOP/s':>16}")
+    rows = []
+    for g in gemms:
+        m, n, k, e = g["M"], g["N"], g["K"], g["E"]
+        for routing in ("uniform", "zipf"):
+            rng = np.random.default_rng(0)
+            sizes = group_sizes(routing, m, e, rng)
+            flops = 2.0 * sizes.sum() * n * k
+            row = dict(name=g["name"], M=m, N=n, K=k, E=e, routing=routing)
+            try:
+                lhs = jnp.asarray(rng.standard_normal((m, k), np.float32) * 0.1, jnp.bfloat16)
+                rhs = jnp.asarray(rng.standard_normal((e, k, n), np.float32) * 0.1, jnp.bfloat16)
+                operands = (lhs, rhs, jnp.asarray(sizes))
+            except Exception as exc:  # noqa: BLE001
+                if not _is_oom(exc):
+                    raise
+                operands = None
+            results = {}
+            samples = {name: [] for name in impls}
+            for _ in range(repeats):
+                for name, fn in impls.items():  # alternate the implementations
+                    if operands is None or results.get(name) == "failed: out of memory":
+                        results[name] = "failed: out of memory"
+                        continue
+                    try:
+                        samples[name].append(_time(fn, operands, calls))
+                    except Exception as exc:  # noqa: BLE001
+                        if not _is_oom(exc):
+                            raise
+                        results[name] = "failed: out of memory"
+            for name in impls:
+                if results.get(name) is None:
+                    sec = statistics.median(samples[name])
+                    results[name] = dict(us=sec * 1e6, tflops=flops / sec / 1e12)
+            row.update(results)
+            rows.append(row)
+            cells = [r if isinstance(r, str) else f"{r['tflops']:.1f}" for r in (results["moegemm"], results["jax.lax"])]
+            print(f"{g['name']:14} {routing:8} {cells[0]:>16} {cells[1]:>16}")
+            operands = None
+    with open(args.json, "w") as f:
+        json.dump(dict(backend=jax.default_backend(), jax=jax.__version__, workloads=args.workloads,
+                       rows=rows), f, indent=1)
+    print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
