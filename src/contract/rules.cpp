@@ -3,6 +3,11 @@
 #include <cstdio>
 #include <string>
 
+// GCC 12 reports a false -Wrestrict in operator+(const char*, std::string&&) (GCC bug 105651).
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ == 12
+#pragma GCC diagnostic ignored "-Wrestrict"
+#endif
+
 namespace moegemm::contract {
 namespace {
 

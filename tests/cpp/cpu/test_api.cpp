@@ -1,0 +1,227 @@
+// The public entry points: validate_offsets, workspace queries, backend dispatch and the guarantee that a
+// rejected call writes nothing.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <initializer_list>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "moegemm/moegemm.hpp"
+
+namespace moegemm {
+namespace {
+
+void expect_error(const std::function<void()>& call, ErrorCode code, std::initializer_list<std::string> fragments) {
+  try {
+    call();
+  } catch (const Error& e) {
+    EXPECT_EQ(static_cast<int>(e.code()), static_cast<int>(code)) << e.what();
+    for (const std::string& f : fragments) EXPECT_NE(std::string(e.what()).find(f), std::string::npos)
+        << "message lacks \"" << f << "\": " << e.what();
+    return;
+  }
+  ADD_FAILURE() << "no Error thrown";
+}
+
+TensorView offsets_view(std::vector<int32_t>& ends) {
+  return TensorView::contiguous(ends.data(), DType::i32, {static_cast<int64_t>(ends.size())});
+}
+
+// A quiet NaN with a payload no arithmetic produces: an element still holding it was never written.
+constexpr uint32_t kPoisonBits = 0x7fc0dead;
+
+std::vector<float> poisoned(std::size_t n) {
+  std::vector<float> v(n);
+  for (float& x : v) std::memcpy(&x, &kPoisonBits, sizeof x);
+  return v;
+}
+
+bool is_poison(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  return bits == kPoisonBits;
+}
+
+// ---- validate_offsets ------------------------------------------------------------------------------------
+
+TEST(ValidateOffsets, AcceptsEmptyExpertsAndAShortLastEnd) {
+  std::vector<int32_t> ends{0, 5, 5, 17, 17, 90};
+  EXPECT_NO_THROW(validate_offsets(offsets_view(ends), 96));
+  std::vector<int32_t> all_empty{0, 0, 0};
+  EXPECT_NO_THROW(validate_offsets(offsets_view(all_empty), 0));
+  std::vector<int32_t> full{96};
+  EXPECT_NO_THROW(validate_offsets(offsets_view(full), 96));
+}
+
+TEST(ValidateOffsets, ReportsDecreasingEnd) {
+  std::vector<int32_t> ends{4, 9, 9, 5, 20};
+  expect_error([&] { validate_offsets(offsets_view(ends), 96); }, ErrorCode::invalid_argument,
+               {"validate_offsets: offsets: expected non-decreasing expert end rows in [0, M=96]",
+                "got offsets[3] = 5 < offsets[2] = 9"});
+}
+
+TEST(ValidateOffsets, ReportsNegativeEnd) {
+  std::vector<int32_t> ends{-1, 4};
+  expect_error([&] { validate_offsets(offsets_view(ends), 96); }, ErrorCode::invalid_argument,
+               {"validate_offsets: offsets:", ">= 0", "got offsets[0] = -1"});
+}
+
+TEST(ValidateOffsets, ReportsEndPastM) {
+  std::vector<int32_t> ends{10, 20, 97};
+  expect_error([&] { validate_offsets(offsets_view(ends), 96); }, ErrorCode::invalid_argument,
+               {"validate_offsets: offsets:", "<= M", "got offsets[2] = 97"});
+}
+
+TEST(ValidateOffsets, ReportsTheFirstBadIndex) {
+  std::vector<int32_t> ends{10, 200, 5, -3};  // 1 is past M, 2 decreases, 3 is negative
+  expect_error([&] { validate_offsets(offsets_view(ends), 96); }, ErrorCode::invalid_argument,
+               {"got offsets[1] = 200"});
+}
+
+TEST(ValidateOffsets, ChecksTheOffsetsOperandItself) {
+  std::vector<int64_t> wide{1, 2};
+  auto t = TensorView::contiguous(wide.data(), DType::i64, {2});
+  expect_error([&] { validate_offsets(t, 96); }, ErrorCode::invalid_argument,
+               {"validate_offsets: offsets: expected dtype i32", "got i64"});
+  std::vector<int32_t> none;
+  expect_error([&] { validate_offsets(offsets_view(none), 96); }, ErrorCode::invalid_argument,
+               {"validate_offsets: offsets: expected 1 <= E <= 1024 experts", "got E=0"});
+}
+
+// ---- host dispatch -----------------------------------------------------------------------------------------
+
+/// A small f32 grouped_gemm on the host with alpha, bias and prob, 3 experts (the middle one empty) and a
+/// 3-row tail; integer-valued data keeps the naive sum below exact.
+struct HostGroupedGemm {
+  static constexpr int64_t M = 20, K = 8, N = 8, E = 3;
+  std::vector<float> a, b, alpha, prob, bias, d;
+  std::vector<int32_t> ends{5, 5, 17};
+  GroupedGemmArgs args;
+
+  HostGroupedGemm() {
+    std::mt19937 rng(1234);
+    std::uniform_int_distribution<int> small(-4, 4);
+    auto fill = [&](std::vector<float>& v, std::size_t n) {
+      v.resize(n);
+      for (float& x : v) x = static_cast<float>(small(rng));
+    };
+    fill(a, M * K);
+    fill(b, E * N * K);
+    fill(bias, E * N);
+    alpha = {0.5f, 2.0f, -1.0f};
+    prob.resize(M);
+    for (int64_t r = 0; r < M; ++r) prob[r] = 0.25f * static_cast<float>(1 + r % 4);
+    d = poisoned(M * N);
+    args.a = TensorView::contiguous(a.data(), DType::f32, {M, K});
+    args.b.dense = TensorView::contiguous(b.data(), DType::f32, {E, N, K});
+    args.offsets = offsets_view(ends);
+    args.alpha = TensorView::contiguous(alpha.data(), DType::f32, {E});
+    args.prob = TensorView::contiguous(prob.data(), DType::f32, {M});
+    args.bias = TensorView::contiguous(bias.data(), DType::f32, {E, N});
+    args.d = TensorView::contiguous(d.data(), DType::f32, {M, N});
+  }
+
+  /// docs/ops.md §1: D = prob[r] * (alpha[g] * A[r,:] @ B_g^T + bias[g,:]).
+  double expected(int64_t r, int64_t n) const {
+    int64_t g = 0;
+    while (r >= ends[g]) ++g;
+    double acc = 0;
+    for (int64_t k = 0; k < K; ++k) acc += double(a[r * K + k]) * b[(g * N + n) * K + k];
+    return prob[r] * (alpha[g] * acc + bias[g * N + n]);
+  }
+};
+
+TEST(Dispatch, HostTensorsRunTheReference) {
+  HostGroupedGemm p;
+  EXPECT_EQ(grouped_gemm_workspace_bytes(p.args), 0u);
+  grouped_gemm(p.args, nullptr, 0, nullptr);
+  bool any_nonzero = false;
+  for (int64_t r = 0; r < p.M; ++r) {
+    for (int64_t n = 0; n < p.N; ++n) {
+      const float got = p.d[r * p.N + n];
+      if (r < p.ends.back()) {
+        EXPECT_NEAR(got, p.expected(r, n), 1e-4) << "row " << r << " col " << n;
+        any_nonzero |= got != 0.0f;
+      } else {
+        EXPECT_TRUE(is_poison(got)) << "tail row " << r << " col " << n << " was written: " << got;
+      }
+    }
+  }
+  EXPECT_TRUE(any_nonzero);
+}
+
+TEST(Dispatch, ValidateRejectsBadOffsetsBeforeWriting) {
+  HostGroupedGemm p;
+  p.ends = {5, 3, 17};
+  p.args.validate = true;
+  expect_error([&] { grouped_gemm(p.args, nullptr, 0, nullptr); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: offsets:", "got offsets[1] = 3 < offsets[0] = 5"});
+  for (float x : p.d) ASSERT_TRUE(is_poison(x));
+}
+
+TEST(Dispatch, ContractErrorsComeBeforeAnyWrite) {
+  HostGroupedGemm p;
+  p.args.prob = TensorView::contiguous(p.prob.data(), DType::f32, {p.M - 1});
+  expect_error([&] { grouped_gemm(p.args, nullptr, 0, nullptr); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: prob: expected shape (M=20,)", "got (19,)"});
+  for (float x : p.d) ASSERT_TRUE(is_poison(x));
+}
+
+// ---- workspace queries -------------------------------------------------------------------------------------
+
+/// A device grouped_gemm as a binding describes it at trace time: shapes and dtypes, no buffers yet.
+GroupedGemmArgs traced_device_call() {
+  GroupedGemmArgs x;
+  x.a = TensorView::contiguous(nullptr, DType::bf16, {4096, 2048}, Device::cuda);
+  x.b.dense = TensorView::contiguous(nullptr, DType::bf16, {8, 1024, 2048}, Device::cuda);
+  x.offsets = TensorView::contiguous(nullptr, DType::i32, {8}, Device::cuda);
+  x.d = TensorView::contiguous(nullptr, DType::bf16, {4096, 1024}, Device::cuda);
+  return x;
+}
+
+TEST(Workspace, QueryNeedsNoBuffers) {
+  const GroupedGemmArgs x = traced_device_call();
+  const std::size_t bytes = grouped_gemm_workspace_bytes(x);
+  GroupedGemmArgs moved = x;  // other addresses, same shapes: same size
+  moved.a.data = reinterpret_cast<void*>(0x7f0000001000);
+  EXPECT_EQ(grouped_gemm_workspace_bytes(moved), bytes);
+}
+
+TEST(Workspace, QueryStillChecksShapes) {
+  GroupedGemmArgs x = traced_device_call();
+  x.d = TensorView::contiguous(nullptr, DType::bf16, {4096, 1000}, Device::cuda);
+  expect_error([&] { grouped_gemm_workspace_bytes(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: d: expected shape (M=4096, N=1024)", "got (4096, 1000)"});
+}
+
+TEST(Workspace, TooSmallWorkspaceIsRejectedBeforeLaunch) {
+  GroupedGemmArgs x = traced_device_call();
+  const std::size_t needed = grouped_gemm_workspace_bytes(x);
+  if (needed == 0) GTEST_SKIP() << "the sm90 backend needs no workspace for this call";
+  x.a.data = reinterpret_cast<void*>(0x7f0000000000);
+  x.b.dense.data = reinterpret_cast<void*>(0x7f0010000000);
+  x.offsets.data = reinterpret_cast<void*>(0x7f0020000000);
+  x.d.data = reinterpret_cast<void*>(0x7f0030000000);
+  expect_error([&] { grouped_gemm(x, reinterpret_cast<void*>(0x7f0040000000), needed - 1, nullptr); },
+               ErrorCode::invalid_argument,
+               {"grouped_gemm: workspace: expected a device buffer of at least " + std::to_string(needed) + " bytes",
+                "got " + std::to_string(needed - 1) + " bytes"});
+}
+
+// ---- dtype names -------------------------------------------------------------------------------------------
+
+TEST(DTypeName, NamesEveryElementType) {
+  const std::pair<DType, const char*> names[] = {
+      {DType::bf16, "bf16"}, {DType::f16, "f16"},   {DType::f32, "f32"},   {DType::f64, "f64"},
+      {DType::i32, "i32"},   {DType::i64, "i64"},   {DType::u8, "u8"},     {DType::e4m3, "e4m3"},
+      {DType::e5m2, "e5m2"}, {DType::e2m1, "e2m1"}};
+  for (const auto& [t, name] : names) EXPECT_STREQ(dtype_name(t), name);
+}
+
+}  // namespace
+}  // namespace moegemm
