@@ -1,0 +1,206 @@
+"""torch.ops.moegemm on CPU: values against float64 torch references, output conventions, errors."""
+
+import pytest
+import torch
+
+import moegemm.torch  # noqa: F401  (loads the ops)
+from torch_helpers import (activation, assert_close, end_row, glu_halves, glu_join, offsets_of, randn, ranges,
+                           ref_linear)
+
+ops = torch.ops.moegemm
+SIZES = [[5, 0, 17, 3], [0, 0, 9, 0], [24], [1, 1, 1, 1, 1, 1, 1, 1]]
+
+
+def weights(e, k, n, b_layout, dtype=torch.bfloat16, seed=1):
+    shape = (e, n, k) if b_layout == "nk" else (e, k, n)
+    return randn(*shape, dtype=dtype, seed=seed, scale=0.2)
+
+
+@pytest.mark.parametrize("sizes", SIZES)
+@pytest.mark.parametrize("b_layout", ["nk", "kn"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_grouped_gemm_values(sizes, b_layout, dtype):
+    m, k, n = sum(sizes) + 3, 32, 24
+    a = randn(m, k, dtype=dtype)
+    b = weights(len(sizes), k, n, b_layout, dtype)
+    offsets = offsets_of(sizes)
+    alpha = randn(len(sizes), dtype=torch.float32, seed=2)
+    prob = randn(m, dtype=torch.float32, seed=3).abs()
+    bias = randn(len(sizes), n, dtype=torch.float32, seed=4)
+    d, c = ops.grouped_gemm(a, b, offsets, b_layout=b_layout, alpha=alpha, prob=prob, bias=bias, generate_c=True)
+    g = ref_linear(a, b, offsets, b_layout, alpha, bias)
+    rows = slice(0, end_row(offsets, m))
+    bf16 = dtype != torch.float32
+    assert d.dtype == dtype and c.dtype == dtype and d.shape == (m, n)
+    assert_close(c, g, bf16, rows)
+    assert_close(d, g * prob.double()[:, None], bf16, rows)
+
+
+def test_not_requested_outputs_are_empty():
+    a, b, offsets = randn(8, 16), weights(2, 16, 8, "nk"), offsets_of([3, 5])
+    d, c = ops.grouped_gemm(a, b, offsets)
+    assert c.shape == (0,) and d.shape == (8, 8)
+    dc, dprob, dbias, amax = ops.grouped_gemm_dsrelu(a[:, :8].contiguous(), b.transpose(1, 2).contiguous(),
+                                                     randn(8, 16), offsets)
+    assert dc.shape == (8, 16) and dprob.shape == dbias.shape == amax.shape == (0,)
+
+
+@pytest.mark.parametrize("act", ["swiglu", "geglu", "swiglu_clamped"])
+@pytest.mark.parametrize("layout", ["halves", "interleaved32"])
+def test_grouped_gemm_glu_and_dglu_values(act, layout):
+    sizes = [7, 0, 20, 5]
+    m, k, i = sum(sizes) + 2, 32, 64
+    x = randn(m, k, scale=2.0)
+    w_up = weights(len(sizes), k, 2 * i, "kn", seed=5)
+    offsets = offsets_of(sizes)
+    prob = randn(m, dtype=torch.float32, seed=6).abs()
+    h, c = ops.grouped_gemm_glu(x, w_up, offsets, b_layout="kn", prob=prob, activation=act, glu_layout=layout,
+                                generate_c=True)
+    rows = slice(0, end_row(offsets, m))
+    g = ref_linear(x, w_up, offsets, "kn")
+    gate, up = glu_halves(g, layout)
+    assert_close(c, g, True, rows)
+    assert_close(h, prob.double()[:, None] * activation(gate, up, act), True, rows)
+
+    # Backward through the activation: compare with torch autograd of the float64 forward on the saved C.
+    w_down = weights(len(sizes), i, k, "kn", seed=7)  # (E, I, H): read as "nk" gives dH = dy @ w_down^T
+    dy = randn(m, k, seed=8)
+    dc, dprob, dbias, amax = ops.grouped_gemm_dglu(dy, w_down, c, offsets, b_layout="nk", prob=prob,
+                                                   activation=act, glu_layout=layout, compute_dprob=True,
+                                                   compute_dbias=True, compute_amax=True)
+    dh = ref_linear(dy, w_down.transpose(1, 2), offsets, "kn").nan_to_num()
+    cg = c.double().requires_grad_(True)
+    pg = prob.double().requires_grad_(True)
+    gate_c, up_c = glu_halves(cg, layout)
+    (pg[:, None] * activation(gate_c, up_c, act) * dh).sum().backward()
+    assert_close(dc, cg.grad, True, rows)
+    assert_close(dprob, pg.grad, True, rows)
+    e_rows = ranges(offsets, m)
+    ref_dbias = torch.stack([cg.grad[s:e].sum(0) for _, s, e in e_rows])
+    assert_close(dbias, ref_dbias)
+    d_gate, d_up = glu_halves(cg.grad[rows], layout)
+    torch.testing.assert_close(amax.double(), torch.stack([d_gate.abs().max(), d_up.abs().max()]),
+                               rtol=3e-2, atol=1e-3)
+
+
+def test_grouped_gemm_srelu_and_dsrelu_values():
+    sizes = [4, 9, 0, 11]
+    m, k, n = sum(sizes), 32, 16
+    a, b, offsets = randn(m, k), weights(4, k, n, "nk", seed=9), offsets_of(sizes)
+    prob = randn(m, dtype=torch.float32, seed=10).abs()
+    d, c = ops.grouped_gemm_srelu(a, b, offsets, prob=prob, generate_c=True)
+    g = ref_linear(a, b, offsets, "nk")
+    assert_close(c, g)
+    assert_close(d, prob.double()[:, None] * g.relu() ** 2)
+    dy = randn(m, k, seed=11)  # gradient of a next layer with K outputs whose weights are b: dH = dy @ B_g^T
+    dc, dprob, dbias, amax = ops.grouped_gemm_dsrelu(dy, b, c, offsets, prob=prob, compute_dprob=True,
+                                                     compute_dbias=True, compute_amax=True)
+    dh = ref_linear(dy, b.transpose(1, 2), offsets, "kn")
+    relu_c = c.double().relu()
+    ref_dc = 2 * relu_c * dh * prob.double()[:, None]
+    assert_close(dc, ref_dc)
+    assert_close(dprob, (relu_c ** 2 * dh).sum(1))
+    assert_close(dbias, torch.stack([ref_dc[s:e].sum(0) for _, s, e in ranges(offsets, m)]))
+    torch.testing.assert_close(amax.double(), ref_dc.abs().max().reshape(1), rtol=3e-2, atol=1e-3)
+
+
+@pytest.mark.parametrize("transpose", [False, True])
+@pytest.mark.parametrize("out_dtype", [None, torch.bfloat16])
+def test_grouped_gemm_wgrad_values(transpose, out_dtype):
+    sizes = [6, 0, 13, 1, 0]
+    m, h, n = sum(sizes) + 4, 16, 24
+    x, dy, offsets = randn(m, h, seed=12), randn(m, n, seed=13), offsets_of(sizes)
+    w = ops.grouped_gemm_wgrad(x, dy, offsets, transpose_output=transpose, out_dtype=out_dtype)
+    assert w.dtype == (out_dtype or torch.float32)
+    ref = torch.stack([x[s:e].double().t() @ dy[s:e].double() for _, s, e in ranges(offsets, m)])
+    ref = ref.transpose(1, 2) if transpose else ref
+    for g, s, e in ranges(offsets, m):
+        if s == e:
+            assert (w[g] == 0).all() and not torch.signbit(w[g]).any()
+        else:
+            assert_close(w[g], ref[g], out_dtype is not None or True)
+
+
+def test_grouped_gemm_wgrad_accumulate_adds_in_place_and_leaves_empty_experts():
+    sizes = [5, 0, 11]
+    m, h, n = sum(sizes), 16, 8
+    x, dy, offsets = randn(m, h, seed=14), randn(m, n, seed=15), offsets_of(sizes)
+    start = randn(3, h, n, dtype=torch.float32, seed=16)
+    w = start.clone()
+    ptr = w.data_ptr()
+    ops.grouped_gemm_wgrad.accumulate(x, dy, offsets, w)
+    assert w.data_ptr() == ptr
+    ref = torch.stack([x[s:e].double().t() @ dy[s:e].double() for _, s, e in ranges(offsets, m)])
+    assert torch.equal(w[1], start[1])
+    assert_close(w[0], start[0].double() + ref[0])
+    assert_close(w[2], start[2].double() + ref[2])
+
+
+@pytest.mark.parametrize("b_layout", ["nk", "kn"])
+def test_dense_ops_values(b_layout):
+    m, k, n = 12, 32, 128
+    a = randn(m, k, seed=17)
+    b = randn(*((n, k) if b_layout == "nk" else (k, n)), seed=18, scale=0.2)
+    bmat = b.double().t() if b_layout == "nk" else b.double()
+    g = a.double() @ bmat
+    ab12, cs = ops.gemm_swiglu(a, b, b_layout=b_layout, alpha=0.5)
+    assert_close(ab12, 0.5 * g)
+    gate, up = glu_halves(0.5 * g, "interleaved32_up_first")
+    assert_close(cs, activation(gate, up))
+    c, amax = ops.gemm_amax(a, b, b_layout=b_layout)
+    assert_close(c, g)
+    torch.testing.assert_close(amax.double(), g.abs().max().reshape(1), rtol=1e-2, atol=1e-3)
+    prob = randn(m, dtype=torch.float32, seed=19).abs()
+    d, c2 = ops.gemm_srelu(a, b, b_layout=b_layout, alpha=2.0, prob=prob, generate_c=True)
+    assert_close(c2, 2 * g)
+    assert_close(d, prob.double()[:, None] * (2 * g).relu() ** 2)
+    dy = randn(m, k, seed=20)  # any (M, K) operand whose GEMM with b gives dH of C's shape (M, N)
+    dc, dprob = ops.gemm_dsrelu(dy, b, c2, b_layout=b_layout, prob=prob, compute_dprob=True)
+    dh = dy.double() @ bmat
+    assert_close(dc, 2 * c2.double().relu() * dh * prob.double()[:, None])
+    assert_close(dprob, (c2.double().relu() ** 2 * dh).sum(1))
+
+
+def test_glu_join_inverts_split():
+    g = randn(3, 128, dtype=torch.float64)
+    for layout in ("halves", "interleaved32", "interleaved32_up_first"):
+        assert torch.equal(glu_join(*glu_halves(g, layout), layout), g)
+
+
+# ---- errors: clear, naming the operand, before any launch ----------------------------------------
+
+def test_errors_name_the_operand():
+    a, b, offsets = randn(8, 16), weights(2, 16, 8, "nk"), offsets_of([3, 5])
+    with pytest.raises(ValueError, match=r"grouped_gemm: b_layout: .*got \"mn\""):
+        ops.grouped_gemm(a, b, offsets, b_layout="mn")
+    with pytest.raises(ValueError, match=r"grouped_gemm: a: expected a 2-D"):
+        ops.grouped_gemm(a[None], b, offsets)
+    with pytest.raises(ValueError, match=r"grouped_gemm: offsets: .*i32.*i64"):
+        ops.grouped_gemm(a, b, offsets.long())
+    with pytest.raises(ValueError, match=r"grouped_gemm: b: .*K=16"):
+        ops.grouped_gemm(a, weights(2, 8, 8, "nk"), offsets)
+    with pytest.raises(ValueError, match=r"grouped_gemm: b: .*16-byte"):
+        ops.grouped_gemm(a, weights(2, 16, 12, "nk"), offsets)
+    with pytest.raises(ValueError, match=r"grouped_gemm: a: .*int8"):
+        ops.grouped_gemm(a.to(torch.int8), b, offsets)
+    with pytest.raises(ValueError, match=r"grouped_gemm_glu: activation: .*relu"):
+        ops.grouped_gemm_glu(a, b, offsets, activation="relu")
+    with pytest.raises(ValueError, match=r"grouped_gemm_wgrad: dy: "):
+        ops.grouped_gemm_wgrad(a, randn(7, 8), offsets)
+    with pytest.raises(ValueError, match=r"grouped_gemm_wgrad: w: .*got \(3, 16, 8\)"):
+        ops.grouped_gemm_wgrad.accumulate(a, randn(8, 8), offsets, torch.empty(3, 16, 8))
+
+
+def test_validate_reports_bad_offsets():
+    a, b = randn(8, 16), weights(2, 16, 8, "nk")
+    with pytest.raises(ValueError, match="offsets"):
+        ops.grouped_gemm(a, b, torch.tensor([5, 3], dtype=torch.int32), validate=True)
+    with pytest.raises(ValueError, match="offsets"):
+        ops.grouped_gemm(a, b, torch.tensor([3, 9], dtype=torch.int32), validate=True)
+
+
+def test_garbage_offsets_without_validate_stay_in_bounds():
+    a, b = randn(8, 16), weights(3, 16, 8, "nk")
+    for offs in ([5, 3, 100], [-4, 2, 8], [9, 9, 9]):
+        d, _ = ops.grouped_gemm(a, b, torch.tensor(offs, dtype=torch.int32))
+        assert d.shape == (8, 8)
