@@ -6,9 +6,9 @@ namespace moegemm::jax_binding {
 namespace {
 
 [[noreturn]] void missing(const char* op, const char* kind, const char* name, std::size_t given) {
-  throw Error(ErrorCode::internal, std::string(op) + ": " + kind + " '" + name + "' expected at position " +
-                                       std::to_string(given) + ", but the call has only " +
-                                       std::to_string(given) + " " + kind + "s");
+  throw Error(ErrorCode::internal, std::string(op) + ": " + kind + " '" + name +
+                                       "' is missing: the call passes only " + std::to_string(given) + " " +
+                                       kind + "s");
 }
 
 }  // namespace
