@@ -49,6 +49,35 @@ template <class T> inline void put(const TensorView& v, int64_t r, int64_t c, T 
   store<T>(v.data, v.dtype, r * v.strides[0] + c * v.strides[1], x);
 }
 
+/// Row r, columns [0, n), of a rank-2 output from x[0..n): the dtype switch hoisted out of the loop.
+template <class T> inline void put_row(const TensorView& v, int64_t r, const T* x, int64_t n) {
+  const int64_t cs = v.strides[1];
+  char* row = static_cast<char*>(v.data) + r * v.strides[0] * int64_t(dtype_size(v.dtype));
+  switch (v.dtype) {
+    case DType::bf16: {
+      uint16_t* p = reinterpret_cast<uint16_t*>(row);
+      for (int64_t j = 0; j < n; ++j) p[j * cs] = float_to_bf16(static_cast<float>(x[j]));
+      return;
+    }
+    case DType::f16: {
+      uint16_t* p = reinterpret_cast<uint16_t*>(row);
+      for (int64_t j = 0; j < n; ++j) p[j * cs] = float_to_f16(static_cast<float>(x[j]));
+      return;
+    }
+    case DType::f32: {
+      float* p = reinterpret_cast<float*>(row);
+      for (int64_t j = 0; j < n; ++j) p[j * cs] = static_cast<float>(x[j]);
+      return;
+    }
+    case DType::f64: {
+      double* p = reinterpret_cast<double*>(row);
+      for (int64_t j = 0; j < n; ++j) p[j * cs] = static_cast<double>(x[j]);
+      return;
+    }
+    default: throw Error(ErrorCode::internal, "reference: not a floating dtype");
+  }
+}
+
 /// Optional per-expert or per-row scale (alpha, beta, prob): 1 when the operand is absent.
 template <class T> inline T scale_or_one(const TensorView& v, int64_t i) {
   return v.defined() ? at<T>(v, i) : T(1);

@@ -16,19 +16,19 @@ void grouped_gemm_glu_impl(const GroupedGemmGluArgs& args) {
       args.a, N, rows, tl, [&](int64_t g) { return expert_b(args.b, g, N, K); },
       [&](int64_t, const RowTask& t, const T* p, int64_t ldp) {
         const T alpha = scale_or_one<T>(args.alpha, t.expert);
-        std::vector<T> g(static_cast<size_t>(N));
+        std::vector<T> bias(static_cast<size_t>(N), T(0)), g(static_cast<size_t>(N)), d(static_cast<size_t>(I));
+        if (args.bias.defined())
+          for (int64_t n = 0; n < N; ++n) bias[n] = at<T>(args.bias, t.expert, n);
         for (int64_t r = t.row_begin; r < t.row_end; ++r) {
           const T* pr = p + (r - t.row_begin) * ldp;
-          for (int64_t n = 0; n < N; ++n) {
-            g[n] = alpha * pr[n];
-            if (args.bias.defined()) g[n] += at<T>(args.bias, t.expert, n);
-            if (args.c.defined()) put<T>(args.c, r, n, g[n]);
-          }
+          for (int64_t n = 0; n < N; ++n) g[n] = alpha * pr[n] + bias[n];
+          if (args.c.defined()) put_row<T>(args.c, r, g.data(), N);
           const T prob = scale_or_one<T>(args.prob, r);
           for (int64_t j = 0; j < I; ++j) {
             const GluColumns col = glu_columns(args.glu.layout, I, j);
-            put<T>(args.d, r, j, prob * glu_eval<T, false>(args.glu, g[col.gate], g[col.up]).h);
+            d[j] = prob * glu_eval<T, false>(args.glu, g[col.gate], g[col.up]).h;
           }
+          put_row<T>(args.d, r, d.data(), I);
         }
       });
   if (args.zero_tail) {

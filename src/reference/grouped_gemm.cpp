@@ -1,4 +1,6 @@
 // CPU reference of grouped_gemm (docs/ops.md §1) and gemm_amax (§6).
+#include <vector>
+
 #include "reference/grouped_product.hpp"
 #include "reference/reductions.hpp"
 #include "reference/reference.hpp"
@@ -15,15 +17,18 @@ void grouped_gemm_impl(const GroupedGemmArgs& args) {
       args.a, N, rows, tl, [&](int64_t g) { return expert_b(args.b, g, N, K); },
       [&](int64_t, const RowTask& t, const T* p, int64_t ldp) {
         const T alpha = scale_or_one<T>(args.alpha, t.expert);
+        std::vector<T> bias(static_cast<size_t>(N), T(0)), g(static_cast<size_t>(N));
+        if (args.bias.defined())
+          for (int64_t n = 0; n < N; ++n) bias[n] = at<T>(args.bias, t.expert, n);
         for (int64_t r = t.row_begin; r < t.row_end; ++r) {
           const T* pr = p + (r - t.row_begin) * ldp;
-          const T prob = scale_or_one<T>(args.prob, r);
-          for (int64_t n = 0; n < N; ++n) {
-            T g = alpha * pr[n];
-            if (args.bias.defined()) g += at<T>(args.bias, t.expert, n);
-            if (args.c.defined()) put<T>(args.c, r, n, g);
-            put<T>(args.d, r, n, prob * g);
+          for (int64_t n = 0; n < N; ++n) g[n] = alpha * pr[n] + bias[n];
+          if (args.c.defined()) put_row<T>(args.c, r, g.data(), N);
+          if (args.prob.defined()) {
+            const T prob = at<T>(args.prob, r);
+            for (int64_t n = 0; n < N; ++n) g[n] *= prob;
           }
+          put_row<T>(args.d, r, g.data(), N);
         }
       });
   if (args.zero_tail) {

@@ -11,7 +11,7 @@
 namespace moegemm::reference {
 
 /// Micro-tile: kMR rows x kNR columns of the product held in registers.
-inline constexpr int kMR = 4;
+inline constexpr int kMR = 6;
 inline constexpr int kNR = 16;
 
 /// B (K, N) in the compute type, as ceil(N / kNR) strips of (K, kNR), zero-padded past N.
