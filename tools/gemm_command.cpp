@@ -68,8 +68,10 @@ int gemm_command(const std::vector<std::string>& args) {
     std::size_t ws_bytes = 0;
     for (const auto& g : calls) ws_bytes = std::max(ws_bytes, grouped_gemm_workspace_bytes(g));
     const OwnedTensor ws = make_tensor(Device::cuda, DType::u8, {int64_t(ws_bytes)});
+    MOEGEMM_CLI_CUDA(cudaDeviceSynchronize());
     cudaStream_t stream = nullptr;
-    MOEGEMM_CLI_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    // A blocking stream: the fills and copies on the legacy default stream order themselves with it.
+    MOEGEMM_CLI_CUDA(cudaStreamCreate(&stream));
     try {
       size_t next = 0;
       const double us = median_device_us(

@@ -68,6 +68,7 @@ StepResult run_step(const MoeLayer& layer, const Step& step, bool gpu, const Run
     ws_bytes = step.workspace_bytes();
     if (ws_bytes) workspace = make_tensor(gpu ? Device::cuda : Device::host, DType::u8, {int64_t(ws_bytes)}).memory;
     for (const auto& out : step.outputs) poison(out);  // catches rows the op forgets to write
+    if (gpu) MOEGEMM_CLI_CUDA(cudaDeviceSynchronize());
     const auto once = [&] { step.call(workspace.get(), ws_bytes, stream); };
     if (gpu) {
       once();
@@ -139,7 +140,8 @@ int run_command(const std::vector<std::string>& args) {
   cudaStream_t stream = nullptr;
   std::unique_ptr<DenseGemmTimer> dense;
   if (gpu) {
-    MOEGEMM_CLI_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    // A blocking stream: the fills and copies on the legacy default stream order themselves with it.
+    MOEGEMM_CLI_CUDA(cudaStreamCreate(&stream));
     dense = std::make_unique<DenseGemmTimer>();
   }
   for (size_t i = 0; i < presets.size(); ++i) {
@@ -149,6 +151,7 @@ int run_command(const std::vector<std::string>& args) {
     m.shape = shape;
     m.group_sizes = group_sizes(o.routing, shape.rows(), shape.experts, o.seed);
     const MoeLayer layer = make_layer(shape, m.group_sizes, gpu ? Device::cuda : Device::host, o.seed);
+    if (gpu) MOEGEMM_CLI_CUDA(cudaDeviceSynchronize());
     for (const Step& step : layer_steps(layer)) {
       progress(i, presets.size(), shape.name, step.label);
       m.steps.push_back(run_step(layer, step, gpu, o, stream, dense.get()));
