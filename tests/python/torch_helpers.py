@@ -138,8 +138,11 @@ def poison(nbytes_list, device="cpu"):
     CPU allocator gives no guarantee)."""
     if device == "cpu":
         _keep_freed_blocks_on_cpu()
-    blocks = [torch.full((n,), 0xFF, dtype=torch.uint8, device=device) for n in nbytes_list]
-    del blocks
+    # On CPU one block four times the size: the next allocations are carved from its start.
+    factor = 4 if device == "cpu" else 1
+    for _ in range(2):  # the first round may race with lazily created buffers (thread pools) for the heap
+        blocks = [torch.full((n * factor,), 0xFF, dtype=torch.uint8, device=device) for n in nbytes_list]
+        del blocks
     probe = torch.empty(nbytes_list[0], dtype=torch.uint8, device=device)
     reused = bool((probe[-64:] == 0xFF).all())
     del probe
