@@ -65,7 +65,7 @@ for stage in "${stages[@]}"; do
       note "benchmarks against the peers"
       if [ -f bench/peers.py ]; then
         PYTHONPATH="$BUILD/python" MOEGEMM_BIN="$BUILD/tools/moegemm" python3 bench/peers.py \
-          ${MOEGEMM_BENCH_ARGS:---quick} --out "$REPORT" > "$REPORT/bench.log" 2>&1 || status=1
+          ${MOEGEMM_BENCH_ARGS:---quick} --out "$REPORT/peers.json" > "$REPORT/bench.log" 2>&1 || status=1
         tail -40 "$REPORT/bench.log" | tee -a "$REPORT/summary.txt"
       else
         echo "bench/peers.py missing" | tee -a "$REPORT/summary.txt"
