@@ -1,0 +1,126 @@
+"""opcheck of every op (CPU), torch.compile(fullgraph=True) equals eager, bitwise-identical repeats."""
+
+import pytest
+import torch
+
+import moegemm.torch as mt
+from torch_helpers import offsets_of, randn
+
+ops = torch.ops.moegemm
+
+
+def op_samples():
+    """(op overload, args, kwargs) covering every op and its optional outputs, small random inputs.
+    opcheck compares outputs of repeated calls, so every row is addressed (offsets[-1] == M) except in
+    the zero_tail sample: unaddressed rows are unspecified by contract."""
+    sizes = [5, 0, 9, 5]
+    m, k, i = 19, 32, 64
+    a = randn(m, k)
+    offsets = offsets_of(sizes)
+    prob = randn(m, dtype=torch.float32, seed=1).abs()
+    alpha = randn(4, dtype=torch.float32, seed=2)
+    w_up = randn(4, 2 * i, k, seed=3, scale=0.2)
+    w_kn = randn(4, k, i, seed=4, scale=0.2)
+    c = randn(m, 2 * i, seed=5)
+    dy = randn(m, k, seed=6)
+    w_down_nk = randn(4, i, k, seed=7, scale=0.2)
+    dense_b = randn(128, k, seed=8, scale=0.2)
+    yield ops.grouped_gemm.default, (a, w_kn, offsets), dict(b_layout="kn", alpha=alpha, prob=prob, generate_c=True)
+    yield ops.grouped_gemm.default, (a, w_up, offsets_of([5, 0, 9, 2])), dict(out_dtype=torch.float32,
+                                                                              zero_tail=True)
+    yield ops.grouped_gemm_glu.default, (a, w_up, offsets), dict(prob=prob, generate_c=True)
+    yield ops.grouped_gemm_glu.default, (a, w_up, offsets), dict(activation="swiglu_clamped",
+                                                                 glu_layout="interleaved32")
+    yield ops.grouped_gemm_dglu.default, (dy, w_down_nk, c, offsets), dict(
+        prob=prob, compute_dprob=True, compute_dbias=True, compute_amax=True)
+    yield ops.grouped_gemm_dglu.default, (dy, w_down_nk, c, offsets), dict(activation="geglu")
+    yield ops.grouped_gemm_srelu.default, (a, w_kn, offsets), dict(b_layout="kn", prob=prob, generate_c=True)
+    yield ops.grouped_gemm_dsrelu.default, (dy, w_down_nk, randn(m, i, seed=9), offsets), dict(
+        prob=prob, compute_dprob=True, compute_dbias=True, compute_amax=True)
+    yield ops.grouped_gemm_wgrad.default, (a, randn(m, i, seed=10), offsets), dict()
+    yield ops.grouped_gemm_wgrad.default, (a, randn(m, i, seed=10), offsets), dict(transpose_output=True,
+                                                                                   out_dtype=torch.bfloat16)
+    yield ops.grouped_gemm_wgrad.accumulate, (a, randn(m, i, seed=11), offsets,
+                                              randn(4, k, i, dtype=torch.float32, seed=12)), dict()
+    yield ops.gemm_swiglu.default, (a, dense_b), dict(alpha=0.5)
+    yield ops.gemm_amax.default, (a, dense_b), dict()
+    yield ops.gemm_srelu.default, (a, dense_b), dict(prob=prob, generate_c=True)
+    yield ops.gemm_dsrelu.default, (a, dense_b, randn(m, 128, seed=13)), dict(prob=prob, compute_dprob=True)
+
+
+SAMPLES = list(op_samples())
+IDS = [f"{s[0]._name}.{s[0]._overloadname}-{n}" for n, s in enumerate(SAMPLES)]
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=IDS)
+def test_opcheck(sample):
+    op, args, kwargs = sample
+    torch.library.opcheck(op, args, kwargs)
+
+
+def test_every_op_has_a_sample():
+    covered = {s[0]._schema.name for s in SAMPLES}
+    expected = {f"moegemm::{n}" for n in ("grouped_gemm", "grouped_gemm_glu", "grouped_gemm_dglu",
+                                          "grouped_gemm_srelu", "grouped_gemm_dsrelu", "grouped_gemm_wgrad",
+                                          "gemm_swiglu", "gemm_amax", "gemm_srelu", "gemm_dsrelu")}
+    assert covered == expected
+
+
+def _outputs(result):
+    return [t for t in (result if isinstance(result, tuple) else (result,)) if isinstance(t, torch.Tensor)]
+
+
+@pytest.mark.parametrize("sample", [s for s in SAMPLES if s[0]._overloadname != "accumulate"],
+                         ids=[i for i, s in zip(IDS, SAMPLES) if s[0]._overloadname != "accumulate"])
+def test_repeats_are_bitwise_identical(sample):
+    op, args, kwargs = sample
+    first = _outputs(op(*args, **kwargs))
+    second = _outputs(op(*args, **kwargs))
+    for x, y in zip(first, second):
+        if x.numel():
+            assert torch.equal(x, y)
+
+
+def test_compile_fullgraph_matches_eager():
+    sizes = [5, 0, 9, 2]
+    m, k, i = 16, 32, 64
+    x = randn(m, k)
+    offsets = offsets_of(sizes)
+    w_up = randn(4, k, 2 * i, seed=3, scale=0.2)
+    w_down = randn(4, i, k, seed=4, scale=0.2)
+    prob = randn(m, dtype=torch.float32, seed=5).abs()
+
+    def layer(x, w_up, w_down, offsets, prob):
+        h, c = ops.grouped_gemm_glu(x, w_up, offsets, b_layout="kn", prob=prob, generate_c=True)
+        y, _ = ops.grouped_gemm(h, w_down, offsets, b_layout="kn")
+        dc, dprob, _, _ = ops.grouped_gemm_dglu(y, w_down, c, offsets, prob=prob, compute_dprob=True)
+        w = ops.grouped_gemm_wgrad(x, dc, offsets)
+        z = mt.grouped_mm(x, w_up, offsets)
+        return y, dc, dprob, w, z
+
+    torch._dynamo.reset()
+    compiled = torch.compile(layer, fullgraph=True)
+    for e, c in zip(layer(x, w_up, w_down, offsets, prob), compiled(x, w_up, w_down, offsets, prob)):
+        assert torch.equal(e, c)
+
+
+def test_compile_fullgraph_moe_mlp_forward_and_backward():
+    m, k, i = 16, 32, 64
+    offsets = offsets_of([5, 0, 9, 2])
+    mlp = mt.MoEMLP(4, k, i, dtype=torch.bfloat16)
+    x = randn(m, k).requires_grad_(True)
+
+    def forward(x):
+        return mlp(x, offsets)
+
+    torch._dynamo.reset()
+    y_eager = forward(x)
+    y_eager.float().square().sum().backward()
+    grads_eager = [p.grad.clone() for p in (x, mlp.w_up, mlp.w_down)]
+    for p in (x, mlp.w_up, mlp.w_down):
+        p.grad = None
+    y_compiled = torch.compile(forward, fullgraph=True)(x)  # the backward graph comes from AOTAutograd
+    y_compiled.float().square().sum().backward()
+    assert torch.equal(y_eager, y_compiled)
+    for g, p in zip(grads_eager, (x, mlp.w_up, mlp.w_down)):
+        assert torch.equal(g, p.grad)
