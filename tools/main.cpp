@@ -25,6 +25,8 @@ commands:
             --workloads PATH      a workloads file instead of the built-in one
             --backend auto|cpu|gpu  (default auto: the GPU when it can run the kernels)
             --iters N, --warmup N timed and untimed calls per op on the GPU (default 20, 3)
+            --oracle reference|spot  expected values from the CPU reference on the sampled rows (GPU default)
+                                  or from double-precision math (CPU default)
   gemm    one grouped_gemm timed on the GPU, printed as JSON
             --m M --n N --k K --e E [--group-sizes a,b,...] [--routing R] [--seed S]
             [--layout kn|nk] [--iters N] [--warmup N] [--json PATH|-]

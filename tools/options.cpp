@@ -71,6 +71,12 @@ RunOptions parse_run_options(const std::vector<std::string>& args) {
       {"--workloads", [&](const std::string& v) { o.workloads = v; }},
       {"--iters", [&](const std::string& v) { o.iters = static_cast<int>(parse_int("--iters", v, 1)); }},
       {"--warmup", [&](const std::string& v) { o.warmup = static_cast<int>(parse_int("--warmup", v, 0)); }},
+      {"--oracle",
+       [&](const std::string& v) {
+         if (v == "reference") o.oracle = Oracle::reference;
+         else if (v == "spot") o.oracle = Oracle::spot_check;
+         else throw UsageError("--oracle: expected reference or spot, got '" + v + "'");
+       }},
       {"--backend",
        [&](const std::string& v) {
          if (v == "auto") o.backend = BackendChoice::automatic;

@@ -8,6 +8,7 @@
 
 #include "moegemm/ops.hpp"
 #include "routing.hpp"
+#include "verify.hpp"
 
 namespace moegemm::cli {
 
@@ -21,6 +22,7 @@ struct RunOptions {
   std::optional<std::string> json;     ///< --json PATH: write the results there
   std::optional<std::string> workloads;///< --workloads PATH: instead of the embedded file
   BackendChoice backend = BackendChoice::automatic;  ///< --backend auto|cpu|gpu
+  std::optional<Oracle> oracle;        ///< --oracle reference|spot; default reference (GPU), spot (CPU)
   int iters = 20;                      ///< --iters N timed calls per op (GPU), >= 1
   int warmup = 3;                      ///< --warmup N untimed calls per op (GPU)
 };

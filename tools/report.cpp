@@ -28,6 +28,12 @@ std::optional<double> StepResult::dense_tflops() const {
   return flops / *dense_time_us * 1e-6;
 }
 
+std::optional<double> StepResult::fraction_of_dense() const {
+  const auto t = tflops(), d = dense_tflops();
+  if (!t || !d) return std::nullopt;
+  return *t / *d;
+}
+
 bool ModelResult::passed() const {
   return std::all_of(steps.begin(), steps.end(), [](const StepResult& s) { return s.passed(); });
 }
@@ -82,8 +88,6 @@ void print_model_table(const ModelResult& m, bool gpu) {
   for (const auto& r : m.steps) {
     char shape[48];
     std::snprintf(shape, sizeof shape, "%lldx%lldx%lld", (long long)r.m, (long long)r.n, (long long)r.k);
-    std::optional<double> frac;
-    if (r.tflops() && r.dense_tflops()) frac = *r.tflops() / *r.dense_tflops();
     std::string check;
     if (r.status == StepStatus::no_kernel) check = "no kernel yet";
     else if (r.status == StepStatus::failed) check = "FAILED: " + r.error;
@@ -92,7 +96,7 @@ void print_model_table(const ModelResult& m, bool gpu) {
         r.verification ? std::optional<double>(r.verification->max_abs_err()) : std::nullopt;
     std::printf("  %-18s %-19s %-22s %11s %9s %9s %10s  %s\n", r.label.c_str(), r.function.c_str(), shape,
                 fmt(r.time_us, "%.1f").c_str(), fmt(r.tflops(), gpu ? "%.1f" : "%.4f").c_str(),
-                fmt(frac, "%.2f").c_str(), fmt(err, "%.2e").c_str(), check.c_str());
+                fmt(r.fraction_of_dense(), "%.2f").c_str(), fmt(err, "%.2e").c_str(), check.c_str());
   }
   std::fflush(stdout);
 }
@@ -114,13 +118,11 @@ void write_json(const RunReport& r, const std::string& path) {
              {"experts", s.verification->experts}, {"passed", s.verification->passed()},
              {"max_abs_err", number(s.verification->max_abs_err())}, {"outputs", outs}};
       }
-      std::optional<double> frac;
-      if (s.tflops() && s.dense_tflops()) frac = *s.tflops() / *s.dense_tflops();
       ops.push_back({{"op", s.label}, {"function", s.function}, {"M", s.m}, {"N", s.n}, {"K", s.k},
                      {"flops", s.flops}, {"status", status_name(s.status)},
                      {"error", s.error.empty() ? J(nullptr) : J(s.error)}, {"time_us", number(s.time_us)},
                      {"tflops", number(s.tflops())}, {"dense_time_us", number(s.dense_time_us)},
-                     {"dense_tflops", number(s.dense_tflops())}, {"fraction_of_dense", number(frac)},
+                     {"dense_tflops", number(s.dense_tflops())}, {"fraction_of_dense", number(s.fraction_of_dense())},
                      {"verification", v}, {"passed", s.passed()}});
     }
     const auto& p = m.shape;

@@ -26,6 +26,7 @@ struct StepResult {
   bool passed() const;                  ///< no kernel yet counts as passed; a failure or a wrong value does not
   std::optional<double> tflops() const;
   std::optional<double> dense_tflops() const;
+  std::optional<double> fraction_of_dense() const;  ///< tflops / dense_tflops
 };
 
 struct ModelResult {

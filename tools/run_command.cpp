@@ -85,7 +85,8 @@ StepResult run_step(const MoeLayer& layer, const Step& step, bool gpu, const Run
     return r;
   }
   try {
-    r.verification = verify_step(layer, step, gpu ? Oracle::reference : Oracle::spot_check, o.seed + 7);
+    const Oracle oracle = o.oracle.value_or(gpu ? Oracle::reference : Oracle::spot_check);
+    r.verification = verify_step(layer, step, oracle, o.seed + 7);
   } catch (const Error& e) {
     r.status = StepStatus::failed;
     r.error = std::string("verification: ") + e.what();

@@ -22,6 +22,10 @@ endfunction()
 set(_expect_0 ${CMAKE_COMMAND} -DEXPECT_CODE=0 -P ${CMAKE_CURRENT_SOURCE_DIR}/tests/expect_exit.cmake)
 moegemm_cli_test(run_one_preset COMMAND ${_expect_0} ${_cli} run --backend cpu --model qwen3-30b-a3b --tokens 32
                  REGEX "verification passed")
+# The GPU path's oracle (the reference on a small problem built from sampled rows and experts) checked against
+# the reference on the full problem: exercises the sampling and gathering the GPU verification relies on.
+moegemm_cli_test(run_reference_oracle COMMAND ${_expect_0} ${_cli} run --backend cpu --oracle reference --tokens 48
+                 --routing zipf REGEX "verification passed" TIMEOUT 300)
 moegemm_cli_test(run_all_presets_zipf COMMAND ${_expect_0} ${_cli} run --backend cpu --tokens 16 --routing zipf --seed 3
                  REGEX "verification passed" TIMEOUT 300)
 
