@@ -12,8 +12,9 @@ Every workload of bench/workloads/moe_workloads.json ("gemms") runs with uniform
 come from numpy.random.default_rng(seed) and are unaligned. Time: median of --iters (>= 30) calls after warm-up;
 CUDA events for torch and the C++ program, host wall time of synchronised calls for JAX (it has no event API).
 Inputs rotate over copies that together exceed twice the L2 cache. TFLOP/s = 2*M*N*K / time.
-Writes a JSON of the results and a PNG (bench/plot.py). --dispatch also runs the dispatch-overhead benchmarks
-bench/jax_dispatch.py and bench/torch_bench.py when they are present.
+Writes a JSON of the results and a PNG (bench/plot.py). --dispatch also runs the front ends' own benchmarks
+(bench/jax_dispatch.py and bench/torch_bench.py for dispatch overhead, bench/jax_ragged_dot.py) when present,
+so that one command reproduces every number.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 QUICK_WORKLOADS = ("seed-2k", "seed-16k", "qwen3-up", "dsv3-down")
+FRONT_END_BENCHMARKS = ("jax_dispatch.py", "torch_bench.py", "jax_ragged_dot.py")
 SYSTEMS = ("cublas_dense_same_flops", "torch_grouped_mm", "jax_ragged_dot", "moegemm_cpp", "moegemm_torch",
            "moegemm_jax")
 
@@ -208,16 +210,22 @@ def measure_moegemm_cpp(binary: str | None, wl, sizes, args):
     return f"{doc.get('status', 'failed')}: {doc.get('error', '')}"[:300]
 
 
-def run_dispatch_benchmarks(quick: bool) -> dict:
-    """Runs the dispatch-overhead benchmarks that sit next to this file; their output is theirs to print."""
+def run_front_end_benchmarks(quick: bool, out_dir: Path) -> dict:
+    """Runs the front ends' own benchmarks that sit next to this file (dispatch overhead, JAX paths); each prints
+    its own table and writes its JSON into out_dir. Returns {script: "ok" | "failed" | "not present"}."""
     results = {}
-    for script in ("jax_dispatch.py", "torch_bench.py"):
+    for script in FRONT_END_BENCHMARKS:
         path = HERE / script
         if not path.is_file():
             results[script] = "not present"
             continue
-        print(f"\n== {script} ==", flush=True)
-        cmd = [sys.executable, str(path)] + (["--quick"] if quick else [])
+        source = path.read_text()
+        cmd = [sys.executable, str(path)]
+        if quick and '"--quick"' in source:
+            cmd.append("--quick")
+        if '"--json"' in source:
+            cmd += ["--json", str(out_dir / f"{path.stem}.json")]
+        print(f"\n== {' '.join(cmd[1:])} ==", flush=True)
         results[script] = "ok" if subprocess.run(cmd).returncode == 0 else "failed"
     return results
 
@@ -231,7 +239,8 @@ def main(argv=None) -> int:
     p.add_argument("--iters", type=int, default=50, help="timed calls per system (>= 30)")
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--quick", action="store_true", help=f"a fast subset: {', '.join(QUICK_WORKLOADS)}, uniform")
-    p.add_argument("--dispatch", action="store_true", help="also run bench/jax_dispatch.py and bench/torch_bench.py")
+    p.add_argument("--dispatch", action="store_true",
+                   help=f"also run the front ends' benchmarks next to this file: {', '.join(FRONT_END_BENCHMARKS)}")
     p.add_argument("--moegemm-bin", help="the moegemm program (default: $MOEGEMM_BIN, PATH, build/tools/moegemm)")
     p.add_argument("--out", default="peers.json", help="results JSON; the plot goes next to it as .png")
     args = p.parse_args(argv)
@@ -283,10 +292,10 @@ def main(argv=None) -> int:
                                              "moegemm_cpp": "median of CUDA-event-timed calls",
                                              "jax": "median host wall time of synchronised jitted calls"},
            "rows": rows}
-    if args.dispatch:
-        doc["dispatch"] = run_dispatch_benchmarks(args.quick)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    if args.dispatch:
+        doc["front_end_benchmarks"] = run_front_end_benchmarks(args.quick, out.parent)
     out.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"results: {out}")
     try:
