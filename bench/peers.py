@@ -97,7 +97,7 @@ class Torch:
         torch = self.torch
         shape = (e, k, n) if b_layout == "kn" else (e, n, k)
         return [(torch.randn(m, k, device="cuda", dtype=torch.bfloat16),
-                 torch.randn(*shape, device="cuda", dtype=torch.bfloat16) / math.sqrt(k)) for _ in range(copies)]
+                 torch.randn(*shape, device="cuda", dtype=torch.bfloat16).div_(math.sqrt(k))) for _ in range(copies)]
 
 
 def measure_torch_systems(tw: Torch, wl, sizes, copies, args) -> dict:
@@ -166,7 +166,7 @@ def measure_jax_systems(wl, sizes, copies, args) -> dict:
         for c in range(copies):
             ka, kb = jax.random.split(jax.random.fold_in(key, c))
             operands.append((jax.random.normal(ka, (m, k), jnp.bfloat16),
-                             (jax.random.normal(kb, (e, k, n), jnp.float32) / math.sqrt(k)).astype(jnp.bfloat16)))
+                             jax.random.normal(kb, (e, k, n), jnp.bfloat16) * jnp.bfloat16(1 / math.sqrt(k))))
         ragged = jax.jit(lambda a, b: jax.lax.ragged_dot(a, b, gs))
         out["jax_ragged_dot"] = timed(ragged, operands)
     except Exception as err:
