@@ -129,6 +129,22 @@ TEST(GluReference, ZeroTailAndDefaults) {
   }
 }
 
+TEST(GluReference, InterleavedNeedsWholeBlockPairs) {
+  // 2I = 96 cannot be split into 32-column gate/up pairs: an error, never a read past column 95.
+  HostTensor a = random_tensor(DType::bf16, {4, 8}, 35), offsets = offsets_from_sizes({4});
+  naive::Weights b(BMode::dense_nk, DType::bf16, 1, 96, 8, 36, 0.5);
+  HostTensor d(DType::bf16, {4, 48});
+  GroupedGemmGluArgs args;
+  args.a = a.view();
+  args.b = b.ew;
+  args.offsets = offsets.view();
+  args.glu.layout = GluLayout::interleaved32;
+  args.d = d.view();
+  EXPECT_THROW(reference::run(args), Error);
+  args.glu.layout = GluLayout::halves;
+  EXPECT_NO_THROW(reference::run(args));
+}
+
 class GemmSwigluReference : public ::testing::TestWithParam<std::tuple<GluLayout, BLayout, DType>> {};
 
 TEST_P(GemmSwigluReference, MatchesLoopFormula) {

@@ -99,6 +99,13 @@ std::vector<GemmCase> cases() {
   add("tail_zeroed", [](GemmCase& c) { c.M = 250; c.zero_tail = true; });
   add("strided_rows", [](GemmCase& c) { c.row_pad = 8; c.M = 230; c.mode = BMode::dense_kn; });
   add("zero_tail_no_tail", [](GemmCase& c) { c.zero_tail = true; });
+  add("e1024_tiny_experts", [](GemmCase& c) {
+    c.sizes.assign(1024, 0);
+    for (int g = 0; g < 1024; ++g) c.sizes[g] = g % 3 == 0 ? 0 : (g % 3 == 1 ? 1 : 2);
+    c.M = 1023 + 5;  // 1023 addressed rows (341 * 1 + 341 * 2) and a 5-row tail
+    c.K = 16;
+    c.N = 24;
+  });
   add("odd_sizes_large_k", [](GemmCase& c) { c.sizes = {3, 129, 0, 70, 5}; c.M = 260; c.K = 264; c.N = 136; });
   return v;
 }
