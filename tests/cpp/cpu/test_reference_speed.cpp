@@ -4,6 +4,8 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <ctime>
 
 #include "common/naive.hpp"
 #include "common/offsets.hpp"
@@ -25,10 +27,13 @@ TEST(ReferenceSpeed, GroupedGemm4096x1024x1024) {
   args.offsets = offsets.view();
   args.d = d.view();
   const auto t0 = std::chrono::steady_clock::now();
+  const std::clock_t c0 = std::clock();
   reference::run(args);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double cpu = double(std::clock() - c0) / CLOCKS_PER_SEC;  // all threads: robust to a busy machine
   RecordProperty("seconds", std::to_string(s));
-  std::printf("grouped_gemm 4096x1024x1024 on the host: %.3f s (%.1f GFLOP/s)\n", s, 2.0 * M * N * K / s / 1e9);
+  std::printf("grouped_gemm 4096x1024x1024 on the host: %.3f s wall, %.3f s CPU (%.1f GFLOP/s per CPU second)\n",
+              s, cpu, 2.0 * M * N * K / cpu / 1e9);
   const naive::Rows rs = naive::rows(offsets, M);
   for (int64_t g = 0; g < E; ++g)
     if (rs.end[g] > rs.begin[g])
@@ -37,8 +42,9 @@ TEST(ReferenceSpeed, GroupedGemm4096x1024x1024) {
         const double want = naive::dot(a, r, b, g, n);
         EXPECT_NEAR(d(r, n), want, 2e-2 * std::fabs(want) + 4e-2);
       }
-  // A generous bound: a shared machine can be slow, but an unblocked loop would take far longer.
-  EXPECT_LT(s, 6.0);
+  // CPU seconds over all threads (2 s of wall on 2 cores), so a busy machine does not fail the test;
+  // an unblocked loop takes several times longer.
+  EXPECT_LT(cpu, 4.0);
 }
 
 }  // namespace
