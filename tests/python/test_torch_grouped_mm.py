@@ -1,0 +1,140 @@
+"""moegemm.torch.grouped_mm against torch._grouped_mm: the shapes, offsets and transposed/strided operands
+of PyTorch's own grouped GEMM tests (test/test_matmul_cuda.py), on CPU (torch's fallback) and CUDA."""
+
+import pytest
+import torch
+
+import moegemm.torch as mt
+from torch_helpers import GPU, assert_close, offsets_of, randn
+
+DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu,
+                                              pytest.mark.skipif(not GPU, reason="needs an sm_90 GPU")])]
+M, N, K, G = 16, 32, 64, 4
+
+
+def torch_grouped_mm(*args, **kwargs):
+    try:
+        return torch._grouped_mm(*args, **kwargs)
+    except (RuntimeError, NotImplementedError) as e:  # older torch builds have no CPU fallback
+        pytest.skip(f"torch._grouped_mm unavailable here: {e}")
+
+
+def make_b(strided, b_row_major, device, dtype=torch.bfloat16):
+    """PyTorch's 2d/3d test weights: returns the logical (G, K, N) operand it passes to grouped_mm."""
+    s = int(strided)
+    if b_row_major:
+        b = randn(G * (1 + s), N, K * (1 + s), dtype=dtype, device=device, seed=2)[::1 + s, :, :K]
+    else:
+        b = randn(G * (1 + s), K * (1 + s), N, dtype=dtype, device=device, seed=2).transpose(-2, -1)[::1 + s, :, :K]
+    return b.transpose(-2, -1)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("strided", [False, True])
+@pytest.mark.parametrize("b_row_major", [False, True])
+@pytest.mark.parametrize("zero_size", [False, True])
+def test_2d_3d_matches_torch(device, strided, b_row_major, zero_size):
+    s = int(strided)
+    a = randn(M * G, K * (1 + s), device=device, seed=1)[:, :K]  # row-major a (strided rows)
+    b = make_b(strided, b_row_major, device)
+    offs = torch.arange(M, G * M + 1, M, dtype=torch.int32, device=device)
+    if zero_size:
+        offs[0] = offs[1]
+    if strided:
+        # every other expert of a bigger tensor: the kernels read packed expert stacks only, and a weight
+        # is never copied behind the caller's back, so this is refused with the operand named
+        with pytest.raises(ValueError, match="grouped_gemm: b: expected a contiguous"):
+            mt.grouped_mm(a, b, offs)
+        b = b.contiguous() if b_row_major is False else b.mT.contiguous().mT
+    out = mt.grouped_mm(a, b, offs)
+    ref = torch_grouped_mm(a, b, offs=offs)
+    assert out.shape == ref.shape and out.dtype == ref.dtype
+    assert_close(out, ref)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_2d_3d_backward_matches_torch(device):
+    a = randn(M * G, K, device=device, seed=3).requires_grad_(True)
+    b = make_b(False, True, device).detach().requires_grad_(True)
+    offs = torch.arange(M, G * M + 1, M, dtype=torch.int32, device=device)
+    dy = randn(M * G, N, device=device, seed=4)
+    mt.grouped_mm(a, b, offs).backward(dy)
+    ours = (a.grad.clone(), b.grad.clone())
+    a.grad = b.grad = None
+    torch_grouped_mm(a, b, offs=offs).backward(dy)
+    assert_close(ours[0], a.grad)
+    assert_close(ours[1], b.grad)
+    assert ours[1].stride() == b.stride()
+
+
+def test_2d_3d_column_major_a_is_rejected():
+    a = randn(K, M * G, seed=5).t()
+    with pytest.raises(ValueError, match="grouped_gemm: a: .*row-major"):
+        mt.grouped_mm(a, make_b(False, True, "cpu"), offsets_of([M] * G))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("strided", [False, True])
+def test_2d_2d_matches_torch(device, strided):
+    # PyTorch's 2d/2d test with a and b column-major (the token dim strided in memory): out[g] = a[:, k_g] @ b[k_g, :]
+    kt = K * G + K * int(strided)
+    a = randn(kt, M, device=device, seed=6).t()[:, :K * G]
+    b = randn(kt, N, device=device, seed=7)[:K * G]
+    for sizes in ([K] * G, [0, 2 * K, K, K], [K, K, 2 * K, 0]):
+        offs = offsets_of(sizes, device)
+        out = mt.grouped_mm(a, b, offs)
+        ref = torch_grouped_mm(a, b, offs=offs)
+        assert out.shape == ref.shape == (G, M, N)
+        assert_close(out, ref)
+        for g, size in enumerate(sizes):
+            if size == 0:
+                assert (out[g] == 0).all()
+
+
+def test_2d_2d_row_major_a_is_rejected():
+    a = randn(M, K * G, seed=8)
+    with pytest.raises(ValueError, match="grouped_mm: a: .*stride\\(0\\) == 1"):
+        mt.grouped_mm(a, randn(K * G, N, seed=9), offsets_of([K] * G))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_3d_3d_matches_torch(device):
+    a = randn(G, M, K, device=device, seed=10)
+    b = make_b(False, False, device)
+    assert_close(mt.grouped_mm(a, b), torch_grouped_mm(a, b))
+
+
+def test_c13_unusual_weight_stride_orders():
+    a, offs = randn(M * G, K, seed=11), offsets_of([M] * G)
+    experts_inner = randn(K, N, G, seed=12).permute(2, 0, 1)  # (G, K, N) with experts innermost
+    with pytest.raises(ValueError, match="grouped_mm: b: "):
+        mt.grouped_mm(a, experts_inner, offs)
+    # experts interleaved inside a row: N contiguous, but an expert stride smaller than a matrix
+    overlap = torch.as_strided(randn(K * N + 64, seed=13), (G, K, N), (8, N, 1))
+    with pytest.raises(ValueError, match="b"):
+        mt.grouped_mm(a, overlap, offs)
+    # a transposed view is honoured exactly (no copy): same values as its contiguous copy
+    b_view = randn(G, N, K, seed=14).mT
+    assert torch.equal(mt.grouped_mm(a, b_view, offs), mt.grouped_mm(a, b_view.contiguous(), offs))
+
+
+def test_extensions_bias_out_dtype_zero_tail():
+    a, offs = randn(50, K, seed=15), offsets_of([10, 0, 20, 5])
+    b, bias = make_b(False, True, "cpu"), randn(G, N, dtype=torch.float32, seed=16)
+    out = mt.grouped_mm(a, b, offs, bias=bias, out_dtype=torch.float32, zero_tail=True)
+    ref = torch_grouped_mm(a, b, offs=offs).double()
+    for g, (s, e) in enumerate([(0, 10), (10, 10), (10, 30), (30, 35)]):
+        ref[s:e] += bias[g].double()
+    assert out.dtype == torch.float32
+    assert_close(out[:35], ref[:35])
+    assert (out[35:] == 0).all()
+
+
+def test_errors():
+    a, b = randn(M * G, K), make_b(False, True, "cpu")
+    with pytest.raises(ValueError, match="offs: required"):
+        mt.grouped_mm(a, b)
+    with pytest.raises(ValueError, match="offs: must be None"):
+        mt.grouped_mm(randn(G, M, K), b, offsets_of([M] * G))
+    with pytest.raises(NotImplementedError, match="3-D x 2-D"):
+        mt.grouped_mm(randn(G, M, K), randn(K, N * G), offsets_of([N] * G))
