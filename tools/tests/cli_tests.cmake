@@ -2,6 +2,19 @@
 # bad arguments answered with exit code 2 and a message that names the problem.
 find_package(Python3 COMPONENTS Interpreter)
 set(_cli $<TARGET_FILE:moegemm_cli>)
+
+# Unit tests of the program's parts: tolerance check, routing, sampling, double-precision math, and that a
+# verification fails on wrong or unwritten outputs.
+# (Needs an installed GoogleTest: this folder is configured before tests/cpp, which can also build one from source.)
+find_package(GTest QUIET)
+if(GTest_FOUND)
+  include(GoogleTest)
+  add_executable(moegemm_cli_unit_tests ${CMAKE_CURRENT_SOURCE_DIR}/tests/cli_unit_tests.cpp)
+  target_link_libraries(moegemm_cli_unit_tests PRIVATE moegemm_cli_core GTest::gtest GTest::gtest_main)
+  gtest_discover_tests(moegemm_cli_unit_tests TEST_PREFIX cli.unit. PROPERTIES LABELS cpu DISCOVERY_TIMEOUT 60)
+else()
+  message(STATUS "moegemm program: unit tests not built (no installed GoogleTest: install libgtest-dev)")
+endif()
 set(_out ${CMAKE_CURRENT_BINARY_DIR}/test-output)
 file(MAKE_DIRECTORY ${_out})
 
