@@ -27,7 +27,7 @@ fs::path self_path(const std::string& argv0) {
 // $MOEGEMM_BENCH_DIR, then the installed share/moegemm/bench next to bin/, then the source tree it was built from.
 fs::path find_peers_script(const fs::path& exe) {
   std::vector<fs::path> dirs;
-  if (const char* env = std::getenv("MOEGEMM_BENCH_DIR")) dirs.emplace_back(env);
+  if (const char* env = std::getenv("MOEGEMM_BENCH_DIR"); env && *env) dirs.emplace_back(env);
   dirs.push_back(exe.parent_path().parent_path() / "share" / "moegemm" / "bench");
   if (*MOEGEMM_SOURCE_BENCH_DIR) dirs.emplace_back(MOEGEMM_SOURCE_BENCH_DIR);
   for (const auto& d : dirs)
