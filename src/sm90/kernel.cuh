@@ -51,6 +51,8 @@ __global__ void __launch_bounds__(kKernelThreads, 1) grouped_gemm_kernel(const _
     cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
     asm volatile("prefetch.tensormap [%0];" ::"l"(&p.tma_a) : "memory");
     asm volatile("prefetch.tensormap [%0];" ::"l"(&p.tma_b) : "memory");
+    asm volatile("prefetch.tensormap [%0];" ::"l"(&p.tma_d) : "memory");
+    if (p.c.ptr) asm volatile("prefetch.tensormap [%0];" ::"l"(&p.tma_c) : "memory");
   }
   // Builds the expert table; its __syncthreads also publishes the barrier initialisation.
   const Scheduler sched(*reinterpret_cast<typename Scheduler::Storage*>(smem + Layout::kSchedulerOffset),
@@ -84,6 +86,7 @@ __global__ void __launch_bounds__(kKernelThreads, 1) grouped_gemm_kernel(const _
       Epilogue::template apply<Shape::kBN>(acc, p, tile.expert, tile.n_tile,
                                            static_cast<int64_t>(tile.row0) + 64 * cw, tile.row_end, staging);
     }
+    staging.drain();
   }
 }
 

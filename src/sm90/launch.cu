@@ -34,12 +34,13 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
   return fn;
 }
 
-/// A bf16 tensor map with 128B swizzle; dims[0] is the contiguous one, strides in bytes for dims 1..rank-1.
+/// A tensor map with 128B swizzle; dims[0] is the contiguous one, strides in bytes for dims 1..rank-1.
 CUtensorMap make_map(const void* base, int rank, const cuuint64_t* dims, const cuuint64_t* strides,
-                     const cuuint32_t* box, const char* operand) {
+                     const cuuint32_t* box, const char* operand,
+                     CUtensorMapDataType type = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16) {
   CUtensorMap map;
   const cuuint32_t elem_strides[3] = {1, 1, 1};
-  const CUresult r = encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, const_cast<void*>(base), dims,
+  const CUresult r = encode_tiled()(&map, type, rank, const_cast<void*>(base), dims,
                                     strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
                                     CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
@@ -72,6 +73,18 @@ OutMatrix out_matrix(const TensorView& v) {
   o.ld = v.stride(0);
   o.type = out_type(v.dtype);
   return o;
+}
+
+/// Store map of a row-major (M, cols) output: boxes of 128 bytes of columns by 64 rows.
+CUtensorMap output_map(const OutMatrix& out, int64_t m, int64_t cols, const char* operand) {
+  const int esize = out.type == OutType::f32 ? 4 : 2;
+  const CUtensorMapDataType type = out.type == OutType::f32   ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+                                   : out.type == OutType::f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                              : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(m)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(out.ld) * esize};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(128 / esize), 64};
+  return make_map(out.ptr, 2, dims, strides, box, operand, type);
 }
 
 template <class Shape, class Epilogue>
@@ -156,6 +169,9 @@ void launch_forward(const ForwardProblem& f, cudaStream_t stream) {
     const cuuint64_t strides[2] = {static_cast<cuuint64_t>(f.n) * 2, static_cast<cuuint64_t>(f.n * f.k) * 2};
     p.tma_b = make_map(f.b, 3, dims, strides, b_box, "b");
   }
+
+  p.tma_d = output_map(p.d, f.m, f.glu_epilogue ? f.n / 2 : f.n, "d");
+  if (p.c.ptr) p.tma_c = output_map(p.c, f.m, f.n, "c");
 
   // Persistent grid: at most one CTA per SM, never more CTAs than the largest possible tile count.
   const int64_t max_tiles = ((f.m + 127) / 128 + std::min<int64_t>(f.num_experts, f.m)) * p.n_tiles;

@@ -21,6 +21,8 @@ struct OutMatrix {
 struct KernelParams {
   CUtensorMap tma_a;  // A (M, K): dims {K, M}, box {64, 128}
   CUtensorMap tma_b;  // B nk: dims {K, N, E}, box {64, 64, 1}; kn: dims {N, K, E}, box {64, 64, 1}
+  CUtensorMap tma_d;  // D (M, cols): dims {cols, M}, box {128 B of columns, 64}, 128B swizzle (stores)
+  CUtensorMap tma_c;  // C likewise, when requested
   const int* offsets;  // (E,) cumulative expert ends; nullptr = one group of M rows
   int num_experts;
   int m;

@@ -77,7 +77,6 @@ struct GluEpilogue {
   template <int kBN, PairKind kPair, int kRegs>
   __device__ static void stage_d(const float (&acc)[kRegs], const KernelParams& p, float2 pr,
                                  const Staging<kBN>& st) {
-    const int esize = out_elem_bytes(p.d.type);
     const int ra = st.row_a();
 #pragma unroll
     for (int i = 0; i < kBN / 8; ++i) {
@@ -88,8 +87,8 @@ struct GluEpilogue {
       const float d1 = glu_activation(p, acc[4 * i + 1], acc[4 * u + 1]) * pr.x;
       const float d2 = glu_activation(p, acc[4 * i + 2], acc[4 * u + 2]) * pr.y;
       const float d3 = glu_activation(p, acc[4 * i + 3], acc[4 * u + 3]) * pr.y;
-      stage_pair(st.buf + ra * Staging<kBN>::kPitch + dcol * esize, p.d.type, d0, d1);
-      stage_pair(st.buf + (ra + 8) * Staging<kBN>::kPitch + dcol * esize, p.d.type, d2, d3);
+      st.write_pair(ra, dcol, p.d.type, d0, d1);
+      st.write_pair(ra + 8, dcol, p.d.type, d2, d3);
     }
   }
 
@@ -99,9 +98,11 @@ struct GluEpilogue {
     const ColumnMap cmap = b_columns(p, n_tile, kBN);
     const int rows_valid = rows_in_warpgroup(row0, row_end);
     apply_alpha_bias<kBN>(acc, p, expert, cmap, st.quad());
-    if (p.c.ptr) st.store_tile(acc, p.c, cmap, row0, rows_valid);
+    // C's gate segments end at I: a TMA store may only be used where no segment crosses that limit.
+    if (p.c.ptr) st.store_tile(acc, p.c, &p.tma_c, cmap, row0, rows_valid, rows_valid == 64 && segments_fit(cmap, p.n));
 
     const float2 pr = row_probs(p, row0 + st.row_a(), row_end);
+    st.acquire();
     if (p.pairing == PairKind::halves) stage_d<kBN, PairKind::halves>(acc, p, pr, st);
     else if (p.pairing == PairKind::interleaved32) stage_d<kBN, PairKind::interleaved32>(acc, p, pr, st);
     else stage_d<kBN, PairKind::interleaved32_up_first>(acc, p, pr, st);
@@ -112,7 +113,7 @@ struct GluEpilogue {
       dmap.base[j] = d0col + 64 * j;
       dmap.limit[j] = p.n / 2;
     }
-    st.flush(p.d, dmap, 0, kBN / 2, row0, rows_valid);
+    st.store(p.d, &p.tma_d, dmap, 0, kBN / 2, row0, rows_valid, rows_valid == 64);
   }
 };
 

@@ -22,8 +22,9 @@ struct LinearEpilogue {
                                int64_t row0, int row_end, const Staging<kBN>& st) {
     const ColumnMap cmap = b_columns(p, n_tile, kBN);
     const int rows_valid = rows_in_warpgroup(row0, row_end);
+    const bool use_tma = rows_valid == 64;  // columns are clipped by the tensor width alone
     apply_alpha_bias<kBN>(acc, p, expert, cmap, st.quad());
-    if (p.c.ptr) st.store_tile(acc, p.c, cmap, row0, rows_valid);
+    if (p.c.ptr) st.store_tile(acc, p.c, &p.tma_c, cmap, row0, rows_valid, use_tma);
     if (p.prob) {
       const float2 pr = row_probs(p, row0 + st.row_a(), row_end);
 #pragma unroll
@@ -34,7 +35,7 @@ struct LinearEpilogue {
         acc[4 * i + 3] *= pr.y;
       }
     }
-    st.store_tile(acc, p.d, cmap, row0, rows_valid);
+    st.store_tile(acc, p.d, &p.tma_d, cmap, row0, rows_valid, use_tma);
   }
 };
 

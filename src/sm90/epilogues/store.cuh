@@ -1,10 +1,14 @@
-// Register tile -> shared-memory staging -> coalesced, bounds-checked 16-byte global stores.
+// Register tile -> 128B-swizzled shared-memory staging -> global memory.
 //
-// Each consumer warpgroup owns 64 rows of the tile and a private staging area of 64 rows. Stores are
-// masked by the expert's last row (tiles never write past their expert) and by the column limit of each
-// 64-column segment, so the last tile of an expert and the N tail need no special path.
+// Each consumer warpgroup owns 64 rows of the tile and a private staging area laid out as 128-byte column
+// blocks of 64 rows (the layout a TMA store with 128B swizzle reads, and bank-conflict free for the
+// accumulator fragment). A 64-row slice that lies wholly inside its expert is written by asynchronous TMA
+// stores that overlap the next tile's mainloop; the slice holding an expert's last rows (or a column
+// segment that ends inside a tile) is written by bounds-checked 16-byte stores, so tiles never write past
+// their expert and the N tail needs no padding.
 #pragma once
 
+#include <cuda/ptx>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -15,7 +19,7 @@
 
 namespace moegemm::sm90 {
 
-/// Where each 64-column segment of a staged tile goes: global column base and exclusive column limit.
+/// Where each 64-column segment of a tile goes: global column base and exclusive column limit.
 struct ColumnMap {
   int base[4];
   int limit[4];
@@ -28,70 +32,116 @@ __device__ __forceinline__ int pick(const int (&a)[4], int i) {
 
 __device__ __forceinline__ int out_elem_bytes(OutType t) { return t == OutType::f32 ? 4 : 2; }
 
-/// Stores two adjacent values at byte offset `off` of the staging row, converted to the output type.
-__device__ __forceinline__ void stage_pair(uint8_t* p, OutType t, float v0, float v1) {
-  if (t == OutType::f32) {
-    *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
-  } else if (t == OutType::bf16) {
-    *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(v0, v1);
-  } else {
-    *reinterpret_cast<__half2*>(p) = __floats2half2_rn(v0, v1);
-  }
-}
-
 /// Fragment geometry of one m64nBN f32 accumulator (hopper-verified-facts §3): register r of thread
 /// (warp w, lane l) holds row 16w + l/4 + 8*((r>>1)&1), column 8*(r>>2) + 2*(l%4) + (r&1).
 template <int kBN>
 struct Staging {
-  static constexpr int kPitch = kBN * 2 + 16;  // bytes per staged row; +16 B spreads rows over banks
-  static constexpr int kBytes = 64 * kPitch;
+  static constexpr int kRowBytes = kBN * 2;       // one pass: BN bf16 columns (BN/2 f32 columns)
+  static constexpr int kBlocks = kRowBytes / 128;  // 128-byte column blocks of 64 rows (8 KiB each)
+  static constexpr int kBytes = 64 * kRowBytes;
 
-  uint8_t* buf;    // this warpgroup's 64 rows
-  int tid;         // thread index within the warpgroup
+  uint8_t* buf;  // this warpgroup's 64 rows, 1024-byte aligned
+  int tid;       // thread index within the warpgroup
   uint32_t barrier_id;
 
   __device__ int row_a() const { return (tid / 32) * 16 + (tid % 32) / 4; }
   __device__ int quad() const { return tid % 4; }
 
-  /// Writes the staged columns [col_begin, col_begin + cols) to `out` rows [row0, row0 + rows_valid).
-  __device__ void flush(const OutMatrix& out, const ColumnMap& cmap, int col_begin, int cols, int64_t row0,
-                        int rows_valid) const {
+  /// Byte address of (row, byte offset in the pass row) in the swizzled layout.
+  __device__ uint8_t* at(int row, int byte) const {
+    const int chunk = ((byte >> 4) & 7) ^ (row & 7);
+    return buf + (byte >> 7) * 8192 + row * 128 + (chunk << 4) + (byte & 15);
+  }
+
+  /// Waits until the staging area may be written: earlier TMA stores have read it and every thread of the
+  /// warpgroup is done with it.
+  __device__ void acquire() const {
+    if (tid == 0) cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{});
+    named_barrier_sync(barrier_id, 128);
+  }
+
+  /// Waits for this warpgroup's stores to complete (before the CTA exits).
+  __device__ void drain() const {
+    if (tid == 0) cuda::ptx::cp_async_bulk_wait_group(cuda::ptx::n32_t<0>{});
+  }
+
+  /// Stores two adjacent values of pass-relative column `col` of `row`, converted to the output type.
+  __device__ void write_pair(int row, int col, OutType t, float v0, float v1) const {
+    uint8_t* p = at(row, col * out_elem_bytes(t));
+    if (t == OutType::f32) {
+      *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
+    } else if (t == OutType::bf16) {
+      *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(v0, v1);
+    } else {
+      *reinterpret_cast<__half2*>(p) = __floats2half2_rn(v0, v1);
+    }
+  }
+
+  /// Publishes the staged columns [col_begin, col_begin + cols) of the tile and stores them to rows
+  /// [row0, row0 + rows_valid) of `out`: by TMA when `use_tma` (whole 64-row slice, columns clipped only
+  /// by the tensor's width), else by bounds-checked 16-byte stores.
+  __device__ void store(const OutMatrix& out, const CUtensorMap* map, const ColumnMap& cmap, int col_begin,
+                        int cols, int64_t row0, int rows_valid, bool use_tma) const {
+    cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);  // generic-proxy writes -> TMA reads
     named_barrier_sync(barrier_id, 128);
     const int esize = out_elem_bytes(out.type);
+    const int block_cols = 128 / esize;
+    if (use_tma) {
+      if (tid == 0) {
+        for (int b = 0; b * block_cols < cols; ++b) {
+          const int sc = col_begin + b * block_cols;
+          const int seg = sc >> 6;
+          const int32_t coord[2] = {pick(cmap.base, seg) + (sc & 63), static_cast<int32_t>(row0)};
+          cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_global, cuda::ptx::space_shared, map, coord,
+                                          buf + b * 8192);
+        }
+        cuda::ptx::cp_async_bulk_commit_group();
+      }
+      return;
+    }
     const int chunk_cols = 16 / esize;
     const int chunks_per_row = cols / chunk_cols;
     const int total = rows_valid * chunks_per_row;
     uint8_t* base = static_cast<uint8_t*>(out.ptr);
     for (int idx = tid; idx < total; idx += 128) {
       const int r = idx / chunks_per_row;
-      const int sc = col_begin + (idx - r * chunks_per_row) * chunk_cols;
+      const int c = idx - r * chunks_per_row;
+      const int sc = col_begin + c * chunk_cols;
       const int seg = sc >> 6;
       const int gcol = pick(cmap.base, seg) + (sc & 63);
       if (gcol >= pick(cmap.limit, seg)) continue;
-      const uint4 v = *reinterpret_cast<const uint4*>(buf + r * kPitch + (sc - col_begin) * esize);
+      const uint4 v = *reinterpret_cast<const uint4*>(at(r, c * 16));
       *reinterpret_cast<uint4*>(base + ((row0 + r) * out.ld + gcol) * esize) = v;
     }
-    named_barrier_sync(barrier_id, 128);  // the staging area is free again
   }
 
   /// Stages every register of `acc` at its own column and stores the whole BN-wide tile.
   template <int kRegs>
-  __device__ void store_tile(const float (&acc)[kRegs], const OutMatrix& out, const ColumnMap& cmap,
-                             int64_t row0, int rows_valid) const {
-    const int esize = out_elem_bytes(out.type);
-    const int pass_cols = (kBN * 2) / esize;  // 16-bit: one pass; f32: two passes
+  __device__ void store_tile(const float (&acc)[kRegs], const OutMatrix& out, const CUtensorMap* map,
+                             const ColumnMap& cmap, int64_t row0, int rows_valid, bool use_tma) const {
+    const int pass_cols = kRowBytes / out_elem_bytes(out.type);  // 16-bit: one pass; f32: two passes
     const int ra = row_a();
     for (int begin = 0; begin < kBN; begin += pass_cols) {
+      acquire();
 #pragma unroll
       for (int i = 0; i < kBN / 8; ++i) {
         const int col = 8 * i + 2 * quad();
         if (col < begin || col >= begin + pass_cols) continue;
-        stage_pair(buf + ra * kPitch + (col - begin) * esize, out.type, acc[4 * i], acc[4 * i + 1]);
-        stage_pair(buf + (ra + 8) * kPitch + (col - begin) * esize, out.type, acc[4 * i + 2], acc[4 * i + 3]);
+        write_pair(ra, col - begin, out.type, acc[4 * i], acc[4 * i + 1]);
+        write_pair(ra + 8, col - begin, out.type, acc[4 * i + 2], acc[4 * i + 3]);
       }
-      flush(out, cmap, begin, pass_cols, row0, rows_valid);
+      store(out, map, cmap, begin, pass_cols, row0, rows_valid, use_tma);
     }
   }
 };
+
+/// True when a TMA store of whole 64-column segments cannot cross a segment's column limit, i.e. every
+/// segment either ends before its limit or is limited only by the tensor's width.
+__device__ __forceinline__ bool segments_fit(const ColumnMap& cmap, int width) {
+  bool fit = true;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) fit &= cmap.limit[j] >= width || cmap.base[j] + 64 <= cmap.limit[j];
+  return fit;
+}
 
 }  // namespace moegemm::sm90
