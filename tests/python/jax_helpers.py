@@ -3,6 +3,8 @@ the poisoned-output harness."""
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -11,16 +13,44 @@ import jax.numpy as jnp  # noqa: E402
 
 import moegemm.jax as mj  # noqa: E402
 
+from gpu_support import has_gpu_kernel, jax_gpu_present  # noqa: E402
+
 SENTINEL = np.float32(-7168.0)  # exactly representable in bf16/f16/f32, far from any result here
 
 
-def on_gpu() -> bool:
-    return jax.default_backend() == "gpu"
-
-
 def gpu_ready() -> bool:
-    """An sm_90 GPU is JAX's default device and the kernels are built."""
-    return on_gpu() and mj.device_kernels_available()
+    """JAX sees a GPU and the moegemm kernels can run on it (gpu_support.jax_gpu_present)."""
+    return jax_gpu_present()
+
+
+def cpu_device():
+    return jax.devices("cpu")[0]
+
+
+def device_for(*ops, dtypes=()):
+    """The device a test of `ops` (with inputs of `dtypes`) runs on: the GPU when one is present and every
+    op has an sm_90a kernel for those dtypes (gpu_support.GPU_KERNEL_OPS), else the CPU backend."""
+    if gpu_ready() and has_gpu_kernel(*ops, dtypes=dtypes):
+        return jax.devices("gpu")[0]
+    return cpu_device()
+
+
+@contextlib.contextmanager
+def running_on(device):
+    """Make `device` the default device: arrays created inside land there and jitted computations of
+    uncommitted arrays (and their lowering) target its platform."""
+    with jax.default_device(device):
+        yield device
+
+
+def on_device_for(*ops, dtypes=()):
+    """Context manager: run the body on device_for(*ops, dtypes=dtypes)."""
+    return running_on(device_for(*ops, dtypes=dtypes))
+
+
+def on_cpu():
+    """Context manager: run the body on the CPU backend, whatever the machine (references, gradients)."""
+    return running_on(cpu_device())
 
 
 def rand(rng, shape, dtype=jnp.bfloat16, scale=1.0):

@@ -1,5 +1,7 @@
 """No output is initialised by XLA: the lowered and compiled HLO of every op (and of ragged_dot and
-moe_mlp, forward and backward) has no memset, no broadcast of zero and no aliasing into our outputs."""
+moe_mlp, forward and backward) has no memset, no broadcast of zero and no aliasing into our outputs.
+Lowered for device_for(the ops of the call): the GPU's HLO when one is present and they all have sm_90a
+kernels, the CPU's otherwise."""
 
 from __future__ import annotations
 
@@ -8,7 +10,8 @@ import re
 import numpy as np
 import pytest
 
-from jax_helpers import rand, jax, jnp, mj
+from gpu_support import MOE_MLP_BACKWARD, MOE_MLP_FORWARD, RAGGED_DOT_BACKWARD, RAGGED_DOT_FORWARD
+from jax_helpers import on_device_for, rand, jax, jnp, mj
 from test_jax_ops import _every_op
 
 # A zero constant (scalar or splat) in stablehlo text or HLO text.
@@ -45,15 +48,18 @@ def _check(fn, *args):
 
 @pytest.mark.parametrize("op", list(_every_op(np.random.default_rng(0))))
 def test_op_hlo_has_no_fill(op):
-    _check(_every_op(np.random.default_rng(0))[op])
+    with on_device_for(op):
+        _check(_every_op(np.random.default_rng(0))[op])
 
 
 def test_ragged_dot_forward_and_backward_hlo_have_no_fill():
     rng = np.random.default_rng(1)
     lhs, rhs, gs = rand(rng, (64, 32)), rand(rng, (4, 32, 16)), jnp.array([10, 0, 30, 4], jnp.int32)
     ct = rand(rng, (64, 16))
-    _check(lambda l, r: mj.ragged_dot(l, r, gs), lhs, rhs)
-    _check(lambda l, r, c: jax.vjp(lambda l, r: mj.ragged_dot(l, r, gs), l, r)[1](c), lhs, rhs, ct)
+    with on_device_for(*RAGGED_DOT_FORWARD):
+        _check(lambda l, r: mj.ragged_dot(l, r, gs), lhs, rhs)
+    with on_device_for(*RAGGED_DOT_BACKWARD):
+        _check(lambda l, r, c: jax.vjp(lambda l, r: mj.ragged_dot(l, r, gs), l, r)[1](c), lhs, rhs, ct)
 
 
 def test_moe_mlp_forward_and_backward_hlo_have_no_fill():
@@ -61,9 +67,11 @@ def test_moe_mlp_forward_and_backward_hlo_have_no_fill():
     x, wu, wd = rand(rng, (64, 32)), rand(rng, (4, 32, 64)), rand(rng, (4, 32, 32))
     off = jnp.asarray(np.cumsum([10, 0, 30, 4]), jnp.int32)
     p, ct = jnp.ones((64,), jnp.float32) * 0.5, rand(rng, (64, 32))
-    _check(lambda x, wu, wd, p: mj.moe_mlp(x, wu, wd, offsets=off, prob=p), x, wu, wd, p)
-    _check(lambda x, wu, wd, p, c: jax.vjp(lambda *a: mj.moe_mlp(*a[:3], offsets=off, prob=a[3]),
-                                           x, wu, wd, p)[1](c), x, wu, wd, p, ct)
+    with on_device_for(*MOE_MLP_FORWARD):
+        _check(lambda x, wu, wd, p: mj.moe_mlp(x, wu, wd, offsets=off, prob=p), x, wu, wd, p)
+    with on_device_for(*MOE_MLP_BACKWARD):
+        _check(lambda x, wu, wd, p, c: jax.vjp(lambda *a: mj.moe_mlp(*a[:3], offsets=off, prob=a[3]),
+                                               x, wu, wd, p)[1](c), x, wu, wd, p, ct)
 
 
 def test_the_checker_catches_a_zero_filled_aliased_output():

@@ -1,12 +1,15 @@
-"""Every op of moegemm.jax against an f32 oracle on random data, jit vs eager, trace-time errors."""
+"""Every op of moegemm.jax against an f32 oracle on random data, jit vs eager, trace-time errors.
+
+Each test runs on device_for(its ops): the GPU when one is present and every op it calls has an sm_90a
+kernel (gpu_support.GPU_KERNEL_OPS), the CPU backend otherwise."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from jax_helpers import (assert_close, expert_of_rows, f32, grouped_matmul_ref, offsets_of, rand, silu,
-                         jax, jnp, mj)
+from jax_helpers import (assert_close, expert_of_rows, f32, grouped_matmul_ref, offsets_of, on_device_for, rand,
+                         silu, jax, jnp, mj)
 
 SIZES = [37, 0, 80, 5, 0, 61]  # empty middle experts, sizes not multiples of any tile; tail rows below
 M, K, N, E = 200, 64, 48, len(SIZES)
@@ -29,6 +32,7 @@ def _inputs(rng, b_layout="nk", n=N):
 
 @pytest.mark.parametrize("b_layout", ["nk", "kn"])
 @pytest.mark.parametrize("extras", [False, True])
+@on_device_for("grouped_gemm")
 def test_grouped_gemm_values(b_layout, extras):
     rng = np.random.default_rng(1)
     a, b, off = _inputs(rng, b_layout)
@@ -50,6 +54,7 @@ def test_grouped_gemm_values(b_layout, extras):
 
 
 @pytest.mark.parametrize("glu_layout", ["halves", "interleaved32"])
+@on_device_for("grouped_gemm_glu")
 def test_grouped_gemm_glu_values(glu_layout):
     rng = np.random.default_rng(2)
     a, b, off = _inputs(rng, "kn", n=128)
@@ -62,6 +67,7 @@ def test_grouped_gemm_glu_values(glu_layout):
     assert_close(d, f32(prob)[:, None] * silu(gate) * up, "d")
 
 
+@on_device_for("grouped_gemm_srelu")
 def test_grouped_gemm_srelu_values():
     rng = np.random.default_rng(3)
     a, b, off = _inputs(rng)
@@ -71,6 +77,7 @@ def test_grouped_gemm_srelu_values():
     assert_close(d, f32(prob)[:, None] * np.maximum(g, 0) ** 2, "d")
 
 
+@on_device_for("grouped_gemm_dglu")
 def test_grouped_gemm_dglu_matches_autodiff_of_forward():
     rng = np.random.default_rng(4)
     i, h = 64, K
@@ -94,6 +101,7 @@ def test_grouped_gemm_dglu_matches_autodiff_of_forward():
     assert_close(out.amax, [np.abs(dc_ref[:, :i]).max(), np.abs(dc_ref[:, i:]).max()], "amax")
 
 
+@on_device_for("grouped_gemm_dsrelu")
 def test_grouped_gemm_dsrelu_values():
     rng = np.random.default_rng(5)
     dy = rand(rng, (M, K))
@@ -110,6 +118,7 @@ def test_grouped_gemm_dsrelu_values():
 
 
 @pytest.mark.parametrize("transpose_output", [False, True])
+@on_device_for("grouped_gemm_wgrad")
 def test_grouped_gemm_wgrad_values_and_exact_zero_experts(transpose_output):
     rng = np.random.default_rng(6)
     x, dy = rand(rng, (M, K)), rand(rng, (M, N))
@@ -124,16 +133,28 @@ def test_grouped_gemm_wgrad_values_and_exact_zero_experts(transpose_output):
             assert (f32(w[g]) == 0).all()
 
 
-@pytest.mark.parametrize("b_layout", ["nk", "kn"])
-def test_dense_ops_values(b_layout):
+def _dense_inputs(b_layout):
     rng = np.random.default_rng(7)
     a = rand(rng, (M, K))
     b = rand(rng, (128, K) if b_layout == "nk" else (K, 128), scale=0.2)
     g = f32(a) @ (f32(b).T if b_layout == "nk" else f32(b))
+    return rng, a, b, g
+
+
+@pytest.mark.parametrize("b_layout", ["nk", "kn"])
+@on_device_for("gemm_swiglu")
+def test_gemm_swiglu_values(b_layout):
+    _, a, b, g = _dense_inputs(b_layout)
     ab12, c = mj.gemm_swiglu(a, b, b_layout=b_layout, alpha=0.5)
     up, gate = _glu_split(0.5 * g, "interleaved32")  # up-first: block 2j up, 2j+1 gate
     assert_close(ab12, 0.5 * g, "ab12")
     assert_close(c, up * silu(gate), "c")
+
+
+@pytest.mark.parametrize("b_layout", ["nk", "kn"])
+@on_device_for("gemm_amax", "gemm_srelu", "gemm_dsrelu")
+def test_dense_ops_values(b_layout):
+    rng, a, b, g = _dense_inputs(b_layout)
     cc, amax = mj.gemm_amax(a, b, b_layout=b_layout, c_dtype=jnp.float32)
     assert_close(cc, g, "gemm_amax c")
     assert amax.shape == () and abs(float(amax) - np.abs(f32(cc)).max()) <= 1e-6 * abs(float(amax))
@@ -173,11 +194,12 @@ def _every_op(rng):
 @pytest.mark.parametrize("op", list(_every_op(np.random.default_rng(0))))
 def test_jit_and_eager_bitwise_identical(op):
     """Whole outputs (zero_tail makes the tail rows defined), eager once, the jitted call twice."""
-    fn = _every_op(np.random.default_rng(8))[op]
-    eager = jax.tree_util.tree_leaves(fn())
-    jitted = jax.jit(fn)
-    first = jax.tree_util.tree_leaves(jitted())
-    second = jax.tree_util.tree_leaves(jitted())
+    with on_device_for(op):
+        fn = _every_op(np.random.default_rng(8))[op]
+        eager = jax.tree_util.tree_leaves(fn())
+        jitted = jax.jit(fn)
+        first = jax.tree_util.tree_leaves(jitted())
+        second = jax.tree_util.tree_leaves(jitted())
     for e, j1, j2 in zip(eager, first, second):
         assert np.isfinite(f32(e)).any()
         np.testing.assert_array_equal(np.asarray(e), np.asarray(j1))

@@ -1,14 +1,15 @@
 """Poisoned outputs (docs/ops.md §9.2) for every output of every op: the allocator is dirtied with
 SENTINEL buffers and each output is written into a donated SENTINEL buffer. Every addressed element
 must be overwritten (equal to the clean result); rows at or past offsets[-1] must still hold SENTINEL,
-or be zero with zero_tail."""
+or be zero with zero_tail. Each op runs on device_for(op): on a GPU machine the ops with sm_90a kernels
+write into buffers of XLA's GPU allocator, the others run on the CPU backend."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from jax_helpers import SENTINEL, offsets_of, rand, run_into_sentinels, jax, jnp, mj
+from jax_helpers import SENTINEL, offsets_of, on_device_for, rand, run_into_sentinels, jax, jnp, mj
 
 SIZES = [37, 0, 80, 5, 0, 61]
 M, K, E = 200, 64, len(SIZES)
@@ -51,10 +52,11 @@ ALL_CASES = [(op, g, zt) for g, ops in enumerate(_cases(np.random.default_rng(0)
 
 @pytest.mark.parametrize("op,group,zero_tail", ALL_CASES)
 def test_every_output_written_and_tail_untouched(op, group, zero_tail):
-    fn, args = _cases(np.random.default_rng(1), zero_tail)[group][op]
-    clean = jax.tree_util.tree_leaves(fn(*args))
-    specs = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in clean]
-    out, landed = run_into_sentinels(fn, specs, *args)
+    with on_device_for(op):
+        fn, args = _cases(np.random.default_rng(1), zero_tail)[group][op]
+        clean = jax.tree_util.tree_leaves(fn(*args))
+        specs = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in clean]
+        out, landed = run_into_sentinels(fn, specs, *args)
     assert landed, "XLA did not place every output in its donated sentinel buffer"
     for i, (got, ref) in enumerate(zip(jax.tree_util.tree_leaves(out), clean)):
         got, ref = np.atleast_1d(np.asarray(got, np.float32)), np.atleast_1d(np.asarray(ref, np.float32))

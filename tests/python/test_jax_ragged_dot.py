@@ -1,12 +1,19 @@
 """moegemm.jax.ragged_dot and moe_mlp: value and gradient against jax.lax.ragged_dot / a plain f32
-implementation, the shapes of JAX's own ragged_dot tests, and cases C04, C05, C06, C12."""
+implementation, the shapes of JAX's own ragged_dot tests, and cases C04, C05, C06, C12.
+
+Forward passes run on device_for(their ops and dtype) (the GPU when one is present and the sm_90a kernels
+serve them); gradients and the ops without a GPU kernel run on the CPU backend on every machine
+(gpu_support.RAGGED_DOT_BACKWARD / MOE_MLP_BACKWARD). The f32 oracles always run on the CPU."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from jax_helpers import assert_close, f32, offsets_of, rand, jax, jnp, mj
+from gpu_support import MOE_MLP_BACKWARD, MOE_MLP_FORWARD, RAGGED_DOT_BACKWARD, RAGGED_DOT_FORWARD
+from jax_helpers import assert_close, f32, offsets_of, on_cpu, on_device_for, rand, jax, jnp, mj
+
+_HIGHEST = jax.lax.Precision.HIGHEST
 
 
 def _random_sizes(rng, m, g):
@@ -16,19 +23,26 @@ def _random_sizes(rng, m, g):
 
 
 def _oracle(lhs, rhs, sizes):
-    return jax.lax.ragged_dot(jnp.asarray(f32(lhs)), jnp.asarray(f32(rhs)), jnp.asarray(sizes))
+    with on_cpu():
+        return np.asarray(jax.lax.ragged_dot(jnp.asarray(f32(lhs)), jnp.asarray(f32(rhs)), jnp.asarray(sizes),
+                                             precision=_HIGHEST))
 
 
 def _check_value_and_grad(lhs, rhs, sizes, preferred=None):
-    gs = jnp.asarray(sizes, jnp.int32)
-    out = jax.jit(lambda l, r: mj.ragged_dot(l, r, gs, preferred_element_type=preferred))(lhs, rhs)
+    with on_device_for(*RAGGED_DOT_FORWARD, dtypes=[lhs.dtype]) as device:
+        gs = jnp.asarray(sizes, jnp.int32)
+        out = jax.jit(lambda l, r: mj.ragged_dot(l, r, gs, preferred_element_type=preferred))(
+            *jax.device_put((lhs, rhs), device))
     assert out.dtype == (preferred or lhs.dtype)
     assert_close(out, _oracle(lhs, rhs, sizes), "value")
-    cot = rand(np.random.default_rng(99), out.shape, jnp.float32)
-    loss = lambda l, r: (mj.ragged_dot(l, r, gs).astype(jnp.float32) * cot).sum()  # noqa: E731
-    ref_loss = lambda l, r: (jax.lax.ragged_dot(l, r, gs) * cot).sum()  # noqa: E731
-    dl, dr = jax.jit(jax.grad(loss, (0, 1)))(lhs, rhs)
-    rl, rr = jax.grad(ref_loss, (0, 1))(jnp.asarray(f32(lhs)), jnp.asarray(f32(rhs)))
+    with on_device_for(*RAGGED_DOT_BACKWARD, dtypes=[lhs.dtype]) as device:
+        gs = jnp.asarray(sizes, jnp.int32)
+        cot = rand(np.random.default_rng(99), out.shape, jnp.float32)
+        loss = lambda l, r: (mj.ragged_dot(l, r, gs).astype(jnp.float32) * cot).sum()  # noqa: E731
+        ref_loss = lambda l, r: (jax.lax.ragged_dot(l, r, gs, precision=_HIGHEST) * cot).sum()  # noqa: E731
+        dl, dr = jax.jit(jax.grad(loss, (0, 1)))(*jax.device_put((lhs, rhs), device))
+    with on_cpu():
+        rl, rr = jax.grad(ref_loss, (0, 1))(jnp.asarray(f32(lhs)), jnp.asarray(f32(rhs)))
     assert_close(dl, rl, "d lhs")
     assert_close(dr, rr, "d rhs")
     for g, s in enumerate(sizes):
@@ -92,10 +106,12 @@ def test_c12_last_or_every_expert_empty(sizes):
     # gradients stay connected: a nonzero expert gets a nonzero gradient
     if sizes.sum():
         assert np.abs(f32(dr[0])).sum() > 0
-    w = mj.grouped_gemm_wgrad(rand(rng, (16, 32)), rand(rng, (16, 16)), offsets_of(sizes))
+    with on_device_for("grouped_gemm_wgrad"):
+        w = mj.grouped_gemm_wgrad(rand(rng, (16, 32)), rand(rng, (16, 16)), offsets_of(sizes))
     assert (f32(w[2]) == 0).all()
 
 
+@on_device_for("grouped_gemm")
 def test_c04_tail_rows_of_grouped_gemm():
     from jax_helpers import SENTINEL, run_into_sentinels, grouped_matmul_ref
     rng = np.random.default_rng(5)
@@ -112,6 +128,7 @@ def test_c04_tail_rows_of_grouped_gemm():
         assert (tail == 0).all() if zero_tail else (tail == SENTINEL).all()
 
 
+@on_device_for(*RAGGED_DOT_BACKWARD)
 def test_c05_two_iterations_of_forward_and_backward_with_dirty_allocator():
     from jax_helpers import dirty_allocator
     rng = np.random.default_rng(6)
@@ -133,14 +150,14 @@ def test_c05_two_iterations_of_forward_and_backward_with_dirty_allocator():
 
 def _moe_reference(x, w_up, w_down, sizes, prob, activation):
     gs = jnp.asarray(sizes)
-    g = jax.lax.ragged_dot(x, w_up, gs)
+    g = jax.lax.ragged_dot(x, w_up, gs, precision=_HIGHEST)
     i = w_up.shape[2] // 2
     gate, up = g[:, :i], g[:, i:]
     if activation == "swiglu":
         h = jax.nn.silu(gate) * up
     else:
         h = jax.nn.gelu(gate, approximate=True) * up
-    return jax.lax.ragged_dot(h * prob[:, None], w_down, gs)
+    return jax.lax.ragged_dot(h * prob[:, None], w_down, gs, precision=_HIGHEST)
 
 
 @pytest.mark.parametrize("activation", ["swiglu", "geglu"])
@@ -155,18 +172,24 @@ def test_moe_mlp_value_and_gradients(activation):
     loss = lambda x, wu, wd, p: (mj.moe_mlp(x, wu, wd, jnp.asarray(sizes), prob=p,  # noqa: E731
                                             activation=activation).astype(jnp.float32) * cot).sum()
     ref = lambda x, wu, wd, p: (_moe_reference(x, wu, wd, sizes, p, activation) * cot).sum()  # noqa: E731
-    y = jax.jit(lambda *a: mj.moe_mlp(*a[:3], jnp.asarray(sizes), prob=a[3], activation=activation))(*args)
-    f32_args = tuple(jnp.asarray(f32(a)) for a in args)
-    assert_close(y, _moe_reference(*f32_args[:3], sizes, f32_args[3], activation), "y")
+    with on_device_for(*MOE_MLP_FORWARD) as device:
+        y = jax.jit(lambda *a: mj.moe_mlp(*a[:3], jnp.asarray(sizes), prob=a[3], activation=activation))(
+            *jax.device_put(args, device))
+    with on_cpu():
+        f32_args = tuple(jnp.asarray(f32(a)) for a in args)
+        assert_close(y, _moe_reference(*f32_args[:3], sizes, f32_args[3], activation), "y")
     assert (f32(y)[92:] == 0).all()
-    grads = jax.jit(jax.grad(loss, (0, 1, 2, 3)))(*args)
-    ref_grads = jax.grad(ref, (0, 1, 2, 3))(*f32_args)
+    with on_device_for(*MOE_MLP_BACKWARD) as device:
+        grads = jax.jit(jax.grad(loss, (0, 1, 2, 3)))(*jax.device_put(args, device))
+    with on_cpu():
+        ref_grads = jax.grad(ref, (0, 1, 2, 3))(*f32_args)
     for name, g, r in zip(["dx", "dw_up", "dw_down", "dprob"], grads, ref_grads):
         assert_close(g, r, name)
     assert (f32(grads[1][1]) == 0).all() and (f32(grads[2][4]) == 0).all()
     assert (f32(grads[0])[92:] == 0).all() and (f32(grads[3])[92:] == 0).all()
 
 
+@on_device_for(*MOE_MLP_FORWARD)
 def test_moe_mlp_offsets_argument_and_errors():
     rng = np.random.default_rng(8)
     x, w_up, w_down = rand(rng, (32, 16)), rand(rng, (2, 16, 32)), rand(rng, (2, 16, 16))

@@ -4,14 +4,17 @@ keep the poison unless zero_tail, wgrad of empty experts is exactly zero. Cases 
 On CPU the "allocator" is glibc malloc behind torch's CPU allocator: the helper keeps freed blocks in the
 heap so the op's at::empty reuses a NaN-filled block, and each test first checks (probe) that the reuse
 happened; if it did not, the tail assertions would prove nothing and the test says so by skipping.
-The CUDA caching allocator always reuses, so the same tests under the gpu marker are strict.
+The CUDA caching allocator always reuses, so the same tests under the gpu marker are strict. On CUDA the
+ops without an sm_90a kernel (gpu_support) are asserted to raise NotImplementedError naming the missing
+kernel instead of being checked; the ops with a kernel are checked as on CPU.
 """
 
 import pytest
 import torch
 
 import moegemm.torch  # noqa: F401
-from torch_helpers import GPU, assert_close, end_row, is_poison, offsets_of, poison, randn, ranges, ref_linear
+from torch_helpers import (GPU, assert_close, call_or_expect_missing_kernel, end_row, is_poison, offsets_of, poison,
+                           randn, ranges, ref_linear)
 
 ops = torch.ops.moegemm
 DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu,
@@ -47,7 +50,9 @@ def test_c01_wgrad_empty_experts_exactly_zero_over_poison(device):
     x, dy = randn(m, h, device=device, seed=2), randn(m, n, device=device, seed=3)
     offsets = offsets_of(sizes, device)
     _poisoned(6 * h * n * 4, device)
-    w = ops.grouped_gemm_wgrad(x, dy, offsets)
+    w = call_or_expect_missing_kernel(device, "grouped_gemm_wgrad", lambda: ops.grouped_gemm_wgrad(x, dy, offsets))
+    if w is None:
+        return
     assert (w[1] == 0).all() and (w[4] == 0).all()
     for g, s, e in ranges(offsets, m):
         if g in (0, 5):  # spot-check two non-empty experts in float64 (the big ones cost seconds on CPU)
@@ -59,7 +64,10 @@ def test_c01_wgrad_empty_experts_exactly_zero_over_poison(device):
 def test_c02_wgrad_no_stale_values_across_calls(device):
     m, h, n = 32, 16, 16
     x, dy = randn(m, h, device=device, seed=4), randn(m, n, device=device, seed=5)
-    first = ops.grouped_gemm_wgrad(x, dy, offsets_of([16, 0, 8, 8, 0], device))
+    first = call_or_expect_missing_kernel(
+        device, "grouped_gemm_wgrad", lambda: ops.grouped_gemm_wgrad(x, dy, offsets_of([16, 0, 8, 8, 0], device)))
+    if first is None:
+        return
     del first  # its block goes back to the allocator with values in every expert
     offsets = offsets_of([0, 8, 8, 0, 16], device)
     w = ops.grouped_gemm_wgrad(x, dy, offsets)
@@ -80,8 +88,9 @@ def test_c03_many_empty_experts(device):
     offsets = offsets_of(sizes, device)
     d, _ = ops.grouped_gemm(a, b, offsets)
     assert_close(d, ref_linear(a, b, offsets))
-    w = ops.grouped_gemm_wgrad(a, randn(m, n, device=device, seed=9), offsets)
-    assert all((w[e] == 0).all() for e in range(256) if sizes[e] == 0)
+    dy = randn(m, n, device=device, seed=9)
+    w = call_or_expect_missing_kernel(device, "grouped_gemm_wgrad", lambda: ops.grouped_gemm_wgrad(a, dy, offsets))
+    assert w is None or all((w[e] == 0).all() for e in range(256) if sizes[e] == 0)
 
     # every expert empty, M = 128: nothing addressed, D rows stay poisoned, wgrad all zero
     a = randn(128, k, device=device, seed=10)
@@ -89,8 +98,9 @@ def test_c03_many_empty_experts(device):
     _poisoned(128 * n * 2, device)
     d, _ = ops.grouped_gemm(a, b, offsets)
     assert is_poison(d).all()
-    w = ops.grouped_gemm_wgrad(a, randn(128, n, device=device, seed=11), offsets)
-    assert (w == 0).all()
+    dy = randn(128, n, device=device, seed=11)
+    w = call_or_expect_missing_kernel(device, "grouped_gemm_wgrad", lambda: ops.grouped_gemm_wgrad(a, dy, offsets))
+    assert w is None or (w == 0).all()
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -116,6 +126,8 @@ def test_c12_last_or_all_experts_empty(device):
         d, _ = ops.grouped_gemm(a, b, offsets, zero_tail=True)
         assert d.shape == (m, n)
         assert_close(d, ref_linear(a, b, offsets).nan_to_num(0.0))
-        w = ops.grouped_gemm_wgrad(a, randn(m, n, device=device, seed=14), offsets)
-        assert w.shape == (3, k, n) and (w[2] == 0).all()
+        dy = randn(m, n, device=device, seed=14)
+        w = call_or_expect_missing_kernel(device, "grouped_gemm_wgrad",
+                                          lambda: ops.grouped_gemm_wgrad(a, dy, offsets))
+        assert w is None or (w.shape == (3, k, n) and (w[2] == 0).all())
         assert end_row(offsets, m) == sum(sizes)

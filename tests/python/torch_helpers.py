@@ -5,10 +5,33 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 
+import pytest
 import torch
 import torch.nn.functional as F
 
-GPU = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+from gpu_support import has_gpu_kernel, no_kernel_pattern, torch_gpu_present
+
+GPU = torch_gpu_present()
+
+
+def runs_on(device, *ops, dtypes=()) -> bool:
+    """Whether `ops` run on `device`: always on CPU; on CUDA when each has an sm_90a kernel (gpu_support)."""
+    return str(device).split(":")[0] != "cuda" or has_gpu_kernel(*ops, dtypes=dtypes)
+
+
+def call_or_expect_missing_kernel(device, op, fn):
+    """fn() when `op` runs on `device`; on CUDA without an sm_90a kernel for `op`, assert that fn() raises
+    NotImplementedError naming the op and the missing kernel, and return None."""
+    if runs_on(device, op):
+        return fn()
+    with pytest.raises(NotImplementedError, match=no_kernel_pattern(op)):
+        fn()
+    return None
+
+
+def expect_missing_kernel(*ops):
+    """Context manager: the body must raise NotImplementedError naming one of `ops` and the missing kernel."""
+    return pytest.raises(NotImplementedError, match=no_kernel_pattern(*ops))
 
 
 def offsets_of(sizes, device="cpu") -> torch.Tensor:
