@@ -11,6 +11,7 @@
 #   MOEGEMM_GTEST_FILTER    GoogleTest filter for the GPU suite (default: everything)
 #   MOEGEMM_BENCH_ARGS      arguments for bench/peers.py (default: --quick)
 set -uo pipefail
+export XLA_PYTHON_CLIENT_PREALLOCATE=false  # JAX and torch share the GPU in one pytest process
 cd "$(dirname "$0")/.."
 BUILD=${MOEGEMM_BUILD_DIR:-build-gpu-check}
 REPORT=${MOEGEMM_REPORT_DIR:-$BUILD/report}
@@ -57,7 +58,7 @@ for stage in "${stages[@]}"; do
       ;;
     pytest)
       note "Python tests on the GPU"
-      PYTHONPATH="$BUILD/python" python3 -m pytest -q tests/python -x -p no:cacheprovider \
+      PYTHONPATH="$BUILD/python" python3 -m pytest -q tests/python -p no:cacheprovider -rs \
         > "$REPORT/pytest.log" 2>&1 || status=1
       tail -5 "$REPORT/pytest.log" | tee -a "$REPORT/summary.txt"
       ;;

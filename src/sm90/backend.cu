@@ -2,6 +2,7 @@
 // op has no kernel yet.
 #include <string>
 
+#include "sm90/expert_maps.cuh"
 #include "sm90/launch.hpp"
 #include "sm90/sm90.hpp"
 
@@ -20,7 +21,7 @@ ForwardProblem grouped_problem(const char* op, const Args& args) {
     f.b = args.b.dense.data;
     f.n = args.b.layout == BLayout::nk ? args.b.dense.size(1) : args.b.dense.size(2);
   } else {
-    f.b_ptrs = true;
+    f.b_ptrs = args.b.ptrs.template ptr<const int64_t>();
     f.n = args.b.n;
   }
   f.offsets = args.offsets.template ptr<const int>();
@@ -58,14 +59,23 @@ bool available() {
   return major == 9 && minor == 0;
 }
 
-std::size_t workspace_bytes(const GroupedGemmArgs&) { return 0; }
-void run(const GroupedGemmArgs& args, void*, std::size_t, cudaStream_t stream) {
-  launch_forward(grouped_problem("grouped_gemm", args), stream);
+// Pointer-mode weights need one tensor map per expert in the workspace; dense weights need none.
+template <class Args>
+std::size_t forward_workspace(const Args& args) {
+  return args.b.ptrs.defined() ? expert_maps_bytes(args.offsets.size(0)) : 0;
 }
 
-std::size_t workspace_bytes(const GroupedGemmGluArgs&) { return 0; }
-void run(const GroupedGemmGluArgs& args, void*, std::size_t, cudaStream_t stream) {
+std::size_t workspace_bytes(const GroupedGemmArgs& args) { return forward_workspace(args); }
+void run(const GroupedGemmArgs& args, void* workspace, std::size_t, cudaStream_t stream) {
+  ForwardProblem f = grouped_problem("grouped_gemm", args);
+  f.workspace = workspace;
+  launch_forward(f, stream);
+}
+
+std::size_t workspace_bytes(const GroupedGemmGluArgs& args) { return forward_workspace(args); }
+void run(const GroupedGemmGluArgs& args, void* workspace, std::size_t, cudaStream_t stream) {
   ForwardProblem f = grouped_problem("grouped_gemm_glu", args);
+  f.workspace = workspace;
   f.glu_epilogue = true;
   f.glu = args.glu;
   launch_forward(f, stream);

@@ -61,30 +61,59 @@ __global__ void __launch_bounds__(kKernelThreads, 1) grouped_gemm_kernel(const _
   const int wg = threadIdx.x / 128;
 
   if (wg == 0) {
-    setmaxnreg_dec<40>();
+    setmaxnreg_dec<24>();
     if (threadIdx.x == 0) {
       PipeState ps;
+      int acquired_expert = -1;
       for (int t = blockIdx.x; t < total; t += gridDim.x) {
         const auto tile = sched.tile(t);
-        const ColumnMap cols = Epilogue::b_columns(p, tile.n_tile, Shape::kBN);
+        const bool half = p.half_tiles && tile.row_end - tile.row0 <= 64;
+        const ColumnMap cols = Epilogue::b_columns(p, tile.n_tile, Shape::kBN, half);
         int b_col[4];
 #pragma unroll
         for (int j = 0; j < 4; ++j) b_col[j] = cols.base[j];
-        mainloop.load_tile(p, ps, tile.row0, tile.expert, b_col);
+        const void* b_map = &p.tma_b;
+        int b_expert = tile.expert;
+        if (p.b_maps) {  // pointer-mode weights: the expert's own map, written by a prologue kernel
+          b_map = p.b_maps + tile.expert;
+          b_expert = 0;
+          if (tile.expert != acquired_expert) {
+            cuda::ptx::fence_proxy_tensormap_generic(cuda::ptx::sem_acquire, cuda::ptx::scope_gpu, b_map,
+                                                     cuda::ptx::n32_t<128>{});
+            acquired_expert = tile.expert;
+          }
+        }
+        mainloop.load_tile(p, ps, tile.row0, b_map, b_expert, b_col);
       }
     }
   } else {
-    setmaxnreg_inc<232>();
+    setmaxnreg_inc<240>();
     const int cw = wg - 1;
-    const Staging<Shape::kBN> staging{smem + Layout::kStagingOffset + cw * Staging<Shape::kBN>::kBytes,
-                                      static_cast<int>(threadIdx.x % 128), static_cast<uint32_t>(1 + cw)};
+    constexpr int kBN = Shape::kBN;
+    const Staging<kBN> staging{smem + Layout::kStagingOffset + cw * Staging<kBN>::kBytes,
+                               static_cast<int>(threadIdx.x % 128), static_cast<uint32_t>(1 + cw)};
     PipeState ps;
     for (int t = blockIdx.x; t < total; t += gridDim.x) {
       const auto tile = sched.tile(t);
-      float acc[Shape::kBN / 2];
-      mainloop.mma_tile(p, ps, cw, acc);
-      Epilogue::template apply<Shape::kBN>(acc, p, tile.expert, tile.n_tile,
-                                           static_cast<int64_t>(tile.row0) + 64 * cw, tile.row_end, staging);
+      const bool half = p.half_tiles && tile.row_end - tile.row0 <= 64;
+      // Column maps are derived after the mainloop so that nothing but the accumulators lives across it.
+      float acc[kBN / 2];
+      if (half) {
+        // The first kBN/4 accumulators of the same registers hold the warpgroup's 64 x kBN/2 slice.
+        float (&acc_half)[kBN / 4] = *reinterpret_cast<float(*)[kBN / 4]>(&acc[0]);
+        mainloop.template mma_tile<kBN / 2>(p, ps, 0, cw * kBN * 64, acc_half);
+        const ColumnMap cols = Epilogue::b_columns(p, tile.n_tile, kBN, true);
+        const int d_col0 = tile.n_tile * (kBN / 2);  // GLU output columns of the tile
+        const Staging<kBN / 2> half_staging{staging.buf, staging.tid, staging.barrier_id};
+        Epilogue::template apply<kBN / 2>(acc_half, p, tile.expert, half_columns(cols, cw, kBN / 128),
+                                          d_col0 + cw * (kBN / 4), tile.row0, tile.row_end, half_staging);
+      } else {
+        mainloop.template mma_tile<kBN>(p, ps, cw * 64 * 128, 0, acc);
+        const ColumnMap cols = Epilogue::b_columns(p, tile.n_tile, kBN, false);
+        Epilogue::template apply<kBN>(acc, p, tile.expert, cols, tile.n_tile * (kBN / 2),
+                                      static_cast<int64_t>(tile.row0) + 64 * cw,
+                                      tile.row_end, staging);
+      }
     }
     staging.drain();
   }

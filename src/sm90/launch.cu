@@ -6,6 +6,7 @@
 #include <mutex>
 #include <string>
 
+#include "sm90/expert_maps.cuh"
 #include "sm90/heuristic.hpp"
 #include "sm90/epilogues/glu.cuh"
 #include "sm90/epilogues/linear.cuh"
@@ -119,11 +120,6 @@ void launch_forward(const ForwardProblem& f, cudaStream_t stream) {
     throw Error(ErrorCode::unsupported, std::string(f.op) + ": a: the sm_90a kernels take bf16 inputs, got " +
                                             dtype_name(f.a.dtype));
   }
-  if (f.b_ptrs) {
-    throw Error(ErrorCode::unsupported,
-                std::string(f.op) + ": b.ptrs: per-expert weight pointers are not supported by the sm_90a kernel "
-                                    "yet; pass dense weights");
-  }
   KernelParams p{};
   p.offsets = f.offsets;
   p.num_experts = static_cast<int>(f.num_experts);
@@ -146,6 +142,8 @@ void launch_forward(const ForwardProblem& f, cudaStream_t stream) {
 
   const int sms = sm_count();
   const int block_n = choose_tile(f.m, f.n, f.num_experts, sms).block_n;
+  // Half tiles split columns between the warpgroups; a 128-wide halves GLU tile has only one gate box.
+  p.half_tiles = !(f.glu_epilogue && f.glu.layout == GluLayout::halves && block_n == 128);
   if (f.glu_epilogue && f.glu.layout == GluLayout::halves) {
     p.n_tiles = static_cast<int>((f.n / 2 + block_n / 2 - 1) / (block_n / 2));
   } else {
@@ -157,18 +155,21 @@ void launch_forward(const ForwardProblem& f, cudaStream_t stream) {
   const cuuint32_t a_box[2] = {64, 128};
   p.tma_a = make_map(f.a.data, 2, a_dims, a_strides, a_box, "a");
 
-  // B as a 3-D map (inner, outer, expert) so that N and K tails zero-fill inside each expert.
-  const cuuint64_t e = static_cast<cuuint64_t>(f.num_experts);
+  // B as a 3-D map (inner, outer, expert) so that N and K tails zero-fill inside each expert. Pointer-mode
+  // weights get one map per expert (expert extent 1), made on the device from a template.
+  const cuuint64_t e = f.b_ptrs ? 1 : static_cast<cuuint64_t>(f.num_experts);
+  const void* b_base = f.b_ptrs ? f.workspace : f.b;  // the template's address is replaced per expert
   const cuuint32_t b_box[3] = {64, 64, 1};
   if (f.b_layout == BLayout::nk) {
     const cuuint64_t dims[3] = {static_cast<cuuint64_t>(f.k), static_cast<cuuint64_t>(f.n), e};
     const cuuint64_t strides[2] = {static_cast<cuuint64_t>(f.k) * 2, static_cast<cuuint64_t>(f.n * f.k) * 2};
-    p.tma_b = make_map(f.b, 3, dims, strides, b_box, "b");
+    p.tma_b = make_map(b_base, 3, dims, strides, b_box, "b");
   } else {
     const cuuint64_t dims[3] = {static_cast<cuuint64_t>(f.n), static_cast<cuuint64_t>(f.k), e};
     const cuuint64_t strides[2] = {static_cast<cuuint64_t>(f.n) * 2, static_cast<cuuint64_t>(f.n * f.k) * 2};
-    p.tma_b = make_map(f.b, 3, dims, strides, b_box, "b");
+    p.tma_b = make_map(b_base, 3, dims, strides, b_box, "b");
   }
+  if (f.b_ptrs) p.b_maps = launch_expert_maps(p.tma_b, f.b_ptrs, p.num_experts, f.workspace, stream);
 
   p.tma_d = output_map(p.d, f.m, f.glu_epilogue ? f.n / 2 : f.n, "d");
   if (p.c.ptr) p.tma_c = output_map(p.c, f.m, f.n, "c");

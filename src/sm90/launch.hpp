@@ -10,8 +10,9 @@ namespace moegemm::sm90 {
 struct ForwardProblem {
   const char* op;
   TensorView a;             // (M, K) bf16
-  const void* b = nullptr;  // dense weights, (E, N, K) for nk or (E, K, N) for kn
-  bool b_ptrs = false;      // per-expert pointers given instead
+  const void* b = nullptr;        // dense weights, (E, N, K) for nk or (E, K, N) for kn
+  const int64_t* b_ptrs = nullptr;  // or (E,) device addresses of per-expert (N, K) / (K, N) matrices
+  void* workspace = nullptr;      // expert_maps_bytes(E) bytes with b_ptrs
   BLayout b_layout = BLayout::nk;
   const int* offsets = nullptr;  // nullptr: one group of M rows
   int64_t num_experts = 1, m = 0, n = 0, k = 0;

@@ -53,8 +53,10 @@ struct Mainloop {
   uint64_t* full;
   uint64_t* empty;
 
-  /// Producer: loads the k-blocks of one tile. `b_col[j]` is the B column (N coordinate) of sub-box j.
-  __device__ void load_tile(const KernelParams& p, PipeState& ps, int row0, int expert, const int (&b_col)[4]) {
+  /// Producer: loads the k-blocks of one tile. `b_col[j]` is the B column (N coordinate) of sub-box j;
+  /// `b_map` is the expert's tensor map and `b_expert` its expert coordinate (0 for per-expert maps).
+  __device__ void load_tile(const KernelParams& p, PipeState& ps, int row0, const void* b_map, int b_expert,
+                            const int (&b_col)[4]) {
     for (int kb = 0; kb < p.k_blocks; ++kb) {
       mbar_wait(&empty[ps.stage], ps.phase ^ 1);
       cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta, cuda::ptx::space_shared,
@@ -68,27 +70,30 @@ struct Mainloop {
       for (int j = 0; j < Shape::kSubBoxes; ++j) {
         int32_t b_coord[3];
         if constexpr (Shape::kMajor == BMajor::k) {
-          b_coord[0] = k0; b_coord[1] = b_col[j]; b_coord[2] = expert;
+          b_coord[0] = k0; b_coord[1] = b_col[j]; b_coord[2] = b_expert;
         } else {
-          b_coord[0] = b_col[j]; b_coord[1] = k0; b_coord[2] = expert;
+          b_coord[0] = b_col[j]; b_coord[1] = k0; b_coord[2] = b_expert;
         }
         cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global, b_stage + j * 8192,
-                                        &p.tma_b, b_coord, &full[ps.stage]);
+                                        b_map, b_coord, &full[ps.stage]);
       }
       ps.advance<Shape::kStages>();
     }
   }
 
-  /// Consumer warpgroup `wg` (0 or 1): acc = A[64 rows of wg] x B over all k-blocks of one tile.
+  /// Consumer warpgroup: acc (64 x kN) = A[64 rows at a_offset] x B[kN columns at b_offset] over all
+  /// k-blocks of one tile. A full tile gives each warpgroup its own 64 rows and all BN columns
+  /// (a_offset = 64 rows x wg, b_offset = 0, kN = BN); a half tile (an expert's last <= 64 rows) gives both
+  /// warpgroups the same rows and half of the columns each (a_offset = 0, b_offset = BN/2 columns x wg).
   /// Keeps one wgmma batch in flight and releases each stage as soon as its batch has retired.
-  template <int kRegs>
-  __device__ void mma_tile(const KernelParams& p, PipeState& ps, int wg, float (&acc)[kRegs]) {
+  template <int kN>
+  __device__ void mma_tile(const KernelParams& p, PipeState& ps, int a_offset, int b_offset, float (&acc)[kN / 2]) {
     const bool releaser = (threadIdx.x % 128) == 0;
     int prev_stage = -1;
     for (int kb = 0; kb < p.k_blocks; ++kb) {
       mbar_wait(&full[ps.stage], ps.phase);
-      const uint8_t* a_stage = a + ps.stage * Shape::kABytes + wg * 64 * 128;
-      const uint8_t* b_stage = b + ps.stage * Shape::kBBytes;
+      const uint8_t* a_stage = a + ps.stage * Shape::kABytes + a_offset;
+      const uint8_t* b_stage = b + ps.stage * Shape::kBBytes + b_offset;
       wgmma_fence();
       fence_registers(acc);
 #pragma unroll
@@ -103,12 +108,7 @@ struct Mainloop {
           db = make_smem_desc(b_stage + kk * 2048, 8192, 1024);
         }
         const int scale_d = (kb > 0 || kk > 0) ? 1 : 0;
-        constexpr int kTrans = Shape::kMajor == BMajor::k ? 0 : 1;
-        if constexpr (Shape::kBN == 256) {
-          wgmma_m64n256k16<kTrans>(acc, da, db, scale_d);
-        } else {
-          wgmma_m64n128k16<kTrans>(acc, da, db, scale_d);
-        }
+        wgmma_m64k16<kN, Shape::kMajor == BMajor::k ? 0 : 1>(acc, da, db, scale_d);
       }
       wgmma_commit();
       fence_registers(acc);

@@ -23,6 +23,7 @@ struct KernelParams {
   CUtensorMap tma_b;  // B nk: dims {K, N, E}, box {64, 64, 1}; kn: dims {N, K, E}, box {64, 64, 1}
   CUtensorMap tma_d;  // D (M, cols): dims {cols, M}, box {128 B of columns, 64}, 128B swizzle (stores)
   CUtensorMap tma_c;  // C likewise, when requested
+  const CUtensorMap* b_maps;  // per-expert B maps (pointer-mode weights, in the workspace) or nullptr
   const int* offsets;  // (E,) cumulative expert ends; nullptr = one group of M rows
   int num_experts;
   int m;
@@ -30,6 +31,7 @@ struct KernelParams {
   int k;
   int n_tiles;   // tiles along N per expert
   int k_blocks;  // ceil(K / 64)
+  bool half_tiles;  // an expert's last <= 64 rows run as a half tile (both warpgroups, half the columns each)
   const float* alpha;  // (E,) or nullptr -> alpha_scalar
   float alpha_scalar;
   const float* prob;   // (M,) or nullptr -> 1

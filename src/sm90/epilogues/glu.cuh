@@ -30,8 +30,10 @@ __device__ __forceinline__ float glu_activation(const KernelParams& p, float gat
 }
 
 struct GluEpilogue {
-  /// Pre-activation columns of B sub-box j of n-tile `n_tile` (also C's column map).
-  __device__ static ColumnMap b_columns(const KernelParams& p, int n_tile, int bn) {
+  /// Pre-activation columns of B sub-box j of n-tile `n_tile` (also C's column map). With halves, a full
+  /// tile loads [gate..., up...]; a half tile loads [gate 64, up 64, gate 64, up 64] so that each
+  /// warpgroup's half holds gate columns and their up partners.
+  __device__ static ColumnMap b_columns(const KernelParams& p, int n_tile, int bn, bool half) {
     ColumnMap m;
     const int inter = p.n / 2;
     if (p.pairing == PairKind::halves) {
@@ -39,8 +41,9 @@ struct GluEpilogue {
       const int n0 = n_tile * (bn / 2);
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const bool up = j >= half_boxes;
-        m.base[j] = (up ? inter : 0) + n0 + 64 * (up ? j - half_boxes : j);
+        const bool up = half ? (j & 1) : j >= half_boxes;
+        const int gate_box = half ? (j >> 1) : (up ? j - half_boxes : j);
+        m.base[j] = (up ? inter : 0) + n0 + 64 * gate_box;
         m.limit[j] = up ? p.n : inter;
       }
     } else {
@@ -92,10 +95,11 @@ struct GluEpilogue {
     }
   }
 
+  /// `acc` is this warpgroup's 64 x kBN slice of pre-activation columns `cmap` (gate/up pairs inside it);
+  /// its D columns start at `d_col0`; rows [row0, row0 + 64).
   template <int kBN, int kRegs>
-  __device__ static void apply(float (&acc)[kRegs], const KernelParams& p, int expert, int n_tile,
-                               int64_t row0, int row_end, const Staging<kBN>& st) {
-    const ColumnMap cmap = b_columns(p, n_tile, kBN);
+  __device__ static void apply(float (&acc)[kRegs], const KernelParams& p, int expert, const ColumnMap& cmap,
+                               int d_col0, int64_t row0, int row_end, const Staging<kBN>& st) {
     const int rows_valid = rows_in_warpgroup(row0, row_end);
     apply_alpha_bias<kBN>(acc, p, expert, cmap, st.quad());
     // C's gate segments end at I: a TMA store may only be used where no segment crosses that limit.
@@ -107,10 +111,9 @@ struct GluEpilogue {
     else if (p.pairing == PairKind::interleaved32) stage_d<kBN, PairKind::interleaved32>(acc, p, pr, st);
     else stage_d<kBN, PairKind::interleaved32_up_first>(acc, p, pr, st);
     ColumnMap dmap;
-    const int d0col = n_tile * (kBN / 2);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      dmap.base[j] = d0col + 64 * j;
+      dmap.base[j] = d_col0 + 64 * j;
       dmap.limit[j] = p.n / 2;
     }
     st.store(p.d, &p.tma_d, dmap, 0, kBN / 2, row0, rows_valid, rows_valid == 64);

@@ -6,8 +6,8 @@
 namespace moegemm::sm90 {
 
 struct LinearEpilogue {
-  /// Output columns of B sub-box j (64 wide) of n-tile `n_tile`: contiguous.
-  __device__ static ColumnMap b_columns(const KernelParams& p, int n_tile, int bn) {
+  /// Output columns of B sub-box j (64 wide) of n-tile `n_tile`: contiguous (also in half tiles).
+  __device__ static ColumnMap b_columns(const KernelParams& p, int n_tile, int bn, bool /*half*/) {
     ColumnMap m;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
@@ -17,10 +17,10 @@ struct LinearEpilogue {
     return m;
   }
 
+  /// `acc` is this warpgroup's 64 x kBN slice; `cmap` its columns; rows [row0, row0 + 64).
   template <int kBN, int kRegs>
-  __device__ static void apply(float (&acc)[kRegs], const KernelParams& p, int expert, int n_tile,
-                               int64_t row0, int row_end, const Staging<kBN>& st) {
-    const ColumnMap cmap = b_columns(p, n_tile, kBN);
+  __device__ static void apply(float (&acc)[kRegs], const KernelParams& p, int expert, const ColumnMap& cmap,
+                               int /*d_col0*/, int64_t row0, int row_end, const Staging<kBN>& st) {
     const int rows_valid = rows_in_warpgroup(row0, row_end);
     const bool use_tma = rows_valid == 64;  // columns are clipped by the tensor width alone
     apply_alpha_bias<kBN>(acc, p, expert, cmap, st.quad());

@@ -86,7 +86,7 @@ struct Staging {
     named_barrier_sync(barrier_id, 128);
     const int esize = out_elem_bytes(out.type);
     const int block_cols = 128 / esize;
-    if (use_tma) {
+    if (use_tma && cols % block_cols == 0) {  // a TMA box is 128 bytes wide: never store past `cols`
       if (tid == 0) {
         for (int b = 0; b * block_cols < cols; ++b) {
           const int sc = col_begin + b * block_cols;
@@ -134,6 +134,18 @@ struct Staging {
     }
   }
 };
+
+/// The column map of warpgroup `wg` in a half tile: its `segs` consecutive 64-column segments.
+__device__ __forceinline__ ColumnMap half_columns(const ColumnMap& tile, int wg, int segs) {
+  ColumnMap m;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int src = min(wg * segs + j, 3);
+    m.base[j] = pick(tile.base, src);
+    m.limit[j] = pick(tile.limit, src);
+  }
+  return m;
+}
 
 /// True when a TMA store of whole 64-column segments cannot cross a segment's column limit, i.e. every
 /// segment either ends before its limit or is limited only by the tensor's width.

@@ -38,13 +38,14 @@ struct Forward {
   DType out = DType::bf16;
   bool glu = false;
   GluParams glu_params;
+  bool ptrs = false;  // weights as per-expert pointers (expert g reads slot (g * 5 + 3) % E of the stack)
   uint64_t seed = 1;
 };
 
 /// Host inputs of a problem, and device mirrors.
 struct Inputs {
-  HostTensor a, b, offsets, alpha, prob, bias;
-  DeviceTensor da, db, doffsets, dalpha, dprob, dbias;
+  HostTensor a, b, offsets, alpha, prob, bias, host_ptrs, device_ptrs;
+  DeviceTensor da, db, doffsets, dalpha, dprob, dbias, dptrs;
 
   explicit Inputs(const Forward& f) {
     const int64_t e = f.raw_offsets.empty() ? static_cast<int64_t>(f.sizes.size())
@@ -69,14 +70,33 @@ struct Inputs {
       bias = random_tensor(f.bias == 1 ? DType::bf16 : DType::f32, {e, f.n}, f.seed + 4, -0.5, 0.5);
       dbias = DeviceTensor(bias);
     }
+    if (f.ptrs) {  // a permutation, so that a kernel reading the stack in expert order would fail
+      host_ptrs = HostTensor(DType::i64, {e});
+      device_ptrs = HostTensor(DType::i64, {e});
+      const int64_t slot_bytes = f.n * f.k * 2;
+      for (int64_t g = 0; g < e; ++g) {
+        const int64_t slot = (g * 5 + 3) % e;
+        reinterpret_cast<int64_t*>(host_ptrs.data())[g] =
+            reinterpret_cast<int64_t>(static_cast<const char*>(b.data()) + slot * slot_bytes);
+        reinterpret_cast<int64_t*>(device_ptrs.data())[g] =
+            reinterpret_cast<int64_t>(static_cast<const char*>(db.data()) + slot * slot_bytes);
+      }
+      dptrs = DeviceTensor(device_ptrs);
+    }
   }
 };
 
 template <class Args>
 void fill_common(Args& args, const Forward& f, const Inputs& in, bool device) {
   args.a = device ? in.da.view() : in.a.view();
-  args.b.dense = device ? in.db.view() : in.b.view();
   args.b.layout = f.layout;
+  if (f.ptrs) {
+    args.b.ptrs = device ? in.dptrs.view() : in.host_ptrs.view();
+    args.b.n = f.n;
+    args.b.dtype = DType::bf16;
+  } else {
+    args.b.dense = device ? in.db.view() : in.b.view();
+  }
   args.offsets = device ? in.doffsets.view() : in.offsets.view();
   if (f.alpha) args.alpha = device ? in.dalpha.view() : in.alpha.view();
   if (f.prob) args.prob = device ? in.dprob.view() : in.prob.view();
@@ -112,13 +132,23 @@ Outputs run(const Forward& f, const Inputs& in, bool device, cudaStream_t stream
     args.glu = f.glu_params;
     args.d = out_view(o.d, dd);
     if (f.generate_c) args.c = out_view(o.c, dc);
-    grouped_gemm_glu(args, nullptr, 0, stream);
+    const size_t ws_bytes = grouped_gemm_glu_workspace_bytes(args);
+    void* ws = nullptr;
+    if (ws_bytes) cuda_ok(cudaMalloc(&ws, ws_bytes), "workspace");
+    grouped_gemm_glu(args, ws, ws_bytes, stream);
+    if (device) cuda_ok(cudaStreamSynchronize(stream), "kernel");
+    if (ws) cudaFree(ws);
   } else {
     GroupedGemmArgs args;
     fill_common(args, f, in, device);
     args.d = out_view(o.d, dd);
     if (f.generate_c) args.c = out_view(o.c, dc);
-    grouped_gemm(args, nullptr, 0, stream);
+    const size_t ws_bytes = grouped_gemm_workspace_bytes(args);
+    void* ws = nullptr;
+    if (ws_bytes) cuda_ok(cudaMalloc(&ws, ws_bytes), "workspace");
+    grouped_gemm(args, ws, ws_bytes, stream);
+    if (device) cuda_ok(cudaStreamSynchronize(stream), "kernel");
+    if (ws) cudaFree(ws);
   }
   if (device) {
     cuda_ok(cudaStreamSynchronize(stream), "kernel");
@@ -268,6 +298,57 @@ TEST(ForwardGpu, Glu) {
           f.name = "glu variant " + std::to_string(variant++) + " N=" + std::to_string(f.n);
           check_forward(f);
         }
+      }
+    }
+  }
+}
+
+TEST(ForwardGpu, PointerModeWeights) {
+  REQUIRE_GPU();
+  int variant = 0;
+  for (bool glu : {false, true}) {
+    for (BLayout layout : {BLayout::nk, BLayout::kn}) {
+      Forward f;
+      f.name = std::string("pointer weights ") + (glu ? "glu " : "") + (layout == BLayout::nk ? "nk" : "kn");
+      f.ptrs = true;
+      f.glu = glu;
+      f.glu_params.layout = variant % 2 ? GluLayout::interleaved32 : GluLayout::halves;
+      f.m = 900;
+      f.n = 512;
+      f.k = 200;
+      f.sizes = {100, 0, 230, 1, 64, 300, 0, 150};
+      f.layout = layout;
+      f.generate_c = true;
+      f.prob = true;
+      f.seed = 500 + variant++;
+      check_forward(f);
+    }
+  }
+}
+
+TEST(ForwardGpu, HalfTilesForShortExpertTails) {
+  REQUIRE_GPU();
+  // Experts whose last tile has 1..64 rows run as half tiles; 65..127 as full ones.
+  int variant = 0;
+  for (bool glu : {false, true}) {
+    for (GluLayout pairing : {GluLayout::halves, GluLayout::interleaved32}) {
+      for (int64_t n : {256, 2048}) {
+        Forward f;
+        f.glu = glu;
+        f.glu_params.layout = pairing;
+        f.m = 1400;
+        f.n = n;
+        f.k = 192;
+        f.sizes = {129, 192, 64, 65, 255, 256, 1, 127, 300};
+        f.layout = variant % 2 ? BLayout::kn : BLayout::nk;
+        f.out = variant % 3 == 2 ? DType::f32 : DType::bf16;
+        f.generate_c = true;
+        f.prob = true;
+        f.bias = 1 + variant % 2;
+        f.seed = 700 + variant;
+        f.name = "half tiles variant " + std::to_string(variant++);
+        check_forward(f);
+        if (!glu) break;
       }
     }
   }
