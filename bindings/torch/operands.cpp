@@ -7,15 +7,21 @@
 
 namespace moegemm::torch_ops {
 
+std::string shape_text(at::IntArrayRef sizes) {
+  std::string text = "(";
+  for (size_t i = 0; i < sizes.size(); ++i) text += (i ? ", " : "") + std::to_string(sizes[i]);
+  return text + ")";
+}
+
 void expect_rank(const at::Tensor& t, int64_t rank, const char* op, const char* operand, const char* what) {
   TORCH_CHECK_VALUE(t.defined(), op, ": ", operand, ": expected a tensor, got an undefined one");
-  TORCH_CHECK_VALUE(t.dim() == rank, op, ": ", operand, ": expected a ", rank, "-D ", what,
-                    " tensor, got shape ", t.sizes());
+  TORCH_CHECK_VALUE(t.dim() == rank, op, ": ", operand, ": expected a ", std::to_string(rank), "-D ", what,
+                    " tensor, got shape ", shape_text(t.sizes()));
 }
 
 void expect_device(const at::Tensor& anchor, const at::Tensor& t, const char* op, const char* operand) {
   TORCH_CHECK_VALUE(t.device() == anchor.device(), op, ": ", operand, ": expected a tensor on ",
-                    anchor.device(), " (the device of a), got one on ", t.device());
+                    anchor.device().str(), " (the device of a), got one on ", t.device().str());
 }
 
 void expect_device(const at::Tensor& anchor, const std::optional<at::Tensor>& t, const char* op,

@@ -4,12 +4,17 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include <ATen/core/Tensor.h>
 
 #include "moegemm/ops.hpp"
 
 namespace moegemm::torch_ops {
+
+/// "(2, 3, 4)". Messages format numbers with std::to_string, not iostreams: this library may carry a
+/// different C++ runtime than torch's, and number formatting through torch's locale facets can crash.
+std::string shape_text(at::IntArrayRef sizes);
 
 /// ValueError "op: operand: expected a <rank>-D <what> tensor, got shape [...]" unless t.dim() == rank.
 void expect_rank(const at::Tensor& t, int64_t rank, const char* op, const char* operand, const char* what);

@@ -1,5 +1,7 @@
 #include "tensor_view.hpp"
 
+#include "operands.hpp"
+
 #include <c10/util/Exception.h>
 
 namespace moegemm::torch_ops {
@@ -43,8 +45,8 @@ TensorView view_of(const at::Tensor& t, const char* op, const char* operand) {
   TORCH_CHECK_VALUE(t.defined(), op, ": ", operand, ": expected a tensor, got an undefined one");
   const int64_t rank = t.dim();
   TORCH_CHECK_VALUE(rank >= 1 && rank <= TensorView::kMaxRank, op, ": ", operand,
-                    ": expected a tensor of rank 1 to ", TensorView::kMaxRank, ", got rank ", rank,
-                    " with shape ", t.sizes());
+                    ": expected a tensor of rank 1 to ", std::to_string(TensorView::kMaxRank), ", got rank ",
+                    std::to_string(rank), " with shape ", shape_text(t.sizes()));
   TensorView v;
   if (t.device().is_cpu()) {
     v.device = Device::host;
@@ -52,7 +54,7 @@ TensorView view_of(const at::Tensor& t, const char* op, const char* operand) {
     v.device = Device::cuda;
   } else {
     TORCH_CHECK_VALUE(false, op, ": ", operand, ": expected a CPU or CUDA tensor, got device ",
-                      t.device());
+                      t.device().str());
   }
   v.dtype = dtype_of(t.scalar_type(), op, operand);
   v.data = t.data_ptr();
