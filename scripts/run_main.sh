@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${MOEGEMM_BUILD_DIR:-build}
-MIN_CMAKE=3.28  # older CMake cannot pass the C++20 dialect to nvcc 13
+MIN_CMAKE=3.24  # the project's cmake_minimum_required
 
 have() { command -v "$1" >/dev/null 2>&1; }
 version_ge() { [ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n1)" = "$2" ]; }

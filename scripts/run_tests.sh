@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 BUILD=${MOEGEMM_BUILD_DIR:-build}
 JOBS=${MOEGEMM_JOBS:-2}
 PYTHON=${PYTHON:-python3}
-MIN_CMAKE=3.28  # CUDA 20 with nvcc 13
+MIN_CMAKE=3.24  # the project's cmake_minimum_required
 
 say() { printf '\n=== %s\n' "$*"; }
 
@@ -49,11 +49,11 @@ version_ok() { [ "$(printf '%s\n%s\n' "$MIN_CMAKE" "$1" | sort -V | head -1)" = 
 CMAKE=cmake
 system_cmake=$(cmake --version 2> /dev/null | head -1 | awk '{print $3}')
 if [ -z "$system_cmake" ] || ! version_ok "$system_cmake"; then
-  if ! "$PYTHON" -c "import cmake" 2> /dev/null; then
-    say "CMake ${system_cmake:-absent} is older than $MIN_CMAKE: installing cmake>=$MIN_CMAKE from PyPI"
-    "$PYTHON" -m pip install --quiet "cmake>=$MIN_CMAKE"
-  fi
-  CMAKE="$("$PYTHON" -c 'import cmake, os; print(os.path.join(cmake.CMAKE_BIN_DIR, "cmake"))')"
+  say "CMake ${system_cmake:-absent} is older than $MIN_CMAKE: installing cmake>=$MIN_CMAKE from PyPI"
+  "$PYTHON" -m pip install --quiet "cmake>=$MIN_CMAKE"
+  # The pip package's launcher sits in the interpreter's scripts folder (asked from /, so that the
+  # repository's own cmake/ folder is not mistaken for the package).
+  CMAKE="$(cd / && "$PYTHON" -c 'import sysconfig; print(sysconfig.get_path("scripts"))')/cmake"
 fi
 CTEST="$(dirname "$(command -v "$CMAKE")")/ctest"
 echo "cmake: $("$CMAKE" --version | head -1) ($CMAKE)"
