@@ -182,40 +182,61 @@ void check_glu_params(Rules& r, const GluParams& glu) {
   }
 }
 
-/// The operands shared by the grouped forward ops (grouped_gemm, _glu, _srelu).
-Problem check_grouped_forward(Rules& r, const TensorView& a, const ExpertWeights& b, const TensorView& offsets,
-                              const TensorView& alpha, const TensorView& prob, const TensorView& bias) {
+/// The GEMM operands of every grouped op but wgrad: offsets, A, the expert weights and alpha.
+Problem check_grouped_gemm(Rules& r, const TensorView& a, const ExpertWeights& b, const TensorView& offsets,
+                           const TensorView& alpha) {
   Problem p;
   p.E = check_offsets(r, offsets);
   check_a(r, a, p);
   check_weights(r, b, p);
   check_per_expert(r, "alpha", alpha, p);
-  check_per_row(r, "prob", prob, p);
-  check_bias(r, bias, p);
   return p;
 }
 
-}  // namespace
-
-Device check(const GroupedGemmArgs& x, Pointers pointers) {
-  Rules r("grouped_gemm", pointers);
+/// Placement and the operands shared by the grouped forward ops (grouped_gemm, _glu, _srelu).
+template <class Args>
+Problem check_grouped_forward(Rules& r, const Args& x) {
   place_all(r, {{"a", &x.a}, {"offsets", &x.offsets}, {"alpha", &x.alpha}, {"prob", &x.prob},
-                      {"bias", &x.bias}, {"d", &x.d}, {"c", &x.c}});
+                {"bias", &x.bias}, {"d", &x.d}, {"c", &x.c}});
   place_weights(r, x.b);
   r.settle();
-  const Problem p = check_grouped_forward(r, x.a, x.b, x.offsets, x.alpha, x.prob, x.bias);
+  Problem p = check_grouped_gemm(r, x.a, x.b, x.offsets, x.alpha);
+  check_per_row(r, "prob", x.prob, p);
+  check_bias(r, x.bias, p);
+  return p;
+}
+
+/// grouped_gemm and grouped_gemm_srelu: D and the optional C are (M, N).
+template <class Args>
+Device check_grouped_rows_forward(const char* op, const Args& x, Pointers pointers) {
+  Rules r(op, pointers);
+  const Problem p = check_grouped_forward(r, x);
   check_rows(r, "d", x.d, p, "N", p.N);
   if (x.c.defined()) check_rows(r, "c", x.c, p, "N", p.N);
   return r.backend();
 }
 
+/// The operands of the grouped backward ops after the activation's own checks: the saved
+/// pre-activation C and its gradient dC ((M, cols) each), dprob, dbias (E, cols) and amax (amax_n,).
+template <class Args>
+void check_activation_grads(Rules& r, const Args& x, const Problem& p, const char* symbol, int64_t cols,
+                            int64_t amax_n) {
+  check_rows(r, "c", x.c, p, symbol, cols);
+  check_rows(r, "dc", x.dc, p, symbol, cols);
+  check_per_row(r, "dprob", x.dprob, p);
+  check_dbias(r, x.dbias, p, symbol, cols);
+  check_amax(r, x.amax, amax_n);
+}
+
+}  // namespace
+
+Device check(const GroupedGemmArgs& x, Pointers pointers) {
+  return check_grouped_rows_forward("grouped_gemm", x, pointers);
+}
+
 Device check(const GroupedGemmGluArgs& x, Pointers pointers) {
   Rules r("grouped_gemm_glu", pointers);
-  place_all(r, {{"a", &x.a}, {"offsets", &x.offsets}, {"alpha", &x.alpha}, {"prob", &x.prob},
-                      {"bias", &x.bias}, {"d", &x.d}, {"c", &x.c}});
-  place_weights(r, x.b);
-  r.settle();
-  const Problem p = check_grouped_forward(r, x.a, x.b, x.offsets, x.alpha, x.prob, x.bias);
+  const Problem p = check_grouped_forward(r, x);
   check_glu_params(r, x.glu);
   check_glu_split(r, "b", p.N, x.glu.layout, {{"d", &x.d}, {"c", &x.c}});
   check_rows(r, "d", x.d, p, "I", p.N / 2);
@@ -230,35 +251,20 @@ Device check(const GroupedGemmDgluArgs& x, Pointers pointers) {
                       {"dbias", &x.dbias}, {"amax", &x.amax}});
   place_weights(r, x.b);
   r.settle();
-  Problem p;
-  p.E = check_offsets(r, x.offsets);
-  check_a(r, x.a, p);
-  check_weights(r, x.b, p);  // the GEMM gives dH (M, I): p.N = I
+  // The GEMM gives dH (M, I): p.N = I.
+  const Problem p = check_grouped_gemm(r, x.a, x.b, x.offsets, x.alpha);
   const int64_t I = p.N;
-  check_per_expert(r, "alpha", x.alpha, p);
   check_per_expert(r, "beta", x.beta, p);
   check_per_row(r, "prob", x.prob, p);
   check_glu_params(r, x.glu);
   r.present("c", x.c, {{"M"}, {"2I"}});
   check_glu_split(r, "b", 2 * I, x.glu.layout, {{"c", &x.c}, {"dc", &x.dc}});
-  check_rows(r, "c", x.c, p, "2I", 2 * I);
-  check_rows(r, "dc", x.dc, p, "2I", 2 * I);
-  check_per_row(r, "dprob", x.dprob, p);
-  check_dbias(r, x.dbias, p, "2I", 2 * I);
-  check_amax(r, x.amax, 2);
+  check_activation_grads(r, x, p, "2I", 2 * I, 2);
   return r.backend();
 }
 
 Device check(const GroupedGemmSreluArgs& x, Pointers pointers) {
-  Rules r("grouped_gemm_srelu", pointers);
-  place_all(r, {{"a", &x.a}, {"offsets", &x.offsets}, {"alpha", &x.alpha}, {"prob", &x.prob},
-                      {"bias", &x.bias}, {"d", &x.d}, {"c", &x.c}});
-  place_weights(r, x.b);
-  r.settle();
-  const Problem p = check_grouped_forward(r, x.a, x.b, x.offsets, x.alpha, x.prob, x.bias);
-  check_rows(r, "d", x.d, p, "N", p.N);
-  if (x.c.defined()) check_rows(r, "c", x.c, p, "N", p.N);
-  return r.backend();
+  return check_grouped_rows_forward("grouped_gemm_srelu", x, pointers);
 }
 
 Device check(const GroupedGemmDsreluArgs& x, Pointers pointers) {
@@ -268,17 +274,9 @@ Device check(const GroupedGemmDsreluArgs& x, Pointers pointers) {
                       {"amax", &x.amax}});
   place_weights(r, x.b);
   r.settle();
-  Problem p;
-  p.E = check_offsets(r, x.offsets);
-  check_a(r, x.a, p);
-  check_weights(r, x.b, p);
-  check_per_expert(r, "alpha", x.alpha, p);
+  const Problem p = check_grouped_gemm(r, x.a, x.b, x.offsets, x.alpha);
   check_per_row(r, "prob", x.prob, p);
-  check_rows(r, "c", x.c, p, "N", p.N);
-  check_rows(r, "dc", x.dc, p, "N", p.N);
-  check_per_row(r, "dprob", x.dprob, p);
-  check_dbias(r, x.dbias, p, "N", p.N);
-  check_amax(r, x.amax, 1);
+  check_activation_grads(r, x, p, "N", p.N, 1);
   return r.backend();
 }
 
