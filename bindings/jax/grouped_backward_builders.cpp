@@ -1,42 +1,46 @@
 // Builders of the grouped backward ops: grouped_gemm_dglu, grouped_gemm_dsrelu, grouped_gemm_wgrad.
+#include <type_traits>
+
 #include "op_builders.hpp"
 
 namespace moegemm::jax_binding {
 
-GroupedGemmDgluArgs build_grouped_gemm_dglu(const Operands& ops, const Options& opt) {
-  OperandCursor cur("grouped_gemm_dglu", ops);
-  GroupedGemmDgluArgs args;
+namespace {
+
+// The operands of the grouped backward ops through the activation, in call order; dglu adds beta
+// and the GLU attributes.
+template <class Args>
+Args grouped_backward(const Options& opt, OperandCursor& cur) {
+  constexpr bool glu = std::is_same_v<Args, GroupedGemmDgluArgs>;
+  Args args;
   args.a = cur.input("dy");
   args.b = dense_weights(cur.input("b"), parse_b_layout(opt.text("b_layout")));
   args.c = cur.input("c");
   args.offsets = cur.input("offsets");
   args.alpha = cur.input_if(opt.flag("has_alpha"), "alpha");
-  args.beta = cur.input_if(opt.flag("has_beta"), "beta");
+  if constexpr (glu) args.beta = cur.input_if(opt.flag("has_beta"), "beta");
   args.prob = cur.input_if(opt.flag("has_prob"), "prob");
-  args.glu = parse_glu(opt);
+  if constexpr (glu) args.glu = parse_glu(opt);
   args.dc = cur.output("dc");
   args.dprob = cur.output_if(opt.flag("compute_dprob"), "dprob");
   args.dbias = cur.output_if(opt.flag("compute_dbias"), "dbias");
   args.amax = cur.output_if(opt.flag("compute_amax"), "amax");
   args.zero_tail = opt.flag("zero_tail");
+  return args;
+}
+
+}  // namespace
+
+GroupedGemmDgluArgs build_grouped_gemm_dglu(const Operands& ops, const Options& opt) {
+  OperandCursor cur("grouped_gemm_dglu", ops);
+  auto args = grouped_backward<GroupedGemmDgluArgs>(opt, cur);
   cur.finish();
   return args;
 }
 
 GroupedGemmDsreluArgs build_grouped_gemm_dsrelu(const Operands& ops, const Options& opt) {
   OperandCursor cur("grouped_gemm_dsrelu", ops);
-  GroupedGemmDsreluArgs args;
-  args.a = cur.input("dy");
-  args.b = dense_weights(cur.input("b"), parse_b_layout(opt.text("b_layout")));
-  args.c = cur.input("c");
-  args.offsets = cur.input("offsets");
-  args.alpha = cur.input_if(opt.flag("has_alpha"), "alpha");
-  args.prob = cur.input_if(opt.flag("has_prob"), "prob");
-  args.dc = cur.output("dc");
-  args.dprob = cur.output_if(opt.flag("compute_dprob"), "dprob");
-  args.dbias = cur.output_if(opt.flag("compute_dbias"), "dbias");
-  args.amax = cur.output_if(opt.flag("compute_amax"), "amax");
-  args.zero_tail = opt.flag("zero_tail");
+  auto args = grouped_backward<GroupedGemmDsreluArgs>(opt, cur);
   cur.finish();
   return args;
 }
