@@ -37,6 +37,24 @@ void fill_common(Args& args, const char* op, const at::Tensor& a, const at::Tens
   args.validate = validate;
 }
 
+// D (M, d_columns) and, with generate_c, C (M, n) in `out_dtype` (default: a's dtype), else an empty
+// (0,) placeholder for C; views taken, then the op run through `launch`.
+template <class Args, class WorkspaceBytes, class Run>
+std::tuple<at::Tensor, at::Tensor> run_forward(Args& args, const char* op, const at::Tensor& a, int64_t n,
+                                               int64_t d_columns, bool generate_c,
+                                               std::optional<at::ScalarType> out_dtype,
+                                               WorkspaceBytes workspace_bytes, Run run) {
+  DeviceContext context(a);
+  const auto options = a.options().dtype(out_dtype_or(out_dtype, a.scalar_type()));
+  const int64_t m = a.size(0);
+  at::Tensor d = at::empty({m, d_columns}, options);
+  at::Tensor c = generate_c ? at::empty({m, n}, options) : not_requested(d);
+  args.d = view_of(d, op, "d");
+  if (generate_c) args.c = view_of(c, op, "c");
+  launch(context, a, args, workspace_bytes, run);
+  return {d, c};
+}
+
 std::tuple<at::Tensor, at::Tensor> grouped_gemm_op(
     const at::Tensor& a, const at::Tensor& b, const at::Tensor& offsets, c10::string_view b_layout,
     const OptTensor& alpha, const OptTensor& prob, const OptTensor& bias, bool generate_c,
@@ -45,16 +63,10 @@ std::tuple<at::Tensor, at::Tensor> grouped_gemm_op(
   const BLayout layout = parse_b_layout(b_layout, op);
   GroupedGemmArgs args;
   fill_common(args, op, a, b, layout, offsets, alpha, prob, bias, zero_tail, validate);
-  DeviceContext context(a);
-  const auto options = a.options().dtype(out_dtype_or(out_dtype, a.scalar_type()));
-  const int64_t m = a.size(0), n = weights_n(b, layout);
-  at::Tensor d = at::empty({m, n}, options);
-  at::Tensor c = generate_c ? at::empty({m, n}, options) : not_requested(d);
-  args.d = view_of(d, op, "d");
-  if (generate_c) args.c = view_of(c, op, "c");
-  launch(context, a, args, [](const auto& x) { return grouped_gemm_workspace_bytes(x); },
-         [](const auto& x, void* w, std::size_t bytes, cudaStream_t s) { grouped_gemm(x, w, bytes, s); });
-  return {d, c};
+  const int64_t n = weights_n(b, layout);
+  return run_forward(args, op, a, n, n, generate_c, out_dtype,
+                     [](const auto& x) { return grouped_gemm_workspace_bytes(x); },
+                     [](const auto& x, void* w, std::size_t bytes, cudaStream_t s) { grouped_gemm(x, w, bytes, s); });
 }
 
 std::tuple<at::Tensor, at::Tensor> grouped_gemm_glu_op(
@@ -67,17 +79,11 @@ std::tuple<at::Tensor, at::Tensor> grouped_gemm_glu_op(
   GroupedGemmGluArgs args;
   fill_common(args, op, a, b, layout, offsets, alpha, prob, bias, zero_tail, validate);
   args.glu = glu_params(activation, glu_layout, limit, act_alpha, linear_offset, op);
-  DeviceContext context(a);
-  const auto options = a.options().dtype(out_dtype_or(out_dtype, a.scalar_type()));
-  const int64_t m = a.size(0), n = weights_n(b, layout);
+  const int64_t n = weights_n(b, layout);
   // An odd N is the contract's to reject (it names b); I = N / 2 only sizes the output here.
-  at::Tensor d = at::empty({m, n / 2}, options);
-  at::Tensor c = generate_c ? at::empty({m, n}, options) : not_requested(d);
-  args.d = view_of(d, op, "d");
-  if (generate_c) args.c = view_of(c, op, "c");
-  launch(context, a, args, [](const auto& x) { return grouped_gemm_glu_workspace_bytes(x); },
-         [](const auto& x, void* w, std::size_t bytes, cudaStream_t s) { grouped_gemm_glu(x, w, bytes, s); });
-  return {d, c};
+  return run_forward(args, op, a, n, n / 2, generate_c, out_dtype,
+                     [](const auto& x) { return grouped_gemm_glu_workspace_bytes(x); },
+                     [](const auto& x, void* w, std::size_t bytes, cudaStream_t s) { grouped_gemm_glu(x, w, bytes, s); });
 }
 
 std::tuple<at::Tensor, at::Tensor> grouped_gemm_srelu_op(
@@ -88,16 +94,10 @@ std::tuple<at::Tensor, at::Tensor> grouped_gemm_srelu_op(
   const BLayout layout = parse_b_layout(b_layout, op);
   GroupedGemmSreluArgs args;
   fill_common(args, op, a, b, layout, offsets, alpha, prob, bias, zero_tail, validate);
-  DeviceContext context(a);
-  const auto options = a.options().dtype(out_dtype_or(out_dtype, a.scalar_type()));
-  const int64_t m = a.size(0), n = weights_n(b, layout);
-  at::Tensor d = at::empty({m, n}, options);
-  at::Tensor c = generate_c ? at::empty({m, n}, options) : not_requested(d);
-  args.d = view_of(d, op, "d");
-  if (generate_c) args.c = view_of(c, op, "c");
-  launch(context, a, args, [](const auto& x) { return grouped_gemm_srelu_workspace_bytes(x); },
-         [](const auto& x, void* w, std::size_t bytes, cudaStream_t s) { grouped_gemm_srelu(x, w, bytes, s); });
-  return {d, c};
+  const int64_t n = weights_n(b, layout);
+  return run_forward(args, op, a, n, n, generate_c, out_dtype,
+                     [](const auto& x) { return grouped_gemm_srelu_workspace_bytes(x); },
+                     [](const auto& x, void* w, std::size_t bytes, cudaStream_t s) { grouped_gemm_srelu(x, w, bytes, s); });
 }
 
 }  // namespace
