@@ -8,33 +8,17 @@ namespace {
 
 template <class T>
 void grouped_gemm_glu_impl(const GroupedGemmGluArgs& args) {
-  const int64_t M = args.a.shape[0], K = args.a.shape[1], I = args.d.shape[1], N = 2 * I;
+  const int64_t I = args.d.shape[1], N = 2 * I;
   require_glu_width(args.glu.layout, N, "grouped_gemm_glu");
-  const ExpertRows rows = expert_rows(args.offsets, M);
-  const TaskList tl = make_tasks(rows);
-  for_each_product<T>(
-      args.a, N, rows, tl, [&](int64_t g) { return expert_b(args.b, g, N, K); },
-      [&](int64_t, const RowTask& t, const T* p, int64_t ldp) {
-        const T alpha = scale_or_one<T>(args.alpha, t.expert);
-        std::vector<T> bias(static_cast<size_t>(N), T(0)), g(static_cast<size_t>(N)), d(static_cast<size_t>(I));
-        if (args.bias.defined())
-          for (int64_t n = 0; n < N; ++n) bias[n] = at<T>(args.bias, t.expert, n);
-        for (int64_t r = t.row_begin; r < t.row_end; ++r) {
-          const T* pr = p + (r - t.row_begin) * ldp;
-          for (int64_t n = 0; n < N; ++n) g[n] = alpha * pr[n] + bias[n];
-          if (args.c.defined()) put_row<T>(args.c, r, g.data(), N);
-          const T prob = scale_or_one<T>(args.prob, r);
-          for (int64_t j = 0; j < I; ++j) {
-            const GluColumns col = glu_columns(args.glu.layout, I, j);
-            d[j] = prob * glu_eval<T, false>(args.glu, g[col.gate], g[col.up]).h;
-          }
-          put_row<T>(args.d, r, d.data(), I);
-        }
-      });
-  if (args.zero_tail) {
-    zero_rows<T>(args.d, rows.end_all);
-    zero_rows<T>(args.c, rows.end_all);
-  }
+  for_each_preactivation_row<T>(args, N, [&](int64_t r, const T* g) {
+    const T prob = scale_or_one<T>(args.prob, r);
+    std::vector<T> d(static_cast<size_t>(I));
+    for (int64_t j = 0; j < I; ++j) {
+      const GluColumns col = glu_columns(args.glu.layout, I, j);
+      d[j] = prob * glu_eval<T, false>(args.glu, g[col.gate], g[col.up]).h;
+    }
+    put_row<T>(args.d, r, d.data(), I);
+  });
 }
 
 template <class T>

@@ -10,31 +10,14 @@ namespace {
 
 template <class T>
 void grouped_gemm_impl(const GroupedGemmArgs& args) {
-  const int64_t M = args.a.shape[0], K = args.a.shape[1], N = args.d.shape[1];
-  const ExpertRows rows = expert_rows(args.offsets, M);
-  const TaskList tl = make_tasks(rows);
-  for_each_product<T>(
-      args.a, N, rows, tl, [&](int64_t g) { return expert_b(args.b, g, N, K); },
-      [&](int64_t, const RowTask& t, const T* p, int64_t ldp) {
-        const T alpha = scale_or_one<T>(args.alpha, t.expert);
-        std::vector<T> bias(static_cast<size_t>(N), T(0)), g(static_cast<size_t>(N));
-        if (args.bias.defined())
-          for (int64_t n = 0; n < N; ++n) bias[n] = at<T>(args.bias, t.expert, n);
-        for (int64_t r = t.row_begin; r < t.row_end; ++r) {
-          const T* pr = p + (r - t.row_begin) * ldp;
-          for (int64_t n = 0; n < N; ++n) g[n] = alpha * pr[n] + bias[n];
-          if (args.c.defined()) put_row<T>(args.c, r, g.data(), N);
-          if (args.prob.defined()) {
-            const T prob = at<T>(args.prob, r);
-            for (int64_t n = 0; n < N; ++n) g[n] *= prob;
-          }
-          put_row<T>(args.d, r, g.data(), N);
-        }
-      });
-  if (args.zero_tail) {
-    zero_rows<T>(args.d, rows.end_all);
-    zero_rows<T>(args.c, rows.end_all);
-  }
+  const int64_t N = args.d.shape[1];
+  for_each_preactivation_row<T>(args, N, [&](int64_t r, T* g) {
+    if (args.prob.defined()) {
+      const T prob = at<T>(args.prob, r);
+      for (int64_t n = 0; n < N; ++n) g[n] *= prob;
+    }
+    put_row<T>(args.d, r, g, N);
+  });
 }
 
 template <class T>

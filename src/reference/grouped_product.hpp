@@ -114,6 +114,35 @@ void zero_rows(const TensorView& out, int64_t from) {
     for (int64_t c = 0; c < cols; ++c) store<T>(out.data, out.dtype, r * out.strides[0] + c * cstride, T(0));
 }
 
+/// The grouped forward ops' pre-activation G = alpha[g] * A @ B_g^T + bias[g,:] (N columns) of every
+/// expert row r: written to C (when requested), then handed to row(r, g) (g may be changed in place);
+/// zero_tail then zeros D's and C's rows past the last expert. `Args` has a, b, offsets, alpha, bias,
+/// d, c and zero_tail.
+template <class T, class Args, class Row>
+void for_each_preactivation_row(const Args& args, int64_t N, Row&& row) {
+  const int64_t M = args.a.shape[0], K = args.a.shape[1];
+  const ExpertRows rows = expert_rows(args.offsets, M);
+  const TaskList tl = make_tasks(rows);
+  for_each_product<T>(
+      args.a, N, rows, tl, [&](int64_t g) { return expert_b(args.b, g, N, K); },
+      [&](int64_t, const RowTask& t, const T* p, int64_t ldp) {
+        const T alpha = scale_or_one<T>(args.alpha, t.expert);
+        std::vector<T> bias(static_cast<size_t>(N), T(0)), g(static_cast<size_t>(N));
+        if (args.bias.defined())
+          for (int64_t n = 0; n < N; ++n) bias[n] = at<T>(args.bias, t.expert, n);
+        for (int64_t r = t.row_begin; r < t.row_end; ++r) {
+          const T* pr = p + (r - t.row_begin) * ldp;
+          for (int64_t n = 0; n < N; ++n) g[n] = alpha * pr[n] + bias[n];
+          if (args.c.defined()) put_row<T>(args.c, r, g.data(), N);
+          row(r, g.data());
+        }
+      });
+  if (args.zero_tail) {
+    zero_rows<T>(args.d, rows.end_all);
+    zero_rows<T>(args.c, rows.end_all);
+  }
+}
+
 /// True when the op computes in f64 (the host-only gradient-check path): inputs are f64.
 inline bool use_f64(const TensorView& a) { return a.dtype == DType::f64; }
 
