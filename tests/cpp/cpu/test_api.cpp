@@ -11,22 +11,13 @@
 #include <string>
 #include <vector>
 
+#include "common/expect_error.hpp"
 #include "moegemm/moegemm.hpp"
 
 namespace moegemm {
 namespace {
 
-void expect_error(const std::function<void()>& call, ErrorCode code, std::initializer_list<std::string> fragments) {
-  try {
-    call();
-  } catch (const Error& e) {
-    EXPECT_EQ(static_cast<int>(e.code()), static_cast<int>(code)) << e.what();
-    for (const std::string& f : fragments) EXPECT_NE(std::string(e.what()).find(f), std::string::npos)
-        << "message lacks \"" << f << "\": " << e.what();
-    return;
-  }
-  ADD_FAILURE() << "no Error thrown";
-}
+using testing::expect_error;
 
 TensorView offsets_view(std::vector<int32_t>& ends) {
   return TensorView::contiguous(ends.data(), DType::i32, {static_cast<int64_t>(ends.size())});

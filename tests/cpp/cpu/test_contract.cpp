@@ -11,24 +11,14 @@
 #include <string>
 #include <vector>
 
+#include "common/expect_error.hpp"
 #include "contract/checks.hpp"
 #include "moegemm/moegemm.hpp"
 
 namespace moegemm {
 namespace {
 
-/// Runs `call`, which must throw Error with `code` and a message containing every fragment.
-void expect_error(const std::function<void()>& call, ErrorCode code, std::initializer_list<std::string> fragments) {
-  try {
-    call();
-  } catch (const Error& e) {
-    EXPECT_EQ(static_cast<int>(e.code()), static_cast<int>(code)) << e.what();
-    for (const std::string& f : fragments) EXPECT_NE(std::string(e.what()).find(f), std::string::npos)
-        << "message lacks \"" << f << "\": " << e.what();
-    return;
-  }
-  ADD_FAILURE() << "no Error thrown";
-}
+using testing::expect_error;
 
 /// 256-byte aligned host buffers (zero-filled; the checks read only the pointer tables).
 class Arena {
