@@ -70,6 +70,28 @@ class _MoEMLPFunction(torch.autograd.Function):
         return dx, dw_up, dw_down, None, dprob, None, None, None
 
 
+def _check_operands(x: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor) -> None:
+    """Checks the shapes and dtypes of moe_mlp's own operands, so that an error names x, w_up or w_down
+    (the ops it calls would name their internal operands a, b, d instead)."""
+    if x.dim() != 2:
+        raise ValueError(f"{_OP}: x: expected a 2-D (M, H) tensor, got shape {tuple(x.shape)}")
+    h = x.shape[1]
+    if w_up.dim() != 3:
+        raise ValueError(f"{_OP}: w_up: expected a 3-D (E, H, 2I) tensor, got shape {tuple(w_up.shape)}")
+    if w_down.dim() != 3:
+        raise ValueError(f"{_OP}: w_down: expected a 3-D (E, I, H) tensor, got shape {tuple(w_down.shape)}")
+    for name, w in (("w_up", w_up), ("w_down", w_down)):
+        if w.dtype != x.dtype:
+            raise ValueError(f"{_OP}: {name}: expected dtype {x.dtype} (the dtype of x), got {w.dtype}")
+    e, two_i = w_up.shape[0], w_up.shape[2]
+    if w_up.shape[1] != h or two_i % 2:
+        raise ValueError(f"{_OP}: w_up: expected shape (E, H={h}, 2I) with H from x and 2I even, got "
+                         f"{tuple(w_up.shape)}")
+    if tuple(w_down.shape) != (e, two_i // 2, h):
+        raise ValueError(f"{_OP}: w_down: expected shape (E={e}, I={two_i // 2}, H={h}) with E and I from "
+                         f"w_up, H from x, got {tuple(w_down.shape)}")
+
+
 def moe_mlp(x: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, offsets: torch.Tensor,
             prob: torch.Tensor | None = None, activation: str = "swiglu", glu_layout: str = "halves", *,
             zero_tail: bool = False) -> torch.Tensor:
@@ -101,6 +123,7 @@ def moe_mlp(x: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, offsets: 
         ValueError naming the operand (shape, dtype, stride, alignment); NotImplementedError for requests the
         backend cannot serve (f32 inputs on CUDA).
     """
+    _check_operands(x, w_up, w_down)
     return _MoEMLPFunction.apply(x, w_up, w_down, offsets, prob, activation, glu_layout, zero_tail)
 
 

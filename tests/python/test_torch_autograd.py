@@ -131,3 +131,38 @@ def test_ops_refuse_to_drop_gradients():
     d, _ = torch.ops.moegemm.grouped_gemm(a, randn(2, 8, 16, seed=1), offsets_of([3, 5]))
     with pytest.raises(RuntimeError, match="not implemented"):
         d.float().sum().backward()
+
+
+@pytest.mark.parametrize("case, pattern", [
+    ("x_f32", r"moe_mlp: w_up: expected dtype torch\.float32 \(the dtype of x\), got torch\.bfloat16"),
+    ("w_down_dtype", r"moe_mlp: w_down: expected dtype torch\.bfloat16 \(the dtype of x\), got torch\.float16"),
+    ("w_up_h", r"moe_mlp: w_up: expected shape \(E, H=32, 2I\) with H from x and 2I even, got \(4, 16, 32\)"),
+    ("w_up_odd", r"moe_mlp: w_up: expected shape \(E, H=32, 2I\) .*got \(4, 32, 33\)"),
+    ("w_down_i", r"moe_mlp: w_down: expected shape \(E=4, I=16, H=32\) .*got \(4, 8, 32\)"),
+    ("w_down_e", r"moe_mlp: w_down: expected shape \(E=4, I=16, H=32\) .*got \(3, 16, 32\)"),
+    ("w_down_h", r"moe_mlp: w_down: expected shape \(E=4, I=16, H=32\) .*got \(4, 16, 40\)"),
+    ("x_rank", r"moe_mlp: x: expected a 2-D \(M, H\) tensor, got shape \(1, 64, 32\)"),
+    ("w_up_rank", r"moe_mlp: w_up: expected a 3-D \(E, H, 2I\) tensor, got shape \(32, 32\)"),
+])
+def test_moe_mlp_errors_name_its_own_operands(case, pattern):
+    """Shape and dtype errors of moe_mlp name x, w_up or w_down (not the a, b, d of the ops it calls),
+    for the forward alone and under autograd."""
+    x, w_up, w_down = randn(64, 32), randn(4, 32, 32, seed=1), randn(4, 16, 32, seed=2)
+    offsets = offsets_of([10, 0, 30, 24])
+    bad = {
+        "x_f32": dict(x=x.float()),
+        "w_down_dtype": dict(w_down=w_down.half()),
+        "w_up_h": dict(w_up=randn(4, 16, 32)),
+        "w_up_odd": dict(w_up=randn(4, 32, 33)),
+        "w_down_i": dict(w_down=randn(4, 8, 32)),
+        "w_down_e": dict(w_down=randn(3, 16, 32)),
+        "w_down_h": dict(w_down=randn(4, 16, 40)),
+        "x_rank": dict(x=x[None]),
+        "w_up_rank": dict(w_up=w_up[0]),
+    }[case]
+    args = dict(x=x, w_up=w_up, w_down=w_down) | bad
+    with pytest.raises(ValueError, match=pattern):
+        mt.moe_mlp(args["x"], args["w_up"], args["w_down"], offsets)
+    grad_args = {k: v.clone().requires_grad_() for k, v in args.items()}
+    with pytest.raises(ValueError, match=pattern):
+        mt.moe_mlp(grad_args["x"], grad_args["w_up"], grad_args["w_down"], offsets)
