@@ -25,7 +25,7 @@ for stage in "${stages[@]}"; do
   case "$stage" in
     build)
       note "build ($BUILD)"
-      cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOEGEMM_BUILD_PYTHON=ON \
+      cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOEGEMM_BUILD_PYTHON=ON -DMOEGEMM_PTXAS_VERBOSE=ON \
         ${MOEGEMM_CMAKE_ARGS:-} > "$REPORT/configure.log" 2>&1 || { tail -30 "$REPORT/configure.log"; exit 1; }
       cmake --build "$BUILD" -j"$(nproc)" > "$REPORT/build.log" 2>&1 || { grep -E "error|FAILED" "$REPORT/build.log" | head -40; exit 1; }
       grep -E "C75[0-9][0-9]|spill stores" "$REPORT/build.log" | sort | uniq -c | tee -a "$REPORT/summary.txt"

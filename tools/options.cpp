@@ -67,7 +67,12 @@ RunOptions parse_run_options(const std::vector<std::string>& args) {
       {"--tokens", [&](const std::string& v) { o.tokens = parse_int("--tokens", v, 1); }},
       {"--routing", [&](const std::string& v) { o.routing = parse_routing(v); }},
       {"--seed", [&](const std::string& v) { o.seed = static_cast<uint64_t>(parse_int("--seed", v, 0)); }},
-      {"--json", [&](const std::string& v) { check_writable_path(v); o.json = v; }},
+      {"--json",
+       [&](const std::string& v) {
+         if (v == "-") throw UsageError("--json: run prints its table on standard output; give a file path, not '-'");
+         check_writable_path(v);
+         o.json = v;
+       }},
       {"--workloads", [&](const std::string& v) { o.workloads = v; }},
       {"--iters", [&](const std::string& v) { o.iters = static_cast<int>(parse_int("--iters", v, 1)); }},
       {"--warmup", [&](const std::string& v) { o.warmup = static_cast<int>(parse_int("--warmup", v, 0)); }},

@@ -1,5 +1,8 @@
 // `moegemm run`: for each preset, build the layer, run its six ops once, verify a sample of rows, then time them.
+#include <cstdint>
 #include <cstdio>
+#include <limits>
+#include <string>
 #include <memory>
 
 #include <cuda_runtime_api.h>
@@ -30,7 +33,14 @@ ModelPreset layer_shape(const ModelPreset& preset, const RunOptions& o, bool gpu
     s.intermediate = shrink(preset.intermediate);
     s.tokens = kCpuTokens;
   }
-  if (o.tokens) s.tokens = *o.tokens;
+  if (o.tokens) {
+    // Rows = tokens x top_k are addressed by int32 offsets.
+    if (*o.tokens > std::numeric_limits<int32_t>::max() / s.top_k) {
+      throw UsageError("--tokens: " + std::to_string(*o.tokens) + " tokens x top_k " + std::to_string(s.top_k) +
+                       " of " + s.name + " exceed the 2147483647 rows that int32 expert offsets address");
+    }
+    s.tokens = *o.tokens;
+  }
   return s;
 }
 

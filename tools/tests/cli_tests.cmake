@@ -54,6 +54,10 @@ set(_expect_2 ${CMAKE_COMMAND} -DEXPECT_CODE=2 -P ${CMAKE_CURRENT_SOURCE_DIR}/te
 moegemm_cli_test(unknown_model COMMAND ${_expect_2} ${_cli} run --model no-such-model
                  REGEX "unknown model 'no-such-model' \\(known: mixtral-8x7b")
 moegemm_cli_test(negative_tokens COMMAND ${_expect_2} ${_cli} run --tokens -5 REGEX "--tokens: must be >= 1, got -5")
+moegemm_cli_test(too_many_tokens COMMAND ${_expect_2} ${_cli} run --backend cpu --model qwen3-30b-a3b
+                 --tokens 9223372036854775807 REGEX "--tokens: 9223372036854775807 tokens x top_k 8")
+moegemm_cli_test(run_json_to_stdout COMMAND ${_expect_2} ${_cli} run --backend cpu --json -
+                 REGEX "--json: run prints its table on standard output")
 moegemm_cli_test(non_numeric_tokens COMMAND ${_expect_2} ${_cli} run --tokens many
                  REGEX "--tokens: expected an integer, got 'many'")
 moegemm_cli_test(json_is_directory COMMAND ${_expect_2} ${_cli} run --json ${_out} REGEX "is a directory")
