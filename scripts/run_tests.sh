@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds moegemm with its Python package and runs every test suite this machine can run:
-#   1. installs the Python packages of requirements-test.txt that are not installed yet (nothing is fetched
-#      when all are present, so it works offline on a prepared machine);
+#   1. installs the Debian packages (scripts/build_env.sh) and the Python packages of requirements-test.txt
+#      that are not installed yet (nothing is fetched when all are present, so it works offline on a prepared
+#      machine);
 #   2. configures and builds build/ (-DMOEGEMM_BUILD_PYTHON=ON) with 2 jobs;
 #   3. ctest -L cpu; ctest -L gpu only when `nvidia-smi -L` lists a GPU;
 #   4. pytest tests/python with PYTHONPATH=build/python (collecting no test counts as a failure).
@@ -13,9 +14,12 @@ cd "$(dirname "$0")/.."
 BUILD=${MOEGEMM_BUILD_DIR:-build}
 JOBS=${MOEGEMM_JOBS:-2}
 PYTHON=${PYTHON:-python3}
-MIN_CMAKE=3.24  # the project's cmake_minimum_required
 
 say() { printf '\n=== %s\n' "$*"; }
+# shellcheck source=scripts/build_env.sh
+source scripts/build_env.sh
+
+moegemm_install_system_packages
 
 # ---- Python packages: install only what is missing ------------------------------------------------------
 missing=$("$PYTHON" - requirements-test.txt <<'PY'
@@ -41,27 +45,14 @@ if [ -n "$missing" ]; then
   fi
 fi
 
-# ---- Tools: nvcc and a CMake that knows CUDA 20 ---------------------------------------------------------
-if ! command -v nvcc > /dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
-  export PATH="/usr/local/cuda/bin:$PATH"
-fi
-version_ok() { [ "$(printf '%s\n%s\n' "$MIN_CMAKE" "$1" | sort -V | head -1)" = "$MIN_CMAKE" ]; }
-CMAKE=cmake
-system_cmake=$(cmake --version 2> /dev/null | head -1 | awk '{print $3}')
-if [ -z "$system_cmake" ] || ! version_ok "$system_cmake"; then
-  say "CMake ${system_cmake:-absent} is older than $MIN_CMAKE: installing cmake>=$MIN_CMAKE from PyPI"
-  "$PYTHON" -m pip install --quiet "cmake>=$MIN_CMAKE"
-  # The pip package's launcher sits in the interpreter's scripts folder (asked from /, so that the
-  # repository's own cmake/ folder is not mistaken for the package).
-  CMAKE="$(cd / && "$PYTHON" -c 'import sysconfig; print(sysconfig.get_path("scripts"))')/cmake"
-fi
-CTEST="$(dirname "$(command -v "$CMAKE")")/ctest"
+# ---- Tools: nvcc and CMake ---------------------------------------------------------------------------------
+moegemm_ensure_nvcc
+moegemm_ensure_cmake
 echo "cmake: $("$CMAKE" --version | head -1) ($CMAKE)"
 
 # ---- Build ------------------------------------------------------------------------------------------------
 say "configure $BUILD"
-"$CMAKE" -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOEGEMM_BUILD_PYTHON=ON \
-  -DPython3_EXECUTABLE="$(command -v "$PYTHON")"
+moegemm_configure "$BUILD"
 say "build $BUILD (-j$JOBS)"
 "$CMAKE" --build "$BUILD" -j"$JOBS"
 
