@@ -1,8 +1,7 @@
-// The sm_90a backend entry points: decode each op's arguments into a kernel problem, or report that the
-// op has no kernel yet.
+// The sm_90a backend entry points: decode each op's arguments into a kernel problem (m-grouped GEMM with
+// the op's epilogue, or the k-grouped weight gradient), with its workspace size.
 #include <string>
 
-#include "sm90/expert_maps.cuh"
 #include "sm90/launch.hpp"
 #include "sm90/sm90.hpp"
 
@@ -28,19 +27,41 @@ ForwardProblem grouped_problem(const char* op, const Args& args) {
   f.num_experts = args.offsets.size(0);
   f.alpha = args.alpha.defined() ? args.alpha.template ptr<const float>() : nullptr;
   f.prob = args.prob.defined() ? args.prob.template ptr<const float>() : nullptr;
-  if (args.bias.defined()) {
-    f.bias = args.bias.data;
-    f.bias_f32 = args.bias.dtype == DType::f32;
+  if constexpr (requires { args.bias; }) {
+    if (args.bias.defined()) {
+      f.bias = args.bias.data;
+      f.bias_f32 = args.bias.dtype == DType::f32;
+    }
   }
-  f.d = args.d;
+  if constexpr (requires { args.d; }) f.d = args.d;
   f.c = args.c;
   f.zero_tail = args.zero_tail;
   return f;
 }
 
-[[noreturn]] void no_kernel(const char* op) {
-  throw Error(ErrorCode::unsupported, std::string(op) + ": no sm_90a kernel for this op yet (the CPU backend "
-                                                        "runs it on host tensors)");
+template <class Args>
+void set_backward_outputs(ForwardProblem& f, const Args& args) {
+  f.preact = args.c;
+  f.d = args.dc;
+  f.c = TensorView{};
+  f.dprob = args.dprob;
+  f.dbias = args.dbias;
+  f.amax = args.amax;
+  f.bias = nullptr;
+}
+
+/// The dense (one-group) form of an m-grouped problem: B is one (N, K) or (K, N) matrix, alpha a scalar.
+ForwardProblem dense_problem(const char* op, const TensorView& a, const TensorView& b, BLayout layout, float alpha) {
+  ForwardProblem f;
+  f.op = op;
+  f.a = a;
+  f.m = a.size(0);
+  f.k = a.size(1);
+  f.b = b.data;
+  f.b_layout = layout;
+  f.n = layout == BLayout::nk ? b.size(0) : b.size(1);
+  f.alpha_scalar = alpha;
+  return f;
 }
 
 }  // namespace
@@ -59,57 +80,130 @@ bool available() {
   return major == 9 && minor == 0;
 }
 
-// Pointer-mode weights need one tensor map per expert in the workspace; dense weights need none.
 template <class Args>
-std::size_t forward_workspace(const Args& args) {
-  return args.b.ptrs.defined() ? expert_maps_bytes(args.offsets.size(0)) : 0;
+std::size_t grouped_workspace(const char* op, const Args& args) {
+  return workspace_bytes(grouped_problem(op, args));
+}
+template <class Args>
+std::size_t dense_workspace(const char* op, const Args& args) {
+  return workspace_bytes(dense_problem(op, args.a, args.b, args.b_layout, 1.f));
 }
 
-std::size_t workspace_bytes(const GroupedGemmArgs& args) { return forward_workspace(args); }
+std::size_t workspace_bytes(const GroupedGemmArgs& args) { return grouped_workspace("grouped_gemm", args); }
 void run(const GroupedGemmArgs& args, void* workspace, std::size_t, cudaStream_t stream) {
   ForwardProblem f = grouped_problem("grouped_gemm", args);
   f.workspace = workspace;
   launch_forward(f, stream);
 }
 
-std::size_t workspace_bytes(const GroupedGemmGluArgs& args) { return forward_workspace(args); }
+std::size_t workspace_bytes(const GroupedGemmGluArgs& args) { return grouped_workspace("grouped_gemm_glu", args); }
 void run(const GroupedGemmGluArgs& args, void* workspace, std::size_t, cudaStream_t stream) {
   ForwardProblem f = grouped_problem("grouped_gemm_glu", args);
   f.workspace = workspace;
-  f.glu_epilogue = true;
+  f.epilogue = EpilogueKind::glu;
   f.glu = args.glu;
   launch_forward(f, stream);
 }
 
-std::size_t workspace_bytes(const GemmSwigluArgs&) { return 0; }
+ForwardProblem dglu_problem(const GroupedGemmDgluArgs& args) {
+  ForwardProblem f = grouped_problem("grouped_gemm_dglu", args);
+  set_backward_outputs(f, args);
+  f.epilogue = EpilogueKind::dglu;
+  f.glu = args.glu;
+  f.beta = args.beta.defined() ? args.beta.template ptr<const float>() : nullptr;
+  return f;
+}
+std::size_t workspace_bytes(const GroupedGemmDgluArgs& args) { return workspace_bytes(dglu_problem(args)); }
+void run(const GroupedGemmDgluArgs& args, void* workspace, std::size_t, cudaStream_t stream) {
+  ForwardProblem f = dglu_problem(args);
+  f.workspace = workspace;
+  launch_forward(f, stream);
+}
+
+std::size_t workspace_bytes(const GroupedGemmSreluArgs& args) { return grouped_workspace("grouped_gemm_srelu", args); }
+void run(const GroupedGemmSreluArgs& args, void* workspace, std::size_t, cudaStream_t stream) {
+  ForwardProblem f = grouped_problem("grouped_gemm_srelu", args);
+  f.workspace = workspace;
+  f.epilogue = EpilogueKind::srelu;
+  launch_forward(f, stream);
+}
+
+ForwardProblem dsrelu_problem(const GroupedGemmDsreluArgs& args) {
+  ForwardProblem f = grouped_problem("grouped_gemm_dsrelu", args);
+  set_backward_outputs(f, args);
+  f.epilogue = EpilogueKind::dsrelu;
+  return f;
+}
+std::size_t workspace_bytes(const GroupedGemmDsreluArgs& args) { return workspace_bytes(dsrelu_problem(args)); }
+void run(const GroupedGemmDsreluArgs& args, void* workspace, std::size_t, cudaStream_t stream) {
+  ForwardProblem f = dsrelu_problem(args);
+  f.workspace = workspace;
+  launch_forward(f, stream);
+}
+
+/// W = x^T dy (H, N), or its transpose dy^T x (N, H): the operand whose columns are W's rows is A.
+WgradProblem wgrad_problem(const GroupedGemmWgradArgs& args) {
+  WgradProblem w;
+  w.a = args.transpose_output ? args.dy : args.x;
+  w.b = args.transpose_output ? args.x : args.dy;
+  w.offsets = args.offsets.template ptr<const int>();
+  w.num_experts = args.offsets.size(0);
+  w.w = args.w;
+  w.w_ptrs = args.w_ptrs.defined() ? args.w_ptrs.template ptr<const int64_t>() : nullptr;
+  w.w_dtype = args.w_dtype;
+  w.accumulate = args.accumulate;
+  return w;
+}
+std::size_t workspace_bytes(const GroupedGemmWgradArgs& args) { return wgrad_workspace_bytes(args.offsets.size(0)); }
+void run(const GroupedGemmWgradArgs& args, void* workspace, std::size_t, cudaStream_t stream) {
+  WgradProblem w = wgrad_problem(args);
+  w.workspace = workspace;
+  launch_wgrad(w, stream);
+}
+
+std::size_t workspace_bytes(const GemmSwigluArgs& args) { return dense_workspace("gemm_swiglu", args); }
 void run(const GemmSwigluArgs& args, void*, std::size_t, cudaStream_t stream) {
-  ForwardProblem f;
-  f.op = "gemm_swiglu";
-  f.a = args.a;
-  f.m = args.a.size(0);
-  f.k = args.a.size(1);
-  f.b = args.b.data;
-  f.b_layout = args.b_layout;
-  f.n = args.b_layout == BLayout::nk ? args.b.size(0) : args.b.size(1);
-  f.alpha_scalar = args.alpha;
+  ForwardProblem f = dense_problem("gemm_swiglu", args.a, args.b, args.b_layout, args.alpha);
   f.c = args.ab12;  // the pre-activation
   f.d = args.c;     // the gated output
-  f.glu_epilogue = true;
+  f.epilogue = EpilogueKind::glu;
   f.glu.activation = Activation::swiglu;
   f.glu.layout = args.layout;
   launch_forward(f, stream);
 }
 
-#define MOEGEMM_NO_KERNEL(Args, name)                                  \
-  std::size_t workspace_bytes(const Args&) { return 0; }               \
-  void run(const Args&, void*, std::size_t, cudaStream_t) { no_kernel(name); }
-MOEGEMM_NO_KERNEL(GroupedGemmDgluArgs, "grouped_gemm_dglu")
-MOEGEMM_NO_KERNEL(GroupedGemmSreluArgs, "grouped_gemm_srelu")
-MOEGEMM_NO_KERNEL(GroupedGemmDsreluArgs, "grouped_gemm_dsrelu")
-MOEGEMM_NO_KERNEL(GroupedGemmWgradArgs, "grouped_gemm_wgrad")
-MOEGEMM_NO_KERNEL(GemmAmaxArgs, "gemm_amax")
-MOEGEMM_NO_KERNEL(GemmSreluArgs, "gemm_srelu")
-MOEGEMM_NO_KERNEL(GemmDsreluArgs, "gemm_dsrelu")
-#undef MOEGEMM_NO_KERNEL
+std::size_t workspace_bytes(const GemmAmaxArgs& args) { return dense_workspace("gemm_amax", args); }
+void run(const GemmAmaxArgs& args, void*, std::size_t, cudaStream_t stream) {
+  ForwardProblem f = dense_problem("gemm_amax", args.a, args.b, args.b_layout, 1.f);
+  f.d = args.c;
+  f.amax = args.amax;
+  launch_forward(f, stream);
+}
+
+std::size_t workspace_bytes(const GemmSreluArgs& args) { return dense_workspace("gemm_srelu", args); }
+void run(const GemmSreluArgs& args, void*, std::size_t, cudaStream_t stream) {
+  ForwardProblem f = dense_problem("gemm_srelu", args.a, args.b, args.b_layout, args.alpha);
+  f.prob = args.prob.defined() ? args.prob.template ptr<const float>() : nullptr;
+  f.d = args.d;
+  f.c = args.c;
+  f.epilogue = EpilogueKind::srelu;
+  launch_forward(f, stream);
+}
+
+ForwardProblem dense_dsrelu_problem(const GemmDsreluArgs& args) {
+  ForwardProblem f = dense_problem("gemm_dsrelu", args.a, args.b, args.b_layout, args.alpha);
+  f.prob = args.prob.defined() ? args.prob.template ptr<const float>() : nullptr;
+  f.preact = args.c;
+  f.d = args.dc;
+  f.dprob = args.dprob;
+  f.epilogue = EpilogueKind::dsrelu;
+  return f;
+}
+std::size_t workspace_bytes(const GemmDsreluArgs& args) { return workspace_bytes(dense_dsrelu_problem(args)); }
+void run(const GemmDsreluArgs& args, void* workspace, std::size_t, cudaStream_t stream) {
+  ForwardProblem f = dense_dsrelu_problem(args);
+  f.workspace = workspace;
+  launch_forward(f, stream);
+}
 
 }  // namespace moegemm::sm90

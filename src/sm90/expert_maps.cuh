@@ -1,4 +1,5 @@
-// Per-expert B tensor maps for pointer-mode weights, written on the device from the (E,) address array.
+// Per-expert tensor maps written on the device: B maps of pointer-mode weights (from the (E,) address
+// array), and the weight gradient's A and B maps over each expert's rows (from the offsets).
 #pragma once
 
 #include <cuda.h>
@@ -16,5 +17,17 @@ inline std::size_t expert_maps_bytes(int64_t num_experts) { return static_cast<s
 /// Returns the 128-byte aligned start of the maps inside `workspace`.
 CUtensorMap* launch_expert_maps(const CUtensorMap& tmpl, const int64_t* ptrs, int num_experts, void* workspace,
                                 cudaStream_t stream);
+
+struct RaggedKMaps {
+  const CUtensorMap* a;  // (E,) maps of A, then
+  const CUtensorMap* b;  // (E,) maps of B, both in the workspace
+};
+
+/// Enqueues a kernel that writes, for every expert g, `tmpl_a` and `tmpl_b` with their base address moved to
+/// the expert's first row and their row extent (dim 1) set to its row count, from the clamped offsets (as
+/// the schedulers clamp them). TMA then zero-fills past the expert's last row. Needs 2 expert_maps_bytes(E).
+RaggedKMaps launch_ragged_k_maps(const CUtensorMap& tmpl_a, const CUtensorMap& tmpl_b, const void* a,
+                                 int64_t a_row_bytes, const void* b, int64_t b_row_bytes, const int* offsets,
+                                 int num_experts, int rows, void* workspace, cudaStream_t stream);
 
 }  // namespace moegemm::sm90

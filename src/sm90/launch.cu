@@ -1,17 +1,15 @@
-// Host side of the forward kernels: tensor maps, tile-shape choice and launch for grouped_gemm,
-// grouped_gemm_glu and gemm_swiglu (the GLU kernel with one group).
+// Host side of the kernels: tensor maps, tile-shape choice, workspace layout and the launches of the
+// m-grouped GEMMs (every epilogue) and of the k-grouped weight gradient.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
-#include <mutex>
+#include <algorithm>
 #include <string>
 
 #include "sm90/expert_maps.cuh"
 #include "sm90/heuristic.hpp"
-#include "sm90/epilogues/glu.cuh"
-#include "sm90/epilogues/linear.cuh"
-#include "sm90/kernel.cuh"
 #include "sm90/launch.hpp"
+#include "sm90/reductions.cuh"
 #include "sm90/tail.cuh"
 
 namespace moegemm::sm90 {
@@ -88,34 +86,66 @@ CUtensorMap output_map(const OutMatrix& out, int64_t m, int64_t cols, const char
   return make_map(out.ptr, 2, dims, strides, box, operand, type);
 }
 
-template <class Shape, class Epilogue>
-void launch_kernel(const KernelParams& p, int grid, cudaStream_t stream) {
-  using Layout = SharedLayout<Shape>;
-  auto kernel = grouped_gemm_kernel<Shape, Epilogue>;
-  static std::once_flag once;
-  std::call_once(once, [&] {
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Layout::kAllocBytes),
-               "cudaFuncSetAttribute(max dynamic shared memory)");
-  });
-  kernel<<<grid, kKernelThreads, Layout::kAllocBytes, stream>>>(p);
-  check_cuda(cudaGetLastError(), "grouped GEMM kernel launch");
+/// Bytes of a workspace region rounded up, with slack to align its start to 256 bytes.
+std::size_t region(std::size_t bytes) { return bytes ? bytes + 256 : 0; }
+
+/// Carves consecutive 256-byte aligned regions out of the workspace, in the order of workspace_bytes().
+struct Carver {
+  uint8_t* next;
+  void* take(std::size_t bytes) {
+    if (!bytes) return nullptr;
+    auto* p = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(next) + 255) & ~uintptr_t(255));
+    next = p + bytes;
+    return p;
+  }
+};
+
+/// Largest number of n-tiles the chosen tile shape can give (BN >= 128).
+int64_t max_n_tiles(const ForwardProblem& f) { return (f.n + 127) / 128; }
+std::size_t dprob_partial_bytes(const ForwardProblem& f) {
+  return f.dprob.defined() && max_n_tiles(f) > 1 ? static_cast<std::size_t>(max_n_tiles(f) * f.m) * 4 : 0;
+}
+std::size_t dbias_partial_bytes(const ForwardProblem& f) {
+  if (!f.dbias.defined()) return 0;
+  const int64_t m_tiles = (f.m + 127) / 128 + f.num_experts;  // each expert adds at most one partial tile
+  return static_cast<std::size_t>(m_tiles * 2 * f.dbias.size(1)) * 4;
 }
 
-template <class Epilogue>
-void dispatch(const KernelParams& p, int block_n, BLayout layout, int grid, cudaStream_t stream) {
-  if (layout == BLayout::nk) {
-    if (block_n == 256) launch_kernel<TileShape<256, BMajor::k>, Epilogue>(p, grid, stream);
-    else launch_kernel<TileShape<128, BMajor::k>, Epilogue>(p, grid, stream);
-  } else {
-    if (block_n == 256) launch_kernel<TileShape<256, BMajor::n>, Epilogue>(p, grid, stream);
-    else launch_kernel<TileShape<128, BMajor::n>, Epilogue>(p, grid, stream);
+void launch_m_grouped(EpilogueKind kind, const KernelParams& p, int block_n, BLayout layout, int grid,
+                      cudaStream_t stream) {
+  switch (kind) {
+    case EpilogueKind::linear: return launch_linear(p, block_n, layout, grid, stream);
+    case EpilogueKind::glu: return launch_glu(p, block_n, layout, grid, stream);
+    case EpilogueKind::srelu: return launch_srelu(p, block_n, layout, grid, stream);
+    case EpilogueKind::dglu: return launch_dglu(p, block_n, layout, grid, stream);
+    case EpilogueKind::dsrelu: return launch_dsrelu(p, block_n, layout, grid, stream);
   }
 }
 
 }  // namespace
 
+std::size_t workspace_bytes(const ForwardProblem& f) {
+  return (f.b_ptrs ? expert_maps_bytes(f.num_experts) : 0) + region(dprob_partial_bytes(f)) +
+         region(dbias_partial_bytes(f));
+}
+
 void launch_forward(const ForwardProblem& f, cudaStream_t stream) {
-  if (f.m == 0) return;  // no rows: nothing is addressed, and there is no tail
+  if (f.amax.defined()) {  // the op's own starting value of its max (0 over no element)
+    check_cuda(cudaMemsetAsync(f.amax.data, 0, static_cast<std::size_t>(f.amax.numel()) * 4, stream),
+               "cudaMemsetAsync(amax)");
+  }
+  const bool glu = f.epilogue == EpilogueKind::glu;
+  const bool backward = f.epilogue == EpilogueKind::dglu || f.epilogue == EpilogueKind::dsrelu;
+  Carver carve{static_cast<uint8_t*>(f.workspace) + (f.b_ptrs ? expert_maps_bytes(f.num_experts) : 0)};
+  float* dprob_partials = static_cast<float*>(carve.take(dprob_partial_bytes(f)));
+  float* dbias_partials = static_cast<float*>(carve.take(dbias_partial_bytes(f)));
+  if (f.m == 0) {  // no rows: nothing is addressed and there is no tail, but every expert's dbias is 0
+    if (f.dbias.defined()) {
+      launch_dbias_finish(nullptr, static_cast<int>(f.dbias.size(1)), out_matrix(f.dbias), f.offsets,
+                          static_cast<int>(f.num_experts), 0, stream);
+    }
+    return;
+  }
   if (f.a.dtype != DType::bf16) {
     throw Error(ErrorCode::unsupported, std::string(f.op) + ": a: the sm_90a kernels take bf16 inputs, got " +
                                             dtype_name(f.a.dtype));
@@ -134,20 +164,30 @@ void launch_forward(const ForwardProblem& f, cudaStream_t stream) {
   p.bias_f32 = f.bias_f32;
   p.d = out_matrix(f.d);
   p.c = out_matrix(f.c);
+  p.preact = out_matrix(f.preact);
+  p.beta = f.beta;
   p.act = static_cast<ActKind>(f.glu.activation);
   p.pairing = static_cast<PairKind>(f.glu.layout);
   p.limit = f.glu.limit;
   p.act_alpha = f.glu.act_alpha;
   p.linear_offset = f.glu.linear_offset;
+  p.red.amax = f.amax.defined() ? static_cast<float*>(f.amax.data) : nullptr;
+  p.red.dbias_partials = dbias_partials;
 
   const int sms = sm_count();
-  const int block_n = choose_tile(f.m, f.n, f.num_experts, sms).block_n;
-  // Half tiles split columns between the warpgroups; a 128-wide halves GLU tile has only one gate box.
-  p.half_tiles = !(f.glu_epilogue && f.glu.layout == GluLayout::halves && block_n == 128);
-  if (f.glu_epilogue && f.glu.layout == GluLayout::halves) {
+  // dGLU tiles are 128 dH columns (256 dC columns through the staging buffer).
+  const int block_n = f.epilogue == EpilogueKind::dglu ? 128 : choose_tile(f.m, f.n, f.num_experts, sms).block_n;
+  // Half tiles split columns between the warpgroups; a 128-wide halves GLU tile has only one gate box, and
+  // the backward epilogues' per-warpgroup row partials need whole tiles.
+  p.half_tiles = !backward && !(glu && f.glu.layout == GluLayout::halves && block_n == 128);
+  if (glu && f.glu.layout == GluLayout::halves) {
     p.n_tiles = static_cast<int>((f.n / 2 + block_n / 2 - 1) / (block_n / 2));
   } else {
     p.n_tiles = static_cast<int>((f.n + block_n - 1) / block_n);
+  }
+  if (f.dprob.defined()) {
+    if (p.n_tiles == 1) p.red.dprob = static_cast<float*>(f.dprob.data);
+    else p.red.dprob_partials = dprob_partials;
   }
 
   const cuuint64_t a_dims[2] = {static_cast<cuuint64_t>(f.k), static_cast<cuuint64_t>(f.m)};
@@ -171,20 +211,78 @@ void launch_forward(const ForwardProblem& f, cudaStream_t stream) {
   }
   if (f.b_ptrs) p.b_maps = launch_expert_maps(p.tma_b, f.b_ptrs, p.num_experts, f.workspace, stream);
 
-  p.tma_d = output_map(p.d, f.m, f.glu_epilogue ? f.n / 2 : f.n, "d");
+  const int64_t d_cols = f.d.size(1);
+  p.tma_d = output_map(p.d, f.m, d_cols, "d");
   if (p.c.ptr) p.tma_c = output_map(p.c, f.m, f.n, "c");
 
   // Persistent grid: at most one CTA per SM, never more CTAs than the largest possible tile count.
   const int64_t max_tiles = ((f.m + 127) / 128 + std::min<int64_t>(f.num_experts, f.m)) * p.n_tiles;
   const int grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(sms, max_tiles)));
-  if (f.glu_epilogue) dispatch<GluEpilogue>(p, block_n, f.b_layout, grid, stream);
-  else dispatch<LinearEpilogue>(p, block_n, f.b_layout, grid, stream);
+  launch_m_grouped(f.epilogue, p, block_n, f.b_layout, grid, stream);
 
-  if (f.zero_tail) {
-    const int d_cols = static_cast<int>(f.glu_epilogue ? f.n / 2 : f.n);
-    launch_zero_tail(p.d, d_cols, f.offsets, p.num_experts, p.m, stream);
-    launch_zero_tail(p.c, static_cast<int>(f.n), f.offsets, p.num_experts, p.m, stream);
+  if (p.red.dprob_partials) {
+    launch_dprob_finish(p.red.dprob_partials, p.n_tiles, static_cast<float*>(f.dprob.data), f.offsets,
+                        p.num_experts, p.m, stream);
   }
+  if (f.dbias.defined()) {
+    launch_dbias_finish(dbias_partials, static_cast<int>(f.dbias.size(1)), out_matrix(f.dbias), f.offsets,
+                        p.num_experts, p.m, stream);
+  }
+  if (f.zero_tail) {
+    launch_zero_tail(p.d, static_cast<int>(d_cols), f.offsets, p.num_experts, p.m, stream);
+    launch_zero_tail(p.c, static_cast<int>(f.n), f.offsets, p.num_experts, p.m, stream);
+    if (f.dprob.defined()) {
+      launch_zero_tail(OutMatrix{f.dprob.data, 1, OutType::f32}, 1, f.offsets, p.num_experts, p.m, stream);
+    }
+  }
+}
+
+std::size_t wgrad_workspace_bytes(int64_t num_experts) { return 2 * expert_maps_bytes(num_experts); }
+
+void launch_wgrad(const WgradProblem& w, cudaStream_t stream) {
+  const int64_t t = w.a.size(0), m = w.a.size(1), n = w.b.size(1);
+  if (w.a.dtype != DType::bf16) {
+    throw Error(ErrorCode::unsupported, std::string("grouped_gemm_wgrad: x: the sm_90a kernels take bf16 inputs, got ") +
+                                            dtype_name(w.a.dtype));
+  }
+  KernelParams p{};
+  p.offsets = w.offsets;
+  p.num_experts = static_cast<int>(w.num_experts);
+  p.m = static_cast<int>(m);
+  p.n = static_cast<int>(n);
+  p.k = static_cast<int>(t);
+  p.alpha_scalar = 1.f;
+  p.accumulate = w.accumulate;
+  p.w_ptrs = w.w_ptrs;
+  p.d.type = out_type(w.w_ptrs ? w.w_dtype : w.w.dtype);
+  p.d.ld = n;
+  const int sms = sm_count();
+  // Tile count of E experts x ceil(m / 128) row tiles, as if the experts' outputs were stacked.
+  const int block_n = choose_tile(w.num_experts * ((m + 127) / 128) * 128, n, 1, sms).block_n;
+  p.n_tiles = static_cast<int>((n + block_n - 1) / block_n);
+
+  // Templates of the per-expert maps: A (T, m) and B (T, n) as {cols, rows, 1}; the device replaces the
+  // base address with the expert's first row and the row extent with its row count.
+  const cuuint32_t box[3] = {64, 64, 1};
+  const cuuint64_t rows = static_cast<cuuint64_t>(std::max<int64_t>(t, 1));
+  const cuuint64_t a_dims[3] = {static_cast<cuuint64_t>(m), rows, 1};
+  const cuuint64_t a_strides[2] = {static_cast<cuuint64_t>(w.a.stride(0)) * 2, static_cast<cuuint64_t>(w.a.stride(0)) * 2 * rows};
+  p.tma_a = make_map(w.a.data, 3, a_dims, a_strides, box, "x");
+  const cuuint64_t b_dims[3] = {static_cast<cuuint64_t>(n), rows, 1};
+  const cuuint64_t b_strides[2] = {static_cast<cuuint64_t>(w.b.stride(0)) * 2, static_cast<cuuint64_t>(w.b.stride(0)) * 2 * rows};
+  p.tma_b = make_map(w.b.data, 3, b_dims, b_strides, box, "dy");
+  const RaggedKMaps maps = launch_ragged_k_maps(p.tma_a, p.tma_b, w.a.data, w.a.stride(0) * 2, w.b.data,
+                                                w.b.stride(0) * 2, w.offsets, p.num_experts, p.k, w.workspace,
+                                                stream);
+  p.a_maps = maps.a;
+  p.b_maps = maps.b;
+  if (!w.w_ptrs) {
+    p.d.ptr = w.w.data;
+    p.tma_d = output_map(p.d, w.num_experts * m, n, "w");
+  }
+  const int64_t tiles = w.num_experts * ((m + 127) / 128) * p.n_tiles;
+  const int grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(sms, tiles)));
+  launch_wgrad_kernel(p, block_n, grid, stream);
 }
 
 }  // namespace moegemm::sm90

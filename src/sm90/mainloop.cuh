@@ -12,20 +12,34 @@
 
 namespace moegemm::sm90 {
 
-enum class BMajor : uint8_t { k, n };  // B K-major ((E,N,K) storage) or N-major ((E,K,N) storage)
+enum class Major : uint8_t { k, mn };  // operand storage: K contiguous, or M/N contiguous
 
-template <int kBN_, BMajor kMajor_>
+/// A (BM x BK) and B (BN x BK) tiles of one stage. A K-major: one 128x64 box (rows x k); A M-major (the
+/// weight gradient's X^T): two 64x64 boxes (k rows of 64 M-columns). B K-major ((E,N,K) storage) or
+/// N-major ((E,K,N) storage): BN/64 boxes of 64x64.
+template <int kBN_, Major kBMajor_, Major kAMajor_ = Major::k>
 struct TileShape {
   static constexpr int kBM = 128;  // two consumer warpgroups x 64 rows
   static constexpr int kBN = kBN_;
   static constexpr int kBK = 64;   // 128 bytes of bf16: one swizzle atom row
-  static constexpr BMajor kMajor = kMajor_;
+  static constexpr Major kBMajor = kBMajor_;
+  static constexpr Major kAMajor = kAMajor_;
   static constexpr int kSubBoxes = kBN / 64;  // B is loaded as 64x64 boxes (8 KiB each)
   static constexpr int kABytes = kBM * kBK * 2;
   static constexpr int kBBytes = kBN * kBK * 2;
   static constexpr int kStageBytes = kABytes + kBBytes;
   // Stages that fit next to the epilogue staging (2 x 64 rows) and the scheduler table in 227 KiB.
   static constexpr int kStages = kBN == 256 ? 3 : 5;
+};
+
+/// What the producer loads for one tile.
+struct LoadPlan {
+  const void* a_map;  // K-major: 2-D {K, M}; M-major: 3-D {M, K, 1}
+  int a_row;          // first A row (M coordinate) of the tile
+  const void* b_map;  // 3-D {K, N, E} (K-major) or {N, K, E} (N-major)
+  int b_expert;       // expert coordinate in b_map (0 for per-expert maps)
+  int b_col[4];       // B column (N coordinate) of each 64-column sub-box
+  int k_blocks;       // 64-wide k-blocks of the tile (0: the accumulators are zero)
 };
 
 /// Position in the stage ring: stage index and the parity of its current phase.
@@ -53,29 +67,38 @@ struct Mainloop {
   uint64_t* full;
   uint64_t* empty;
 
-  /// Producer: loads the k-blocks of one tile. `b_col[j]` is the B column (N coordinate) of sub-box j;
-  /// `b_map` is the expert's tensor map and `b_expert` its expert coordinate (0 for per-expert maps).
-  __device__ void load_tile(const KernelParams& p, PipeState& ps, int row0, const void* b_map, int b_expert,
-                            const int (&b_col)[4]) {
-    for (int kb = 0; kb < p.k_blocks; ++kb) {
+  /// Producer: loads the k-blocks of one tile. K coordinates start at 0 in every map: ragged-K operands
+  /// use per-expert maps whose K extent ends at the expert's last row, so TMA zero-fills past it.
+  __device__ void load_tile(PipeState& ps, const LoadPlan& plan) {
+    for (int kb = 0; kb < plan.k_blocks; ++kb) {
       mbar_wait(&empty[ps.stage], ps.phase ^ 1);
       cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta, cuda::ptx::space_shared,
                                            &full[ps.stage], Shape::kStageBytes);
       const int k0 = kb * Shape::kBK;
-      const int32_t a_coord[2] = {k0, row0};
-      cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global,
-                                      a + ps.stage * Shape::kABytes, &p.tma_a, a_coord, &full[ps.stage]);
+      uint8_t* a_stage = a + ps.stage * Shape::kABytes;
+      if constexpr (Shape::kAMajor == Major::k) {
+        const int32_t a_coord[2] = {k0, plan.a_row};
+        cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global, a_stage, plan.a_map,
+                                        a_coord, &full[ps.stage]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < Shape::kBM / 64; ++j) {
+          const int32_t a_coord[3] = {plan.a_row + 64 * j, k0, 0};
+          cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global, a_stage + j * 8192,
+                                          plan.a_map, a_coord, &full[ps.stage]);
+        }
+      }
       uint8_t* b_stage = b + ps.stage * Shape::kBBytes;
 #pragma unroll
       for (int j = 0; j < Shape::kSubBoxes; ++j) {
         int32_t b_coord[3];
-        if constexpr (Shape::kMajor == BMajor::k) {
-          b_coord[0] = k0; b_coord[1] = b_col[j]; b_coord[2] = b_expert;
+        if constexpr (Shape::kBMajor == Major::k) {
+          b_coord[0] = k0; b_coord[1] = plan.b_col[j]; b_coord[2] = plan.b_expert;
         } else {
-          b_coord[0] = b_col[j]; b_coord[1] = k0; b_coord[2] = b_expert;
+          b_coord[0] = plan.b_col[j]; b_coord[1] = k0; b_coord[2] = plan.b_expert;
         }
         cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global, b_stage + j * 8192,
-                                        b_map, b_coord, &full[ps.stage]);
+                                        plan.b_map, b_coord, &full[ps.stage]);
       }
       ps.advance<Shape::kStages>();
     }
@@ -86,11 +109,16 @@ struct Mainloop {
   /// (a_offset = 64 rows x wg, b_offset = 0, kN = BN); a half tile (an expert's last <= 64 rows) gives both
   /// warpgroups the same rows and half of the columns each (a_offset = 0, b_offset = BN/2 columns x wg).
   /// Keeps one wgmma batch in flight and releases each stage as soon as its batch has retired.
-  template <int kN>
-  __device__ void mma_tile(const KernelParams& p, PipeState& ps, int a_offset, int b_offset, float (&acc)[kN / 2]) {
+  /// With no k-blocks `acc` is left as it was (the caller zeroes it). The A offset of rows 64..127 is 8192
+  /// bytes in both A layouts.
+  /// kUniformK: every tile runs p.k_blocks, read from the kernel parameters where needed rather than held
+  /// in a register (which the 64x256 tile cannot spare); else the tile's own `tile_k_blocks`.
+  template <int kN, bool kUniformK>
+  __device__ void mma_tile(const KernelParams& p, PipeState& ps, int tile_k_blocks, int a_offset, int b_offset,
+                           float (&acc)[kN / 2]) {
     const bool releaser = (threadIdx.x % 128) == 0;
     int prev_stage = -1;
-    for (int kb = 0; kb < p.k_blocks; ++kb) {
+    for (int kb = 0; kb < (kUniformK ? p.k_blocks : tile_k_blocks); ++kb) {
       mbar_wait(&full[ps.stage], ps.phase);
       const uint8_t* a_stage = a + ps.stage * Shape::kABytes + a_offset;
       const uint8_t* b_stage = b + ps.stage * Shape::kBBytes + b_offset;
@@ -98,17 +126,23 @@ struct Mainloop {
       fence_registers(acc);
 #pragma unroll
       for (int kk = 0; kk < Shape::kBK / 16; ++kk) {
-        // A K-major: +32 B per k16. B K-major: +32 B per k16 (SBO 1024 between 8-row groups);
-        // B N-major: +2048 B per k16 (16 rows of 128 B), LBO 8192 between 64-column boxes.
-        const uint64_t da = make_smem_desc(a_stage + kk * 32, 16, 1024);
+        // K-major: +32 B per k16 (SBO 1024 between 8-row groups). MN-major: +2048 B per k16 (16 rows of
+        // 128 B), LBO 8192 between 64-column boxes (hopper-verified-facts §1-2).
+        uint64_t da;
+        if constexpr (Shape::kAMajor == Major::k) {
+          da = make_smem_desc(a_stage + kk * 32, 16, 1024);
+        } else {
+          da = make_smem_desc(a_stage + kk * 2048, 8192, 1024);
+        }
         uint64_t db;
-        if constexpr (Shape::kMajor == BMajor::k) {
+        if constexpr (Shape::kBMajor == Major::k) {
           db = make_smem_desc(b_stage + kk * 32, 16, 1024);
         } else {
           db = make_smem_desc(b_stage + kk * 2048, 8192, 1024);
         }
         const int scale_d = (kb > 0 || kk > 0) ? 1 : 0;
-        wgmma_m64k16<kN, Shape::kMajor == BMajor::k ? 0 : 1>(acc, da, db, scale_d);
+        wgmma_m64k16<kN, Shape::kAMajor == Major::k ? 0 : 1, Shape::kBMajor == Major::k ? 0 : 1>(acc, da, db,
+                                                                                               scale_d);
       }
       wgmma_commit();
       fence_registers(acc);

@@ -18,17 +18,27 @@ struct OutMatrix {
   OutType type = OutType::bf16;
 };
 
+/// The reductions of the backward epilogues (docs/ops.md §7). Per-tile partials go to the workspace and a
+/// finish kernel sums them in a fixed order, so results are bitwise reproducible.
+struct Reductions {
+  float* dprob = nullptr;           // (M,) f32 row sums, written directly when the GEMM has one n-tile
+  float* dprob_partials = nullptr;  // else [n_tile][M] partial row sums
+  float* dbias_partials = nullptr;  // [m_index * 2 + warpgroup][cols] partial column sums
+  float* amax = nullptr;            // max |value| per output kind, by integer atomicMax (exact, order-free)
+};
+
 struct KernelParams {
-  CUtensorMap tma_a;  // A (M, K): dims {K, M}, box {64, 128}
+  CUtensorMap tma_a;  // A K-major (M, K): dims {K, M}, box {64, 128}; M-major: per-expert maps instead
   CUtensorMap tma_b;  // B nk: dims {K, N, E}, box {64, 64, 1}; kn: dims {N, K, E}, box {64, 64, 1}
   CUtensorMap tma_d;  // D (M, cols): dims {cols, M}, box {128 B of columns, 64}, 128B swizzle (stores)
   CUtensorMap tma_c;  // C likewise, when requested
-  const CUtensorMap* b_maps;  // per-expert B maps (pointer-mode weights, in the workspace) or nullptr
+  const CUtensorMap* a_maps;  // per-expert A maps (ragged-K operands, in the workspace) or nullptr
+  const CUtensorMap* b_maps;  // per-expert B maps (pointer-mode weights or ragged K) or nullptr
   const int* offsets;  // (E,) cumulative expert ends; nullptr = one group of M rows
   int num_experts;
-  int m;
+  int m;  // rows of A (ragged K: output rows per expert)
   int n;  // B columns per expert (pre-activation columns for GLU)
-  int k;
+  int k;  // contraction length (ragged K: total rows the offsets index)
   int n_tiles;   // tiles along N per expert
   int k_blocks;  // ceil(K / 64)
   bool half_tiles;  // an expert's last <= 64 rows run as a half tile (both warpgroups, half the columns each)
@@ -39,6 +49,11 @@ struct KernelParams {
   bool bias_f32;       // else bf16
   OutMatrix d;
   OutMatrix c;
+  OutMatrix preact;      // saved pre-activation read by the backward epilogues
+  const float* beta;     // (E,) scale of preact, or nullptr -> 1
+  Reductions red;
+  const int64_t* w_ptrs;  // weight gradient: per-expert output addresses, or nullptr -> d is (E * m, n)
+  bool accumulate;        // weight gradient: add into the existing output
   ActKind act;
   PairKind pairing;
   float limit;

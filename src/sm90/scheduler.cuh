@@ -11,25 +11,32 @@
 
 #include <cub/block/block_scan.cuh>
 
+#include "sm90/params.cuh"
+
 namespace moegemm::sm90 {
+
+/// One output tile as a scheduler hands it out.
+struct WorkTile {
+  int expert;
+  int row0;     // first output row of the tile
+  int row_end;  // end of the rows the tile may write (exclusive): rows [row0, min(row0 + BM, row_end))
+  int n_tile;
+  int k_blocks;  // 64-wide k-blocks to accumulate (0: the tile is zero); -1 for m-grouped tiles, which all
+                 // run KernelParams::k_blocks
+  int m_index;   // global m-tile number (expert-major): the slot of the tile's per-column partial sums
+};
 
 template <int kThreads, int kMaxExperts>
 struct ExpertTileScheduler {
   static constexpr int kItems = (kMaxExperts + kThreads - 1) / kThreads;
   static constexpr int kGroupM = 8;  // m-tiles per L2 group: a wave shares B panels and A rows
+  static constexpr bool kUniformK = true;  // every tile runs all k-blocks
   using Scan = cub::BlockScan<int, kThreads>;
 
   struct Storage {
     int row_start[kMaxExperts + 1];   // row_start[g] = end of expert g-1; row_start[E] = end of last expert
     int tile_start[kMaxExperts + 1];  // exclusive prefix sum of tiles; tile_start[E] = total tiles
     typename Scan::TempStorage scan;
-  };
-
-  struct Tile {
-    int expert;
-    int row0;     // first row of the tile
-    int row_end;  // end of the expert's rows (exclusive): the tile's rows are [row0, min(row0 + BM, row_end))
-    int n_tile;
   };
 
   Storage& s;
@@ -74,11 +81,15 @@ struct ExpertTileScheduler {
     __syncthreads();
   }
 
+  /// The kernel's table: tiles of 128 rows over the expert's rows, every one over all K.
+  __device__ ExpertTileScheduler(Storage& storage, const KernelParams& p)
+      : ExpertTileScheduler(storage, p.offsets, p.num_experts, p.m, p.n_tiles, 128) {}
+
   __device__ int total_tiles() const { return s.tile_start[num_experts]; }
 
   /// Tile t (0 <= t < total_tiles()): the expert by binary search over tile_start, then an L2-friendly
   /// order inside the expert: groups of kGroupM m-tiles sweep all n-tiles, m fastest.
-  __device__ Tile tile(int t) const {
+  __device__ WorkTile tile(int t) const {
     int lo = 0, hi = num_experts;  // invariant: tile_start[lo] <= t < tile_start[hi]
     while (hi - lo > 1) {
       const int mid = (lo + hi) >> 1;
@@ -94,11 +105,14 @@ struct ExpertTileScheduler {
     const int m_first = group * kGroupM;
     const int group_m = min(kGroupM, m_tiles - m_first);
     const int within = local - group * group_span;
-    Tile tl;
+    WorkTile tl;
     tl.expert = g;
-    tl.row0 = row_begin + (m_first + within % group_m) * block_m;
+    const int m_local = m_first + within % group_m;
+    tl.row0 = row_begin + m_local * block_m;
     tl.row_end = row_end;
     tl.n_tile = within / group_m;
+    tl.k_blocks = -1;  // uniform: every tile runs KernelParams::k_blocks (kUniformK)
+    tl.m_index = s.tile_start[g] / n_tiles + m_local;
     return tl;
   }
 };

@@ -21,15 +21,17 @@ __global__ void __launch_bounds__(kTailThreads) zero_tail_kernel(OutMatrix out, 
   if (threadIdx.x == 0) end_shared = min(m, block_max);
   __syncthreads();
   const int64_t end = end_shared;
-  const int chunks_per_row = row_bytes / 16;
-  const int64_t total = (static_cast<int64_t>(m) - end) * chunks_per_row;
+  // 16-byte stores for matrices (rows are multiples of 16 bytes), 4-byte ones for a vector such as dprob.
+  const int unit = row_bytes % 16 == 0 ? 16 : 4;
+  const int units_per_row = row_bytes / unit;
+  const int64_t total = (static_cast<int64_t>(m) - end) * units_per_row;
   const int esize = out.type == OutType::f32 ? 4 : 2;
   uint8_t* base = static_cast<uint8_t*>(out.ptr);
   for (int64_t i = blockIdx.x * static_cast<int64_t>(kTailThreads) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * kTailThreads) {
-    const int64_t row = end + i / chunks_per_row;
-    const int64_t chunk = i % chunks_per_row;
-    *reinterpret_cast<uint4*>(base + row * out.ld * esize + chunk * 16) = make_uint4(0, 0, 0, 0);
+    uint8_t* at = base + (end + i / units_per_row) * out.ld * esize + (i % units_per_row) * unit;
+    if (unit == 16) *reinterpret_cast<uint4*>(at) = make_uint4(0, 0, 0, 0);
+    else *reinterpret_cast<uint32_t*>(at) = 0;
   }
 }
 

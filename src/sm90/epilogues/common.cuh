@@ -1,10 +1,12 @@
-// Pieces every epilogue shares: per-expert alpha, per-column bias, per-row prob.
+// Pieces every epilogue shares: per-expert alpha, per-column bias, per-row prob, reads of a saved matrix.
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include "sm90/epilogues/store.cuh"
 #include "sm90/params.cuh"
+#include "sm90/scheduler.cuh"
 
 namespace moegemm::sm90 {
 
@@ -51,6 +53,16 @@ __device__ __forceinline__ float2 row_probs(const KernelParams& p, int64_t row_a
     if (row_a + 8 < row_end) pr.y = __ldg(p.prob + row_a + 8);
   }
   return pr;
+}
+
+/// Two adjacent elements of a row-major f32/bf16/f16 matrix, as floats.
+__device__ __forceinline__ float2 load_pair(const OutMatrix& m, int64_t row, int col) {
+  const int64_t idx = row * m.ld + col;
+  if (m.type == OutType::f32) return __ldg(reinterpret_cast<const float2*>(static_cast<const float*>(m.ptr) + idx));
+  if (m.type == OutType::bf16) {
+    return __bfloat1622float2(__ldg(reinterpret_cast<const __nv_bfloat162*>(static_cast<const __nv_bfloat16*>(m.ptr) + idx)));
+  }
+  return __half22float2(__ldg(reinterpret_cast<const __half2*>(static_cast<const __half*>(m.ptr) + idx)));
 }
 
 }  // namespace moegemm::sm90

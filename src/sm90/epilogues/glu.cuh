@@ -98,14 +98,14 @@ struct GluEpilogue {
   /// `acc` is this warpgroup's 64 x kBN slice of pre-activation columns `cmap` (gate/up pairs inside it);
   /// its D columns start at `d_col0`; rows [row0, row0 + 64).
   template <int kBN, int kRegs>
-  __device__ static void apply(float (&acc)[kRegs], const KernelParams& p, int expert, const ColumnMap& cmap,
-                               int d_col0, int64_t row0, int row_end, const Staging<kBN>& st) {
-    const int rows_valid = rows_in_warpgroup(row0, row_end);
-    apply_alpha_bias<kBN>(acc, p, expert, cmap, st.quad());
+  __device__ static void apply(float (&acc)[kRegs], const KernelParams& p, const WorkTile& tile,
+                               const ColumnMap& cmap, int d_col0, int64_t row0, const Staging<kBN>& st) {
+    const int rows_valid = rows_in_warpgroup(row0, tile.row_end);
+    apply_alpha_bias<kBN>(acc, p, tile.expert, cmap, st.quad());
     // C's gate segments end at I: a TMA store may only be used where no segment crosses that limit.
     if (p.c.ptr) st.store_tile(acc, p.c, &p.tma_c, cmap, row0, rows_valid, rows_valid == 64 && segments_fit(cmap, p.n));
 
-    const float2 pr = row_probs(p, row0 + st.row_a(), row_end);
+    const float2 pr = row_probs(p, row0 + st.row_a(), tile.row_end);
     st.acquire();
     if (p.pairing == PairKind::halves) stage_d<kBN, PairKind::halves>(acc, p, pr, st);
     else if (p.pairing == PairKind::interleaved32) stage_d<kBN, PairKind::interleaved32>(acc, p, pr, st);

@@ -1,7 +1,8 @@
-// Linear epilogue (docs/ops.md §1): C = alpha*acc + bias, D = prob * C.
+// Linear epilogue (docs/ops.md §1): C = alpha*acc + bias, D = prob * C; with an amax output (gemm_amax,
+// §6) also max |C| over the addressed elements.
 #pragma once
 
-#include "sm90/epilogues/common.cuh"
+#include "sm90/epilogues/reduce.cuh"
 
 namespace moegemm::sm90 {
 
@@ -19,14 +20,27 @@ struct LinearEpilogue {
 
   /// `acc` is this warpgroup's 64 x kBN slice; `cmap` its columns; rows [row0, row0 + 64).
   template <int kBN, int kRegs>
-  __device__ static void apply(float (&acc)[kRegs], const KernelParams& p, int expert, const ColumnMap& cmap,
-                               int /*d_col0*/, int64_t row0, int row_end, const Staging<kBN>& st) {
-    const int rows_valid = rows_in_warpgroup(row0, row_end);
+  __device__ static void apply(float (&acc)[kRegs], const KernelParams& p, const WorkTile& tile,
+                               const ColumnMap& cmap, int /*d_col0*/, int64_t row0, const Staging<kBN>& st) {
+    const int rows_valid = rows_in_warpgroup(row0, tile.row_end);
     const bool use_tma = rows_valid == 64;  // columns are clipped by the tensor width alone
-    apply_alpha_bias<kBN>(acc, p, expert, cmap, st.quad());
+    apply_alpha_bias<kBN>(acc, p, tile.expert, cmap, st.quad());
     if (p.c.ptr) st.store_tile(acc, p.c, &p.tma_c, cmap, row0, rows_valid, use_tma);
+    if (p.red.amax) {
+      const int ra = st.row_a(), q = st.quad();
+      float m = 0.f;
+#pragma unroll
+      for (int i = 0; i < kBN / 8; ++i) {
+        const bool col_ok = cmap.base[i / 8] + (8 * i) % 64 + 2 * q < cmap.limit[i / 8];
+#pragma unroll
+        for (int x = 0; x < 4; ++x) {
+          if (col_ok && ra + 8 * (x >> 1) < rows_valid) m = fmaxf(m, fabsf(acc[4 * i + x]));
+        }
+      }
+      warp_amax(p.red.amax, m);
+    }
     if (p.prob) {
-      const float2 pr = row_probs(p, row0 + st.row_a(), row_end);
+      const float2 pr = row_probs(p, row0 + st.row_a(), tile.row_end);
 #pragma unroll
       for (int i = 0; i < kBN / 8; ++i) {
         acc[4 * i + 0] *= pr.x;

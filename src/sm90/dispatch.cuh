@@ -1,0 +1,48 @@
+// Kernel launch templates: one instantiation per (tile shape, scheduler, epilogue). Each epilogue's
+// instantiations live in their own translation unit (instantiate_*.cu) so that they compile in parallel.
+#pragma once
+
+#include <mutex>
+#include <string>
+
+#include "moegemm/error.hpp"
+#include "sm90/instances.hpp"
+#include "sm90/kernel.cuh"
+#include "sm90/scheduler_ragged_k.cuh"
+
+namespace moegemm::sm90 {
+
+using MGroupedScheduler = ExpertTileScheduler<kKernelThreads, kSchedulerMaxExperts>;
+using KGroupedScheduler = RaggedKScheduler<kKernelThreads, kSchedulerMaxExperts>;
+
+template <class Shape, class Scheduler, class Epilogue>
+void launch_kernel(const KernelParams& p, int grid, cudaStream_t stream) {
+  using Layout = SharedLayout<Shape, Scheduler>;
+  auto kernel = grouped_gemm_kernel<Shape, Scheduler, Epilogue>;
+  static std::once_flag once;
+  std::call_once(once, [&] {
+    const cudaError_t err =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Layout::kAllocBytes);
+    if (err != cudaSuccess) {
+      throw Error(ErrorCode::cuda_error,
+                  std::string("cudaFuncSetAttribute(max dynamic shared memory): ") + cudaGetErrorString(err));
+    }
+  });
+  kernel<<<grid, kKernelThreads, Layout::kAllocBytes, stream>>>(p);
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) throw Error(ErrorCode::cuda_error, std::string("grouped GEMM kernel launch: ") + cudaGetErrorString(err));
+}
+
+/// m-grouped launch of `Epilogue` with BN = block_n (128 or 256) and B's layout.
+template <class Epilogue>
+void dispatch_m_grouped(const KernelParams& p, int block_n, BLayout layout, int grid, cudaStream_t stream) {
+  if (layout == BLayout::nk) {
+    if (block_n == 256) launch_kernel<TileShape<256, Major::k>, MGroupedScheduler, Epilogue>(p, grid, stream);
+    else launch_kernel<TileShape<128, Major::k>, MGroupedScheduler, Epilogue>(p, grid, stream);
+  } else {
+    if (block_n == 256) launch_kernel<TileShape<256, Major::mn>, MGroupedScheduler, Epilogue>(p, grid, stream);
+    else launch_kernel<TileShape<128, Major::mn>, MGroupedScheduler, Epilogue>(p, grid, stream);
+  }
+}
+
+}  // namespace moegemm::sm90

@@ -1,0 +1,196 @@
+// Backward of the gated linear unit (docs/ops.md §3), fused into the dgrad GEMM's epilogue. The GEMM gives
+// dH (M, I); per element, with (gate, up) = beta * C at the paired columns and h = act(gate, up):
+//   d_gate = alpha dH prob dact/dgate,  d_up = alpha dH prob dact/dup   (written in C's column layout),
+//   dprob[r] = sum_i h alpha dH,  dbias = per-expert column sums of dC,  amax = [max|d_gate|, max|d_up|].
+// Tiles are 128 dH columns (kBN = 128), i.e. 256 dC columns, staged as 4 "virtual" 64-column segments:
+//  - halves: [gate n0..n0+127 | up I+n0..I+n0+127];
+//  - interleaved32 / _up_first: the contiguous dC columns 2 n0 .. 2 n0 + 255.
+#pragma once
+
+#include "sm90/epilogues/glu.cuh"
+#include "sm90/epilogues/linear.cuh"
+#include "sm90/epilogues/reduce.cuh"
+
+namespace moegemm::sm90 {
+
+/// h and its partial derivatives; the formulas of docs/ops.md §2-3 (torch.clamp's boundary convention).
+struct GluGrad {
+  float h, d_gate, d_up;
+};
+
+__device__ __forceinline__ GluGrad glu_grad(const KernelParams& p, float gate, float up) {
+  GluGrad v;
+  switch (p.act) {
+    case ActKind::swiglu: {
+      const float s = sigmoid_fast(gate);
+      v.h = gate * s * up;
+      v.d_gate = up * s * (1.f + gate * (1.f - s));
+      v.d_up = gate * s;
+      break;
+    }
+    case ActKind::geglu: {
+      const float k = 0.7978845608028654f;
+      const float t = tanhf(k * (gate + 0.044715f * gate * gate * gate));
+      const float gelu = 0.5f * gate * (1.f + t);
+      v.h = gelu * up;
+      v.d_gate = up * (0.5f * (1.f + t) + 0.5f * gate * (1.f - t * t) * k * (1.f + 3.f * 0.044715f * gate * gate));
+      v.d_up = gelu;
+      break;
+    }
+    default: {
+      const float g = fminf(gate, p.limit);
+      const float u = fminf(fmaxf(up, -p.limit), p.limit);
+      const float s = sigmoid_fast(p.act_alpha * g);
+      v.h = (u + p.linear_offset) * g * s;
+      v.d_gate = gate <= p.limit ? (u + p.linear_offset) * s * (1.f + p.act_alpha * g * (1.f - s)) : 0.f;
+      v.d_up = (up >= -p.limit && up <= p.limit) ? g * s : 0.f;
+    }
+  }
+  return v;
+}
+
+struct DgluEpilogue {
+  static constexpr int kTileN = 128;  // dH columns per tile (the launcher picks BN = 128)
+
+  /// dH columns of B sub-box j: contiguous, limited by I.
+  __device__ static ColumnMap b_columns(const KernelParams& p, int n_tile, int bn, bool half) {
+    return LinearEpilogue::b_columns(p, n_tile, bn, half);
+  }
+
+  /// Virtual staging column of the gate (or up) partner of dH chunk i (8 columns).
+  template <int kBN, PairKind kPair>
+  __device__ static constexpr int virtual_column(int i, bool up) {
+    if constexpr (kPair == PairKind::halves) return (up ? kBN : 0) + 8 * i;
+    const int gate_first = 64 * (i / 4) + 8 * (i % 4);
+    const bool second = kPair == PairKind::interleaved32 ? up : !up;
+    return gate_first + (second ? 32 : 0);
+  }
+
+  template <int kBN, PairKind kPair, int kRegs>
+  __device__ static void run(float (&acc)[kRegs], const KernelParams& p, const WorkTile& tile, const ColumnMap& cmap,
+                             int64_t row0, const Staging<kBN>& st) {
+    static_assert(kBN == kTileN, "dGLU tiles are 128 dH columns");
+    const int inter = p.n;
+    const int rows_valid = rows_in_warpgroup(row0, tile.row_end);
+    const float alpha = p.alpha ? __ldg(p.alpha + tile.expert) : p.alpha_scalar;
+    const float beta = p.beta ? __ldg(p.beta + tile.expert) : 1.f;
+    const int ra = st.row_a(), q = st.quad();
+    const float2 pr = row_probs(p, row0 + ra, tile.row_end);
+    const int n0 = cmap.base[0];  // first dH column of the tile
+
+    // dC columns of the 4 virtual segments.
+    ColumnMap dmap;
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      if constexpr (kPair == PairKind::halves) {
+        dmap.base[s] = (s >= 2 ? inter : 0) + n0 + 64 * (s & 1);
+        dmap.limit[s] = s >= 2 ? 2 * inter : inter;
+      } else {
+        dmap.base[s] = 2 * n0 + 64 * s;
+        dmap.limit[s] = 2 * inter;
+      }
+    }
+
+    // acc <- d_gate, dup <- d_up; rows outside the expert and columns past I are exact zeros.
+    float dup[kRegs];
+    float row_sum[2] = {0.f, 0.f};
+    float amax_gate = 0.f, amax_up = 0.f;
+#pragma unroll
+    for (int i = 0; i < kBN / 8; ++i) {
+      // Chunks never cross a 64-column segment, so the segment index is a compile-time constant.
+      const int vg = virtual_column<kBN, kPair>(i, false);
+      const int vu = virtual_column<kBN, kPair>(i, true);
+      const int gcol = dmap.base[vg / 64] + vg % 64 + 2 * q;
+      const int ucol = dmap.base[vu / 64] + vu % 64 + 2 * q;
+      const bool col_ok = cmap.base[i / 8] + (8 * i & 63) + 2 * q < inter;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const bool ok = col_ok && ra + 8 * h < rows_valid;
+        float2 g = make_float2(0.f, 0.f), u = make_float2(0.f, 0.f);
+        if (ok) {
+          g = load_pair(p.preact, row0 + ra + 8 * h, gcol);
+          u = load_pair(p.preact, row0 + ra + 8 * h, ucol);
+        }
+        const float prob = h ? pr.y : pr.x;
+#pragma unroll
+        for (int x = 0; x < 2; ++x) {
+          const int r = 4 * i + 2 * h + x;
+          const float dh = alpha * acc[r];
+          const GluGrad v = glu_grad(p, beta * (x ? g.y : g.x), beta * (x ? u.y : u.x));
+          const float dg = ok ? dh * prob * v.d_gate : 0.f;
+          const float du = ok ? dh * prob * v.d_up : 0.f;
+          row_sum[h] += ok ? v.h * dh : 0.f;
+          acc[r] = dg;
+          dup[r] = du;
+          amax_gate = fmaxf(amax_gate, fabsf(dg));
+          amax_up = fmaxf(amax_up, fabsf(du));
+        }
+      }
+    }
+
+    if (p.red.dprob || p.red.dprob_partials) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float total = quad_sum(row_sum[h]);
+        if (q == 0 && ra + 8 * h < rows_valid) write_row_sum(p, tile.n_tile, row0 + ra + 8 * h, total);
+      }
+    }
+    if (p.red.amax) {
+      warp_amax(p.red.amax, amax_gate);
+      warp_amax(p.red.amax + 1, amax_up);
+    }
+    if (p.red.dbias_partials) {
+      const ColumnSums<2 * kBN, kBN> sums{st};
+      sums.begin();
+#pragma unroll
+      for (int i = 0; i < kBN / 8; ++i) {
+#pragma unroll
+        for (int x = 0; x < 2; ++x) {
+          sums.put(virtual_column<kBN, kPair>(i, false), x, acc[4 * i + x] + acc[4 * i + 2 + x]);
+          sums.put(virtual_column<kBN, kPair>(i, true), x, dup[4 * i + x] + dup[4 * i + 2 + x]);
+        }
+      }
+      sums.finish(p, tile, 2 * inter, [&](int v) {
+        const int col = pick(dmap.base, v >> 6) + (v & 63);
+        return col < pick(dmap.limit, v >> 6) ? col : -1;
+      });
+    }
+
+    // dC: pass by pass through the staging buffer (2 passes of 16-bit columns, 4 of f32).
+    const bool use_tma = rows_valid == 64 && segments_fit(dmap, 2 * inter);
+    const int pass_cols = Staging<kBN>::kRowBytes / out_elem_bytes(p.d.type);
+    for (int begin = 0; begin < 2 * kBN; begin += pass_cols) {
+      st.acquire();
+#pragma unroll
+      for (int i = 0; i < kBN / 8; ++i) {
+        const int vg = virtual_column<kBN, kPair>(i, false) + 2 * q;
+        const int vu = virtual_column<kBN, kPair>(i, true) + 2 * q;
+        if (vg >= begin && vg < begin + pass_cols) {
+          st.write_pair(ra, vg - begin, p.d.type, acc[4 * i], acc[4 * i + 1]);
+          st.write_pair(ra + 8, vg - begin, p.d.type, acc[4 * i + 2], acc[4 * i + 3]);
+        }
+        if (vu >= begin && vu < begin + pass_cols) {
+          st.write_pair(ra, vu - begin, p.d.type, dup[4 * i], dup[4 * i + 1]);
+          st.write_pair(ra + 8, vu - begin, p.d.type, dup[4 * i + 2], dup[4 * i + 3]);
+        }
+      }
+      st.store(p.d, &p.tma_d, dmap, begin, pass_cols, row0, rows_valid, use_tma);
+    }
+  }
+
+  template <int kBN, int kRegs>
+  __device__ static void apply(float (&acc)[kRegs], const KernelParams& p, const WorkTile& tile,
+                               const ColumnMap& cmap, int /*d_col0*/, int64_t row0, const Staging<kBN>& st) {
+    if constexpr (kBN != kTileN) {
+      __trap();  // never launched: the launcher runs dGLU with BN = 128 and without half tiles
+    } else if (p.pairing == PairKind::halves) {
+      run<kBN, PairKind::halves>(acc, p, tile, cmap, row0, st);
+    } else if (p.pairing == PairKind::interleaved32) {
+      run<kBN, PairKind::interleaved32>(acc, p, tile, cmap, row0, st);
+    } else {
+      run<kBN, PairKind::interleaved32_up_first>(acc, p, tile, cmap, row0, st);
+    }
+  }
+};
+
+}  // namespace moegemm::sm90
