@@ -9,7 +9,8 @@
 #   MOEGEMM_BUILD_DIR       build tree (default build-gpu-check)
 #   MOEGEMM_CMAKE_ARGS      extra CMake arguments (e.g. -DMOEGEMM_GTEST_SOURCE_DIR=...)
 #   MOEGEMM_GTEST_FILTER    GoogleTest filter for the GPU suite (default: everything)
-#   MOEGEMM_BENCH_ARGS      arguments for bench/peers.py (default: --quick)
+#   MOEGEMM_BENCH_ARGS      arguments for bench/peers.py (default: --quick: every suite, small; the
+#                           markdown tables go to $REPORT/tables.md)
 set -uo pipefail
 export XLA_PYTHON_CLIENT_PREALLOCATE=false  # JAX and torch share the GPU in one pytest process
 cd "$(dirname "$0")/.."
@@ -68,6 +69,7 @@ for stage in "${stages[@]}"; do
         PYTHONPATH="$BUILD/python" MOEGEMM_BIN="$BUILD/tools/moegemm" python3 bench/peers.py \
           ${MOEGEMM_BENCH_ARGS:---quick} --out "$REPORT/peers.json" > "$REPORT/bench.log" 2>&1 || status=1
         tail -40 "$REPORT/bench.log" | tee -a "$REPORT/summary.txt"
+        [ -f "$REPORT/peers.json" ] && python3 bench/tables.py "$REPORT/peers.json" > "$REPORT/tables.md" 2>&1
       else
         echo "bench/peers.py missing" | tee -a "$REPORT/summary.txt"
       fi
