@@ -1,6 +1,17 @@
 """The peers side by side on the MoE workloads, in one run on one GPU.
 
-Systems (each reported, "not available: <why>" when it cannot run here):
+Suites (--suite; default: all of them but "frontends"):
+  peers     single grouped GEMMs (forward), the systems below
+  glu       the up projection's SwiGLU fused into the GEMM epilogue vs the plain GEMM + a separate SwiGLU
+  wgrad     per-expert weight gradients (ragged K) vs torch._grouped_mm's 2-D x 2-D mode and cuBLAS dense
+  dglu      the fused dgrad + SwiGLU backward (grouped_gemm_dglu) vs the plain dgrad GEMM and the unfused peers
+  mlp       a whole MoE expert MLP, forward + backward with autograd: moegemm.torch.moe_mlp vs torch
+  dispatch  host overhead of an eager call and of a CUDA-graph replay vs kernel time (torch_bench.py --parts
+            dispatch, jax_dispatch.py), torch._grouped_mm's own overhead as the bar
+  frontends the front ends' throughput scripts (torch_bench.py --parts workloads, jax_ragged_dot.py)
+  "backward" = wgrad dglu mlp; "all" = peers glu wgrad dglu mlp dispatch. glu/wgrad/dglu/mlp: bench/suites.py.
+
+Systems of the peers suite (each reported, "not available: <why>" when it cannot run here):
   cublas_dense_same_flops  torch.matmul of (M, K) x (K, N): the dense rate a grouped GEMM should approach
   torch_grouped_mm         torch._grouped_mm(a, b, offs) with b as (E, K, N)
   jax_ragged_dot           jax.lax.ragged_dot(a, b, group_sizes) under jax.jit
@@ -8,23 +19,25 @@ Systems (each reported, "not available: <why>" when it cannot run here):
   moegemm_torch            moegemm.torch.grouped_mm(a, b, offs)
   moegemm_jax              moegemm.jax.grouped_gemm(a, b, offsets, b_layout="kn") under jax.jit
 
-Every workload of bench/workloads/moe_workloads.json ("gemms") runs with uniform and zipf routing; group sizes
-come from numpy.random.default_rng(seed) and are unaligned. Time: median of --iters (>= 30) calls after warm-up;
-CUDA events for torch and the C++ program, host wall time of synchronised calls for JAX (it has no event API).
-Inputs rotate over copies that together exceed twice the L2 cache. TFLOP/s = 2*M*N*K / time.
-Writes a JSON of the results and a PNG (bench/plot.py). --dispatch also runs the front ends' own benchmarks
-(bench/jax_dispatch.py and bench/torch_bench.py for dispatch overhead, bench/jax_ragged_dot.py) when present,
-so that one command reproduces every number.
+Every workload of bench/workloads/moe_workloads.json ("gemms", and "models" for mlp) runs with uniform and zipf
+routing; group sizes come from numpy.random.default_rng(seed) and are unaligned. Time: median of --iters calls
+after warm-up; CUDA events for torch and the C++ program, host wall time of synchronised calls for JAX (it has
+no event API). Inputs rotate over copies that together exceed twice the L2 cache. TFLOP/s = 2*M*N*K / time.
+Writes a JSON of the results (tables: bench/tables.py) and a PNG of the peers suite (bench/plot.py).
+--device cpu --tiny is a smoke run on the CPU (tiny shapes, GPU-only systems skipped with a note); --plan
+prints the estimated H200 time of the selected suites and exits.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import faulthandler
 import importlib
 import json
 import math
 import os
+import platform
 import shutil
 import statistics
 import subprocess
@@ -35,8 +48,15 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # suites.py, tables.py, plot.py next to this file
+import suites as training  # noqa: E402
+
 QUICK_WORKLOADS = ("seed-2k", "seed-16k", "qwen3-up", "dsv3-down")
 FRONT_END_BENCHMARKS = ("jax_dispatch.py", "torch_bench.py", "jax_ragged_dot.py")
+ALL_SUITES = ("peers", "glu", "wgrad", "dglu", "mlp", "dispatch", "frontends")
+SUITE_ALIASES = {"all": ("peers", "glu", "wgrad", "dglu", "mlp", "dispatch"), "backward": ("wgrad", "dglu", "mlp")}
+RUN_ORDER = ("glu", "wgrad", "dglu", "mlp", "peers", "dispatch", "frontends")  # torch-only suites before JAX
+FRONT_END_TIMEOUT_S = {True: 240, False: 420}  # per script, quick / full: a hung script cannot eat the budget
 SYSTEMS = ("cublas_dense_same_flops", "torch_grouped_mm", "jax_ragged_dot", "moegemm_cpp", "moegemm_torch",
            "moegemm_jax")
 
@@ -63,21 +83,24 @@ def median_us(samples_us: list[float]) -> float:
 
 
 class Torch:
-    """The torch-side systems; `why` says why they cannot run when torch or its GPU is missing."""
+    """The torch-side systems; `why` says why they cannot run when torch or its GPU is missing. device "cpu"
+    (smoke runs) puts every tensor on the host and times with the host clock."""
 
-    def __init__(self):
-        self.why = None
+    def __init__(self, device: str = "cuda"):
+        self.why, self.device = None, device
         try:
             self.torch = importlib.import_module("torch")
         except ImportError as e:
             self.torch, self.why = None, f"not available: torch not importable ({e})"
             return
-        if not self.torch.cuda.is_available():
+        if device == "cuda" and not self.torch.cuda.is_available():
             self.why = "not available: torch sees no CUDA GPU"
 
     def gpu(self) -> tuple[str, int] | None:
         if self.why:
             return None
+        if self.device == "cpu":
+            return f"host CPU ({platform.machine()}, {os.cpu_count()} cores; smoke run, not a measurement)", 0
         props = self.torch.cuda.get_device_properties(0)
         return props.name, int(getattr(props, "L2_cache_size", 50 << 20))
 
@@ -85,6 +108,13 @@ class Torch:
         torch = self.torch
         for i in range(warmup):
             calls[i % len(calls)]()
+        if self.device == "cpu":
+            samples = []
+            for i in range(iters):
+                t0 = time.perf_counter()
+                calls[i % len(calls)]()
+                samples.append(1e6 * (time.perf_counter() - t0))
+            return median_us(samples)
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
         for i, (start, end) in enumerate(events):
             start.record()
@@ -96,8 +126,13 @@ class Torch:
     def operands(self, m, n, k, e, copies, b_layout="kn"):
         torch = self.torch
         shape = (e, k, n) if b_layout == "kn" else (e, n, k)
-        return [(torch.randn(m, k, device="cuda", dtype=torch.bfloat16),
-                 torch.randn(*shape, device="cuda", dtype=torch.bfloat16).div_(math.sqrt(k))) for _ in range(copies)]
+        return [(torch.randn(m, k, device=self.device, dtype=torch.bfloat16),
+                 torch.randn(*shape, device=self.device, dtype=torch.bfloat16).div_(math.sqrt(k)))
+                for _ in range(copies)]
+
+    def release(self) -> None:
+        if self.device == "cuda":
+            self.torch.cuda.empty_cache()
 
 
 def measure_torch_systems(tw: Torch, wl, sizes, copies, args) -> dict:
@@ -106,7 +141,7 @@ def measure_torch_systems(tw: Torch, wl, sizes, copies, args) -> dict:
         return {name: tw.why for name in ("cublas_dense_same_flops", "torch_grouped_mm", "moegemm_torch")}
     torch = tw.torch
     m, n, k, e = wl["M"], wl["N"], wl["K"], wl["E"]
-    offs = torch.tensor(np.cumsum(sizes), dtype=torch.int32, device="cuda")
+    offs = torch.tensor(np.cumsum(sizes), dtype=torch.int32, device=tw.device)
     ops = tw.operands(m, n, k, e, copies)
     dense_b = [b.reshape(-1)[: k * n].view(k, n) for _, b in ops]
     out["cublas_dense_same_flops"] = tw.time_us(
@@ -125,7 +160,7 @@ def measure_torch_systems(tw: Torch, wl, sizes, copies, args) -> dict:
     except Exception as err:  # a kernel that does not exist yet, or a failure: report it in the row
         out["moegemm_torch"] = f"failed: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
     del ops, dense_b
-    torch.cuda.empty_cache()
+    tw.release()
     return out
 
 
@@ -210,63 +245,58 @@ def measure_moegemm_cpp(binary: str | None, wl, sizes, args):
     return f"{doc.get('status', 'failed')}: {doc.get('error', '')}"[:300]
 
 
-def run_front_end_benchmarks(quick: bool, out_dir: Path) -> dict:
+def front_end_commands(suites) -> list[tuple[str, list[str]]]:
+    """The front ends' own scripts a run needs: (script, extra arguments), each script at most once."""
+    parts = [part for suite, part in (("dispatch", "dispatch"), ("frontends", "workloads")) if suite in suites]
+    commands = [("torch_bench.py", ["--parts", *parts])] if parts else []
+    if "dispatch" in suites:
+        commands.append(("jax_dispatch.py", []))
+    if "frontends" in suites:
+        commands.append(("jax_ragged_dot.py", []))
+    return commands
+
+
+def run_front_end_benchmarks(commands, quick: bool, out: Path, deadline: float | None = None) -> tuple[dict, dict]:
     """Runs the front ends' own benchmarks that sit next to this file (dispatch overhead, JAX paths); each prints
-    its own table and writes its JSON into out_dir. Returns {script: "ok" | "failed" | "not present"}."""
-    results = {}
-    for script in FRONT_END_BENCHMARKS:
+    its own table and writes its JSON next to `out` (<out stem>.<script stem>.json). Returns
+    ({script: "ok" | "failed" | "failed: timed out after N s" | "not present"}, {script stem: its JSON}).
+    Each script gets FRONT_END_TIMEOUT_S, less when `deadline` (a time.monotonic() value) comes sooner."""
+    statuses, results = {}, {}
+    for script, extra in commands:
         path = HERE / script
         if not path.is_file():
-            results[script] = "not present"
+            statuses[script] = "not present"
             continue
         source = path.read_text()
-        cmd = [sys.executable, str(path)]
+        json_path = out.parent / f"{out.stem}.{path.stem}.json"
+        json_path.unlink(missing_ok=True)  # never embed a stale result
+        cmd = [sys.executable, str(path), *extra]
         if quick and '"--quick"' in source:
             cmd.append("--quick")
         if '"--json"' in source:
-            cmd += ["--json", str(out_dir / f"{path.stem}.json")]
+            cmd += ["--json", str(json_path)]
         print(f"\n== {' '.join(cmd[1:])} ==", flush=True)
-        results[script] = "ok" if subprocess.run(cmd).returncode == 0 else "failed"
-    return results
+        timeout = FRONT_END_TIMEOUT_S[quick]
+        if deadline is not None:
+            timeout = max(1, min(timeout, int(deadline - time.monotonic() - 5)))
+        try:
+            rc = subprocess.run(cmd, timeout=timeout).returncode
+            statuses[script] = "ok" if rc == 0 else "failed"
+        except subprocess.TimeoutExpired:
+            statuses[script] = f"failed: timed out after {timeout} s"
+        if json_path.is_file():
+            try:
+                results[path.stem] = json.loads(json_path.read_text())
+            except json.JSONDecodeError:
+                pass
+    return statuses, results
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--workloads", default=str(HERE / "workloads" / "moe_workloads.json"))
-    p.add_argument("--only", nargs="*", help="workload names to run (default: all, or a subset with --quick)")
-    p.add_argument("--routing", nargs="*", default=["uniform", "zipf"], choices=["uniform", "zipf"])
-    p.add_argument("--seed", type=int, default=0, help="numpy default_rng seed of the group sizes")
-    p.add_argument("--iters", type=int, default=50, help="timed calls per system (>= 30)")
-    p.add_argument("--warmup", type=int, default=10)
-    p.add_argument("--quick", action="store_true", help=f"a fast subset: {', '.join(QUICK_WORKLOADS)}, uniform")
-    p.add_argument("--dispatch", action="store_true",
-                   help=f"also run the front ends' benchmarks next to this file: {', '.join(FRONT_END_BENCHMARKS)}")
-    p.add_argument("--moegemm-bin", help="the moegemm program (default: $MOEGEMM_BIN, PATH, build/tools/moegemm)")
-    p.add_argument("--out", default="peers.json", help="results JSON; the plot goes next to it as .png")
-    args = p.parse_args(argv)
-    if args.iters < 30:
-        p.error("--iters must be at least 30")
-
-    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # share the GPU with torch
-    workloads = json.loads(Path(args.workloads).read_text())["gemms"]
-    names = args.only or (QUICK_WORKLOADS if args.quick else None)
-    if names:
-        workloads = [w for w in workloads if w["name"] in names]
-    routings = ["uniform"] if args.quick and args.routing == ["uniform", "zipf"] else args.routing
-
-    tw = Torch()
-    gpu = tw.gpu()
-    if gpu is None:
-        print(f"no CUDA GPU found through torch ({tw.why}): the peer benchmark measures GPUs only; nothing was "
-              "measured. `moegemm run` checks the library on the CPU backend.", file=sys.stderr)
-        return 1
-    gpu_name, l2_bytes = gpu
-    binary = find_moegemm_binary(args.moegemm_bin)
-    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    print(f"peers on {gpu_name}, {date}; median of {args.iters} calls after {args.warmup} warm-up, seed {args.seed}")
-
+def run_peers(tw: Torch, workloads, routings, binary, l2_bytes: int, args) -> list[dict]:
+    """The peers suite: every workload x routing, every system of SYSTEMS; returns the JSON rows."""
     rows = []
     total = len(workloads) * len(routings)
+    gpu_only = "skipped: --device cpu (GPU-only system)"
     for idx, (wl, routing) in enumerate(((w, r) for w in workloads for r in routings), start=1):
         m, n, k, e = wl["M"], wl["N"], wl["K"], wl["E"]
         print(f"[{idx}/{total}] {wl['name']} {routing}: M={m} N={n} K={k} E={e} ...", file=sys.stderr, flush=True)
@@ -274,8 +304,11 @@ def main(argv=None) -> int:
         copies = rotation(2 * (m * k + e * k * n), l2_bytes)
         times = {}
         times.update(measure_torch_systems(tw, wl, sizes, copies, args))
-        times["moegemm_cpp"] = measure_moegemm_cpp(binary, wl, sizes, args)
-        times.update(measure_jax_systems(wl, sizes, copies, args))
+        if tw.device == "cpu":
+            times.update({"moegemm_cpp": gpu_only, "jax_ragged_dot": gpu_only, "moegemm_jax": gpu_only})
+        else:
+            times["moegemm_cpp"] = measure_moegemm_cpp(binary, wl, sizes, args)
+            times.update(measure_jax_systems(wl, sizes, copies, args))
         flops = 2.0 * m * n * k
         systems = {}
         for name in SYSTEMS:
@@ -286,27 +319,222 @@ def main(argv=None) -> int:
         cells = "  ".join(f"{s}={v['tflops']:.0f}" if "tflops" in v else f"{s}: {v['status']}"
                           for s, v in systems.items())
         print(f"{wl['name']:>13} {routing:>7}  TFLOP/s  {cells}", flush=True)
+    return rows
+
+
+# ---- --plan: the wall time of a run on an H200, estimated from the FLOP counts ----------------------
+
+PLAN_JAX_RAGGED_TFLOPS = ((8, 80.0), (128, 6.0))  # jax.lax.ragged_dot by experts (docs/benchmarks.md); more: OOM
+
+
+def _ragged_dot_seconds(flops: float, e: int) -> float | None:
+    for max_e, rate in PLAN_JAX_RAGGED_TFLOPS:
+        if e <= max_e:
+            return flops / (rate * 1e12)
+    return None  # runs out of memory at once
+
+
+def plan_peers(workloads, routings: int, calls: int, tflops: float) -> float:
+    total = 0.0
+    for wl in workloads:
+        f = 2.0 * wl["M"] * wl["N"] * wl["K"]
+        per = 1.0 + 3 * (calls * f / (tflops * 1e12) + 0.15)  # inputs; cuBLAS, torch, moegemm torch
+        per += 2.0 + calls * f / (tflops * 1e12)  # the moegemm program: process, CUDA context, its inputs
+        ragged = _ragged_dot_seconds(f, wl["E"])
+        per += 1.5 + (calls * ragged if ragged is not None else 0.0)  # jit compile + calls
+        per += 1.5 + calls * f / (0.8 * tflops * 1e12)  # moegemm JAX: compile + calls
+        total += per * routings
+    return total
+
+
+def plan_frontends(doc: dict, quick: bool, tflops: float) -> float:
+    gemms = doc["gemms"]
+    if quick:
+        gemms = [g for g in gemms if g["name"].startswith("seed")][:2]
+    calls, repeats = (5 + 3, 1) if quick else (20 + 3, 3)
+    total = 10.0  # imports
+    for g in gemms:
+        f = 2.0 * g["M"] * g["N"] * g["K"]
+        ragged = _ragged_dot_seconds(f, g["E"]) or 0.0
+        total += 2 * (3.0 + repeats * calls * (ragged + f / (tflops * 1e12)))  # jax_ragged_dot.py
+        total += 2 * (1.0 + 4 * (35 * f / (tflops * 1e12) + 0.2))  # torch_bench.py --parts workloads
+    return total
+
+
+def plan(doc: dict, suites, workloads, routings, args) -> int:
+    calls = args.iters + args.warmup
+    print(f"estimated H200 wall time: GEMMs at {args.plan_tflops:.0f} TFLOP/s, elementwise torch ops at 3 TB/s, "
+          f"{calls} calls per system, {len(routings)} routing(s), plus fixed set-up costs (rough)")
+    total = 15.0  # interpreter, torch and JAX imports
+    for suite in suites:
+        if suite == "peers":
+            secs, what = plan_peers(workloads, len(routings), calls, args.plan_tflops), f"{len(workloads)} GEMMs"
+        elif suite in training.SUITES:
+            selected = training.select(training.cases(doc, suite), suite, args.only, args.quick)
+            if args.tiny:
+                selected = [training.tiny(c) for c in selected]
+            secs = training.plan_seconds(suite, selected, len(routings), calls, args.plan_tflops)
+            gemm_tf = sum(training.flops(suite, c) for c in selected) * 1e-12
+            what = f"{len(selected)} cases: {', '.join(c['name'] for c in selected)}; {gemm_tf:.1f} TFLOP per pass"
+        elif suite == "dispatch":
+            secs, what = (35.0 if args.quick else 60.0), "torch_bench.py --parts dispatch, jax_dispatch.py (fixed)"
+        else:
+            secs = plan_frontends(doc, args.quick, args.plan_tflops)
+            what = "torch_bench.py workloads, jax_ragged_dot.py"
+        total += secs
+        print(f"  {suite:>9}  {secs:6.0f} s  {what}")
+    print(f"  {'total':>9}  {total:6.0f} s  ({total / 60:.1f} min)")
+    return 0
+
+
+# ---- the command line ------------------------------------------------------------------------------
+
+
+def resolve_suites(names, legacy_dispatch: bool) -> list[str]:
+    chosen = set()
+    for name in names:
+        chosen.update(SUITE_ALIASES.get(name, (name,)))
+    if legacy_dispatch:
+        chosen.update(("dispatch", "frontends"))
+    return [s for s in RUN_ORDER if s in chosen]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--suite", nargs="+", default=["all"], choices=[*ALL_SUITES, *SUITE_ALIASES], metavar="SUITE",
+                   help=f"suites to run: {', '.join(ALL_SUITES)}, backward (= wgrad dglu mlp) or all (default: "
+                        f"{' '.join(SUITE_ALIASES['all'])})")
+    p.add_argument("--workloads", default=str(HERE / "workloads" / "moe_workloads.json"))
+    p.add_argument("--only", nargs="*", help="workload (GEMM) or model names to run (default: all, or a subset "
+                                             "with --quick); a model name selects its GEMMs too")
+    p.add_argument("--routing", nargs="*", default=["uniform", "zipf"], choices=["uniform", "zipf"])
+    p.add_argument("--seed", type=int, default=0, help="numpy default_rng seed of the group sizes")
+    p.add_argument("--iters", type=int, default=None,
+                   help="timed calls per system (default 30, 3 with --tiny; >= 30 unless --tiny)")
+    p.add_argument("--warmup", type=int, default=None, help="untimed calls first (default 5, 1 with --tiny)")
+    p.add_argument("--quick", action="store_true",
+                   help=f"a fast subset, uniform routing: peers {', '.join(QUICK_WORKLOADS)}; "
+                        + "; ".join(f"{k} {', '.join(v)}" for k, v in training.QUICK_CASES.items())
+                        + "; the front ends' scripts with --quick")
+    p.add_argument("--dispatch", action="store_true",
+                   help="also run the suites dispatch and frontends (the front ends' benchmarks next to this file: "
+                        f"{', '.join(FRONT_END_BENCHMARKS)})")
+    p.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
+                   help="cpu: a smoke run of the torch systems on host tensors (implies --tiny); GPU-only systems "
+                        "(the C++ program, JAX, the dispatch scripts) are skipped with a note")
+    p.add_argument("--tiny", action="store_true", help="tiny shapes (at most 128 rows, 8 experts, dims / 64): a smoke "
+                                                       "run of every code path, not a measurement")
+    p.add_argument("--plan", action="store_true", help="print the estimated H200 wall time of the selected suites "
+                                                       "(from the FLOP counts) and exit; runs nothing")
+    p.add_argument("--plan-tflops", type=float, default=500.0, help="GEMM rate assumed by --plan (default 500)")
+    p.add_argument("--deadline", type=float, default=0,
+                   help="seconds: past this the run prints where it was and exits (code 1), keeping the suites "
+                        "already finished in the JSON (written after every suite); 0 (default): no deadline. "
+                        "Against a hung kernel on a machine lent for a fixed time")
+    p.add_argument("--moegemm-bin", help="the moegemm program (default: $MOEGEMM_BIN, PATH, build/tools/moegemm)")
+    p.add_argument("--out", default="peers.json", help="results JSON; the plot goes next to it as .png")
+    args = p.parse_args(argv)
+    if args.device == "cpu":
+        args.tiny = True
+    defaults = (3, 1) if args.tiny else (30, 5)
+    args.iters = defaults[0] if args.iters is None else args.iters
+    args.warmup = defaults[1] if args.warmup is None else args.warmup
+    if args.iters < 30 and not args.tiny:
+        p.error("--iters must be at least 30")
+    suites = resolve_suites(args.suite, args.dispatch)
+
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # share the GPU with torch
+    wdoc = json.loads(Path(args.workloads).read_text())
+    roles = training.gemm_roles(wdoc)
+    workloads = wdoc["gemms"]
+    names = args.only or (QUICK_WORKLOADS if args.quick else None)
+    if names:
+        workloads = [w for w in workloads if w["name"] in names or roles[w["name"]][1] in names]
+    if args.only:
+        known = {a for s in training.SUITES for c in training.cases(wdoc, s) for a in c["aliases"]}
+        unknown = sorted(set(args.only) - known - {w["name"] for w in wdoc["gemms"]})
+        if unknown:
+            print(f"warning: --only {' '.join(unknown)}: no such workload or model", file=sys.stderr)
+    if args.tiny:
+        workloads = [training.tiny(w) for w in workloads]
+    routings = ["uniform"] if args.quick and args.routing == ["uniform", "zipf"] else args.routing
+    if args.plan:
+        return plan(wdoc, suites, workloads, routings, args)
+
+    deadline = None
+    if args.deadline > 0:
+        deadline = time.monotonic() + args.deadline
+        faulthandler.dump_traceback_later(args.deadline, exit=True)  # _exit(1) from a watchdog thread
+    tw = Torch(args.device)
+    gpu = tw.gpu()
+    if gpu is None:
+        print(f"no CUDA GPU found through torch ({tw.why}): the peer benchmark measures GPUs only; nothing was "
+              "measured. `moegemm run` checks the library on the CPU backend; `--device cpu` is a smoke run of "
+              "this script.", file=sys.stderr)
+        return 1
+    gpu_name, l2_bytes = gpu
+    binary = find_moegemm_binary(args.moegemm_bin)
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    print(f"{' '.join(suites)} on {gpu_name}, {date}; median of {args.iters} calls after {args.warmup} warm-up, "
+          f"seed {args.seed}" + (" (tiny shapes: a smoke run)" if args.tiny else ""))
 
     doc = {"schema": "moegemm-peers/1", "gpu": gpu_name, "date": date, "seed": args.seed, "iters": args.iters,
            "warmup": args.warmup, "timing": {"torch": "median of CUDA-event-timed calls",
                                              "moegemm_cpp": "median of CUDA-event-timed calls",
-                                             "jax": "median host wall time of synchronised jitted calls"},
-           "rows": rows}
+                                             "jax": "median host wall time of synchronised jitted calls",
+                                             "suites": "median of CUDA-event-timed calls (torch, one process)"},
+           "rows": [], "suites": suites, "quick": args.quick, "tiny": args.tiny, "device": args.device,
+           "routings": routings, "suite_seconds": {},
+           "targets": {suite: {name: {"ratio": f"time({num}) / time({den})",
+                                      "target": None if target is None else f"{target[0]} {target[1]}"}
+                               for name, (num, den, target) in ratios.items()}
+                       for suite, ratios in training.RATIOS.items()}}
+    if args.device == "cpu":
+        doc["timing"] = {k: "median host wall time of calls on host tensors (smoke run)" for k in doc["timing"]}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    if args.dispatch:
-        doc["front_end_benchmarks"] = run_front_end_benchmarks(args.quick, out.parent)
-    out.write_text(json.dumps(doc, indent=1) + "\n")
-    print(f"results: {out}")
-    try:
-        from plot import plot  # bench/plot.py, next to this file
-        png = plot(doc, out.with_suffix(".png"))
-        print(f"plot: {png}")
-    except ImportError as err:
-        print(f"no plot: {err} (pip install matplotlib)", file=sys.stderr)
+    ctx = None
+    for suite in suites:
+        started = time.perf_counter()
+        if suite == "peers":
+            doc["rows"] = run_peers(tw, workloads, routings, binary, l2_bytes, args)
+        elif suite in training.SUITES:
+            if ctx is None:
+                bench = training.Bench(tw.torch, args.device, args.warmup, args.iters, l2_bytes)
+                ctx = training.Context(tw.torch, args.device, bench)
+            selected = training.select(training.cases(wdoc, suite), suite, args.only, args.quick)
+            if args.tiny:
+                selected = [training.tiny(c) for c in selected]
+            rows = training.run_suite(suite, ctx, selected, routings, group_sizes, args.seed,
+                                      lambda text: print(text, file=sys.stderr, flush=True))
+            if suite == "glu":
+                doc["glu"] = rows
+            else:
+                doc.setdefault("backward", {})[suite] = rows
+        elif suite == "dispatch" or (suite == "frontends" and "dispatch" not in suites):
+            commands = front_end_commands(suites)
+            if args.device == "cpu":
+                doc["front_end_benchmarks"] = {script: "skipped: --device cpu (needs a CUDA GPU)"
+                                               for script, _ in commands}
+            else:
+                tw.release()
+                doc["front_end_benchmarks"], doc["front_end_results"] = run_front_end_benchmarks(
+                    commands, args.quick, out, deadline)
+        doc["suite_seconds"][suite] = round(time.perf_counter() - started, 1)
+        out.write_text(json.dumps(doc, indent=1) + "\n")  # after every suite: a cut-short run keeps its results
+    print(f"results: {out}  (tables: python3 bench/tables.py {out})")
+    print("suite seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in doc["suite_seconds"].items()))
+    faulthandler.cancel_dump_traceback_later()
+    if doc["rows"]:
+        try:
+            from plot import plot  # bench/plot.py, next to this file
+            png = plot(doc, out.with_suffix(".png"))
+            print(f"plot: {png}")
+        except ImportError as err:
+            print(f"no plot: {err} (pip install matplotlib)", file=sys.stderr)
     return 0
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(HERE))
     sys.exit(main())

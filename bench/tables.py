@@ -2,9 +2,16 @@
 
     python3 bench/tables.py peers.json [run.json]
 
-Prints, for peers.json, TFLOP/s per workload and system plus moegemm's ratios to torch._grouped_mm and to
-cuBLAS dense of the same FLOPs (same run); for run.json, time (µs), TFLOP/s and fraction of the measured dense
-rate per op of each model preset.
+Prints, for peers.json, one table per suite it holds (docs/benchmarks.md is made of these):
+  peers     TFLOP/s per workload and system plus moegemm's ratios to torch._grouped_mm and to cuBLAS dense
+  glu       fused GLU vs the plain GEMM of the same shape and the unfused peers (µs, ratios, target <= 1.05)
+  wgrad     weight-gradient TFLOP/s vs torch._grouped_mm (2-D x 2-D) and cuBLAS dense (target >= 1.2x torch)
+  dglu      fused dGLU vs the plain dgrad GEMM and the unfused peers (µs, ratios, target <= 1.08)
+  mlp       MoE MLP forward + backward time vs the same layer in torch (ms, speedup, target >= 1.3)
+  dispatch  host overhead of eager calls and CUDA-graph replays (torch_bench.py, jax_dispatch.py)
+  frontends torch_bench.py's throughput rows and jax_ragged_dot.py, when that suite ran
+each followed by how many rows meet the target. For run.json: time (µs), TFLOP/s and fraction of the measured
+dense rate per op of each model preset.
 """
 
 from __future__ import annotations
@@ -22,6 +29,64 @@ def _cell(value) -> str:
     return "—" if value is None else f"{value:.0f}"
 
 
+def _ratio(a, b) -> str:
+    return "—" if a is None or b is None or b == 0 else f"{a / b:.2f}"
+
+
+def _status_cell(entry: dict) -> str:
+    """A short cell for a system without a number."""
+    status = entry.get("status", "")
+    if "memory" in status:
+        return "OOM"
+    if status.startswith("no kernel yet"):
+        return "no kernel"
+    if status.startswith("failed"):
+        return "failed"
+    return "—"
+
+
+def _value(entry: dict, key: str, fmt) -> str:
+    return fmt(entry[key]) if key in entry else _status_cell(entry)
+
+
+def _us(t: float) -> str:
+    return f"{t:.0f}" if t >= 100 else f"{t:.1f}"
+
+
+def _ms(t_us: float) -> str:
+    return f"{t_us / 1e3:.2f}"
+
+
+def _tf(t: float) -> str:
+    return f"{t:.0f}" if t >= 10 else f"{t:.2g}"
+
+
+def _met(ratio: dict) -> str:
+    return "—" if ratio.get("met") is None else ("yes" if ratio["met"] else "no")
+
+
+def _rv(ratio: dict) -> str:
+    return "—" if ratio.get("value") is None else f"{ratio['value']:.2f}"
+
+
+def _summary(rows: list[dict], key: str, label: str) -> str:
+    judged = [r for r in rows if r.get("ratios", {}).get(key, {}).get("met") is not None]
+    met = sum(1 for r in judged if r["ratios"][key]["met"])
+    target = next((r["ratios"][key]["target"] for r in rows if r.get("ratios", {}).get(key, {}).get("target")), "")
+    return (f"{label} {target}: met on {met} of {len(judged)} measured rows "
+            f"({len(rows) - len(judged)} without a number).")
+
+
+def _errors(rows: list[dict]) -> str:
+    """The distinct statuses of systems without a number, so a table's "no kernel" cells have their reason."""
+    seen = {}
+    for r in rows:
+        for name, entry in r["systems"].items():
+            if "status" in entry:
+                seen.setdefault(entry["status"], set()).add(name)
+    return "\n".join(f"- {', '.join(sorted(names))}: {status}" for status, names in seen.items())
+
+
 def peers_table(doc: dict) -> str:
     head = ("| workload | routing | M×N×K, E | cuBLAS dense | torch._grouped_mm | jax.lax.ragged_dot | moegemm C++ "
             "| moegemm torch | moegemm JAX | C++ / torch | C++ / cuBLAS |")
@@ -34,8 +99,162 @@ def peers_table(doc: dict) -> str:
         lines.append(
             f"| {row['workload']} | {row['routing']} | {row['M']}×{row['N']}×{row['K']}, {row['E']} | {_cell(cb)} "
             f"| {_cell(tg)} | {rd_cell} | {_cell(mc)} | {_cell(_tflops(s, 'moegemm_torch'))} "
-            f"| {_cell(_tflops(s, 'moegemm_jax'))} | {mc / tg:.2f} | {mc / cb:.2f} |")
+            f"| {_cell(_tflops(s, 'moegemm_jax'))} | {_ratio(mc, tg)} | {_ratio(mc, cb)} |")
     return "\n".join(lines)
+
+
+def glu_table(rows: list[dict]) -> str:
+    lines = ["| workload | routing | M×2I×H, E | moegemm GEMM 2I cols | moegemm GLU fused | fused + C + prob "
+             "| moegemm GEMM + torch SwiGLU | torch._grouped_mm | torch._grouped_mm + SwiGLU | fused / plain "
+             "| ≤ 1.05 | fused(C, prob) / plain | ≤ 1.05 | fused / unfused | torch / fused |",
+             "|" + " --- |" * 15]
+    for r in rows:
+        s, q = r["systems"], r["ratios"]
+        t = [_value(s[name], "time_us", _us) for name in ("moegemm_gemm", "moegemm_glu", "moegemm_glu_c_prob",
+                                                           "moegemm_unfused", "torch_grouped_mm", "torch_unfused")]
+        lines.append(f"| {r['workload']} | {r['routing']} | {r['M']}×{r['N']}×{r['K']}, {r['E']} | {' | '.join(t)} "
+                     f"| {_rv(q['fused_over_plain'])} | {_met(q['fused_over_plain'])} "
+                     f"| {_rv(q['fused_c_prob_over_plain'])} | {_met(q['fused_c_prob_over_plain'])} "
+                     f"| {_rv(q['fused_over_unfused'])} | {_rv(q['speedup_vs_torch'])} |")
+    return "\n".join([*lines, "", _summary(rows, "fused_over_plain", "fused / plain"),
+                      _summary(rows, "fused_c_prob_over_plain", "fused (C, prob) / plain")])
+
+
+def wgrad_table(rows: list[dict]) -> str:
+    lines = ["| workload | routing | X (M×K), dY (M×N), E | cuBLAS dense | torch._grouped_mm 2-D×2-D "
+             "| moegemm wgrad bf16 | moegemm wgrad f32 | moegemm / torch | ≥ 1.2 | moegemm / cuBLAS |",
+             "|" + " --- |" * 10]
+    for r in rows:
+        s, q = r["systems"], r["ratios"]
+        t = [_value(s[name], "tflops", _tf) for name in ("cublas_dense_same_flops", "torch_grouped_mm",
+                                                          "moegemm_wgrad", "moegemm_wgrad_f32")]
+        lines.append(f"| {r['workload']} | {r['routing']} | {r['M']}×{r['K']}, {r['M']}×{r['N']}, {r['E']} "
+                     f"| {' | '.join(t)} | {_rv(q['speedup_vs_torch'])} | {_met(q['speedup_vs_torch'])} "
+                     f"| {_rv(q['speedup_vs_cublas'])} |")
+    return "\n".join([*lines, "", _summary(rows, "speedup_vs_torch", "moegemm / torch._grouped_mm")])
+
+
+def dglu_table(rows: list[dict]) -> str:
+    lines = ["| workload | routing | M×I×H, E | moegemm dgrad (plain) | moegemm dGLU (fused) "
+             "| moegemm dgrad + torch SwiGLU bwd | torch._grouped_mm dgrad | torch._grouped_mm + SwiGLU bwd "
+             "| fused / plain | ≤ 1.08 | fused / unfused | torch / fused |", "|" + " --- |" * 12]
+    for r in rows:
+        s, q = r["systems"], r["ratios"]
+        t = [_value(s[name], "time_us", _us) for name in ("moegemm_dgrad", "moegemm_dglu", "moegemm_unfused",
+                                                           "torch_grouped_mm", "torch_unfused")]
+        lines.append(f"| {r['workload']} | {r['routing']} | {r['M']}×{r['I']}×{r['H']}, {r['E']} | {' | '.join(t)} "
+                     f"| {_rv(q['fused_over_plain'])} | {_met(q['fused_over_plain'])} "
+                     f"| {_rv(q['fused_over_unfused'])} | {_rv(q['speedup_vs_torch'])} |")
+    return "\n".join([*lines, "", _summary(rows, "fused_over_plain", "fused / plain")])
+
+
+def mlp_table(rows: list[dict]) -> str:
+    lines = ["| model | routing | M, H, I, E | moegemm fwd+bwd ms | torch fwd+bwd ms | moegemm TFLOP/s "
+             "| torch TFLOP/s | torch / moegemm | ≥ 1.3 | moegemm fwd ms | torch fwd ms | fwd: torch / moegemm |",
+             "|" + " --- |" * 12]
+    for r in rows:
+        s, q = r["systems"], r["ratios"]
+        m, t = s["moegemm_moe_mlp"], s["torch_grouped_mm_autograd"]
+        lines.append(f"| {r['workload']} | {r['routing']} | {r['M']}, {r['H']}, {r['I']}, {r['E']} "
+                     f"| {_value(m, 'time_us', _ms)} | {_value(t, 'time_us', _ms)} | {_value(m, 'tflops', _tf)} "
+                     f"| {_value(t, 'tflops', _tf)} | {_rv(q['speedup_vs_torch'])} | {_met(q['speedup_vs_torch'])} "
+                     f"| {_value(s['moegemm_forward'], 'time_us', _ms)} | {_value(s['torch_forward'], 'time_us', _ms)} "
+                     f"| {_rv(q['forward_speedup_vs_torch'])} |")
+    return "\n".join([*lines, "", _summary(rows, "speedup_vs_torch", "torch / moegemm (forward + backward)")])
+
+
+def torch_dispatch_table(result: dict) -> str:
+    """torch_bench.py's dispatch rows; the bar is torch._grouped_mm's host overhead at the same shape (met:
+    moegemm's overhead at most the bar's + 1 µs, the resolution of a host-clocked synchronised call)."""
+    rows = result.get("dispatch", [])
+    bar = {r["shape"]: r for r in rows if r["call"] == "torch._grouped_mm" and "error" not in r}
+    lines = ["| M×N×K | call | kernel µs | eager host µs | + host µs | graph replay µs | + graph µs "
+             "| + host − torch's | ≤ torch's + 1 µs |", "|" + " --- |" * 9]
+    met = judged = 0
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['shape'].replace('x', '×')} | {r['call']} | {r['error'][:80]} |" + " |" * 6)
+            continue
+        b = bar.get(r["shape"])
+        delta, ok = "—", "—"
+        if b is not None and r["call"] != "torch._grouped_mm":
+            d = r["host_overhead_us"] - b["host_overhead_us"]
+            delta, ok = f"{d:+.1f}", ("yes" if d <= 1.0 else "no")
+            judged += 1
+            met += d <= 1.0
+        lines.append(f"| {r['shape'].replace('x', '×')} | {r['call']} | {r['kernel_us']:.1f} | {r['host_us']:.1f} "
+                     f"| {r['host_overhead_us']:.1f} | {r['graph_us']:.1f} | {r['graph_overhead_us']:.1f} | {delta} "
+                     f"| {ok} |")
+    lines += ["", f"eager host overhead at most torch._grouped_mm's + 1 µs: met on {met} of {judged} rows."]
+    return "\n".join(lines)
+
+
+def jax_dispatch_table(result: dict) -> str:
+    lines = ["| op | M×N×K | host µs per call | kernel µs | host − kernel µs | zero-filled output, host µs |",
+             "|" + " --- |" * 6]
+    for r in result.get("rows", []):
+        lines.append(f"| {r['op']} | {r['M']}×{r['N']}×{r['K']} | {r['host_us']:.1f} | {r['kernel_us']:.1f} "
+                     f"| {r['overhead_us']:.1f} | {r['zero_filled_host_us']:.1f} |")
+    return "\n".join(lines)
+
+
+def torch_workloads_table(result: dict) -> str:
+    lines = ["| gemm | routing | kind | impl | µs | TFLOP/s |", "|" + " --- |" * 6]
+    for r in result.get("workloads", []):
+        if "error" in r:
+            lines.append(f"| {r['gemm']} | {r['routing']} | {r['kind']} | {r['impl']} | {r['error'][:80]} | |")
+        else:
+            lines.append(f"| {r['gemm']} | {r['routing']} | {r['kind']} | {r['impl']} | {_us(r['us'])} "
+                         f"| {r['tflops']:.0f} |")
+    return "\n".join(lines)
+
+
+def ragged_dot_table(result: dict) -> str:
+    def cell(v):
+        return v if isinstance(v, str) else f"{v['tflops']:.0f}"
+
+    lines = ["| workload | routing | moegemm.jax.ragged_dot TFLOP/s | jax.lax.ragged_dot TFLOP/s |", "|" + " --- |" * 4]
+    for r in result.get("rows", []):
+        lines.append(f"| {r['name']} | {r['routing']} | {cell(r['moegemm'])} | {cell(r['jax.lax'])} |")
+    return "\n".join(lines)
+
+
+SECTIONS = (
+    ("glu", "GLU forward: fused epilogue vs plain GEMM + separate SwiGLU (µs)", glu_table),
+    ("wgrad", "Weight gradient, ragged K (TFLOP/s)", wgrad_table),
+    ("dglu", "dGLU backward: fused vs plain dgrad GEMM + separate SwiGLU backward (µs)", dglu_table),
+    ("mlp", "MoE MLP forward + backward with autograd", mlp_table),
+)
+
+
+def peers_sections(doc: dict) -> str:
+    """Every table a peers.py JSON holds, with a heading each."""
+    out = []
+    if doc.get("rows"):
+        out.append(f"### Grouped GEMM against the peers (TFLOP/s)\n\n{peers_table(doc)}")
+    for key, title, render in SECTIONS:
+        rows = doc.get("glu") if key == "glu" else doc.get("backward", {}).get(key)
+        if rows:
+            errors = _errors(rows)
+            text = f"### {title}\n\n{render(rows)}"
+            out.append(text + (f"\n\nSystems without a number:\n{errors}" if errors else ""))
+    results = doc.get("front_end_results", {})
+    torch_result = results.get("torch_bench", {})
+    if torch_result.get("dispatch"):
+        out.append(f"### Dispatch overhead, PyTorch ({torch_result.get('device', '?')}, torch "
+                   f"{torch_result.get('torch', '?')})\n\n{torch_dispatch_table(torch_result)}")
+    if results.get("jax_dispatch", {}).get("rows"):
+        out.append(f"### Dispatch overhead, JAX (jax {results['jax_dispatch'].get('jax', '?')})\n\n"
+                   f"{jax_dispatch_table(results['jax_dispatch'])}")
+    if torch_result.get("workloads"):
+        out.append(f"### torch_bench.py throughput\n\n{torch_workloads_table(torch_result)}")
+    if results.get("jax_ragged_dot", {}).get("rows"):
+        out.append(f"### jax_ragged_dot.py\n\n{ragged_dot_table(results['jax_ragged_dot'])}")
+    statuses = {k: v for k, v in doc.get("front_end_benchmarks", {}).items() if v != "ok"}
+    if statuses:
+        out.append("Front-end scripts that gave no table: "
+                   + "; ".join(f"{script}: {status}" for script, status in statuses.items()))
+    return "\n\n".join(out)
 
 
 def run_table(doc: dict) -> str:
@@ -58,8 +277,11 @@ def main(argv: list[str]) -> int:
         print(__doc__)
         return 2
     peers = json.load(open(argv[0]))
-    print(f"{peers.get('gpu', '?')}, {peers.get('date', '?')}\n")
-    print(peers_table(peers))
+    suites = " ".join(peers.get("suites", ["peers"]))
+    run_kind = " (smoke run on tiny shapes: not a measurement)" if peers.get("tiny") else ""
+    print(f"{peers.get('gpu', '?')}, {peers.get('date', '?')}; suites {suites}; median of {peers.get('iters', '?')} "
+          f"calls after {peers.get('warmup', '?')} warm-up{run_kind}\n")
+    print(peers_sections(peers))
     if len(argv) > 1:
         run = json.load(open(argv[1]))
         print(f"\n{run.get('device', '?')}, {run.get('date', '?')}\n")

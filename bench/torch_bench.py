@@ -12,8 +12,10 @@
    timed calls after warm-up, rotating through copies of the inputs whose total exceeds the L2 cache:
      mm     : moegemm.torch.grouped_mm vs torch._grouped_mm (weights as (E, N, K).mT, nn.Linear style)
      glu    : moegemm grouped_gemm_glu (fused SwiGLU, N = 2I) vs torch._grouped_mm + a separate SwiGLU.
-Prints tables and writes JSON to --json.
+--parts picks 1, 2 or both (default). A call that raises (an op without a kernel yet, moegemm not importable)
+gets an "error" entry in its row and the run goes on. Prints tables and writes JSON to --json.
 Usage: python bench/torch_bench.py [workloads.json] [--json out.json] [--quick] [--iters 30]
+                                   [--parts dispatch workloads]
 """
 
 from __future__ import annotations
@@ -29,7 +31,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-import moegemm.torch as mt
+try:
+    import moegemm.torch as mt
+    MT_ERROR = None
+except (ImportError, OSError) as _err:  # torch._grouped_mm's numbers are still measured
+    mt, MT_ERROR = None, f"moegemm.torch not importable ({_err})"
 
 SEED_SHAPES = [(2048, 2048, 2048), (4096, 2048, 2048), (8192, 4096, 2048), (16384, 4096, 4096)]  # M, N, K
 SEED_EXPERTS = 8
@@ -104,12 +110,23 @@ def dispatch_rows(iters: int, quick: bool) -> list[dict]:
             "torch._grouped_mm": lambda _i: torch._grouped_mm(a, w.mT, offs=offs),
         }
         for name, fn in calls.items():
-            kernel = statistics.median(event_times(fn, iters))
-            host = statistics.median(host_times(fn, iters))
-            replay = graph_of(fn)
-            graph = statistics.median(host_times(replay, iters))
+            if mt is None and name.startswith("moegemm"):
+                rows.append({"shape": f"{m}x{n}x{k}", "call": name, "error": MT_ERROR})
+                continue
+            try:
+                kernel = statistics.median(event_times(fn, iters))
+                host = statistics.median(host_times(fn, iters))
+                replay = graph_of(fn)
+                graph = statistics.median(host_times(replay, iters))
+            except Exception as err:  # noqa: BLE001 - no kernel yet, or a capture failure: the row says so
+                torch.cuda.synchronize()
+                first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+                rows.append({"shape": f"{m}x{n}x{k}", "call": name, "error": f"{type(err).__name__}: {first}"})
+                continue
             rows.append({"shape": f"{m}x{n}x{k}", "call": name, "kernel_us": kernel, "host_us": host,
                          "graph_us": graph, "host_overhead_us": host - kernel, "graph_overhead_us": graph - kernel})
+        del a, w
+        torch.cuda.empty_cache()
     return rows
 
 
@@ -146,6 +163,8 @@ def workload_rows(gemms: list[dict], iters: int) -> list[dict]:
             }
             for (kind, impl), fn in variants.items():
                 try:
+                    if mt is None and impl == "moegemm":
+                        raise RuntimeError(MT_ERROR)
                     us = statistics.median(event_times(fn, iters))
                 except (NotImplementedError, RuntimeError, ValueError) as err:
                     rows.append({"gemm": gemm["name"], "routing": routing, "kind": kind, "impl": impl,
@@ -160,11 +179,24 @@ def workload_rows(gemms: list[dict], iters: int) -> list[dict]:
 
 
 def print_tables(dispatch: list[dict], workloads: list[dict]) -> None:
+    if dispatch:
+        print_dispatch(dispatch)
+    if workloads:
+        print_workloads(workloads)
+
+
+def print_dispatch(dispatch: list[dict]) -> None:
     print(f"{'shape':>18} {'call':>26} {'kernel':>9} {'host':>9} {'+host':>8} {'graph':>9} {'+graph':>8}  (us)")
     for r in dispatch:
+        if "error" in r:
+            print(f"{r['shape']:>18} {r['call']:>26}  error: {r['error']}")
+            continue
         print(f"{r['shape']:>18} {r['call']:>26} {r['kernel_us']:9.1f} {r['host_us']:9.1f} "
               f"{r['host_overhead_us']:8.1f} {r['graph_us']:9.1f} {r['graph_overhead_us']:8.1f}")
     print()
+
+
+def print_workloads(workloads: list[dict]) -> None:
     print(f"{'gemm':>14} {'routing':>8} {'kind':>5} {'impl':>8} {'us':>10} {'TFLOP/s':>8}")
     for r in workloads:
         if "error" in r:
@@ -180,6 +212,8 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="write the results here")
     parser.add_argument("--quick", action="store_true", help="two seed shapes and the seed GEMMs only")
     parser.add_argument("--iters", type=int, default=30, help="timed calls per measurement (>= 30)")
+    parser.add_argument("--parts", nargs="+", choices=["dispatch", "workloads"], default=["dispatch", "workloads"],
+                        help="1. dispatch overhead, 2. throughput on the workloads (default: both)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("torch_bench.py needs a CUDA GPU")
@@ -187,12 +221,13 @@ def main() -> None:
     gemms = json.loads(Path(args.workloads).read_text())["gemms"]
     if args.quick:
         gemms = [g for g in gemms if g["name"].startswith("seed")][:2]
-    dispatch = dispatch_rows(iters, args.quick)
-    workloads = workload_rows(gemms, iters)
+    dispatch = dispatch_rows(iters, args.quick) if "dispatch" in args.parts else []
+    workloads = workload_rows(gemms, iters) if "workloads" in args.parts else []
     print_tables(dispatch, workloads)
     if args.json:
         result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "iters": iters,
-                  "routing_seed": "numpy.random.default_rng(0)", "dispatch": dispatch, "workloads": workloads}
+                  "routing_seed": "numpy.random.default_rng(0)", "parts": args.parts, "dispatch": dispatch,
+                  "workloads": workloads}
         Path(args.json).write_text(json.dumps(result, indent=1))
 
 

@@ -14,11 +14,12 @@ inline void cuda_ok(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
 }
 
-/// Device storage mirroring a HostTensor's storage (same shape and strides, padding included).
+/// Device storage mirroring a HostTensor's storage (same shape and strides, padding included). Keeps a copy
+/// of the shape and strides, so the host tensor may move or go away.
 class DeviceTensor {
  public:
   DeviceTensor() = default;
-  explicit DeviceTensor(const HostTensor& h) : host_(&h) {
+  explicit DeviceTensor(const HostTensor& h) : meta_(h.view_of(nullptr, Device::cuda)) {
     bytes_ = h.storage_bytes();
     cuda_ok(cudaMalloc(&ptr_, bytes_ ? bytes_ : 16), "cudaMalloc");
     upload(h);
@@ -29,7 +30,7 @@ class DeviceTensor {
   DeviceTensor& operator=(DeviceTensor&& o) noexcept {
     std::swap(ptr_, o.ptr_);
     std::swap(bytes_, o.bytes_);
-    std::swap(host_, o.host_);
+    std::swap(meta_, o.meta_);
     return *this;
   }
   ~DeviceTensor() {
@@ -39,13 +40,17 @@ class DeviceTensor {
   void download(HostTensor& h) const {
     cuda_ok(cudaMemcpy(h.data(), ptr_, bytes_, cudaMemcpyDeviceToHost), "download");
   }
-  TensorView view() const { return host_->view_of(ptr_, Device::cuda); }
+  TensorView view() const {
+    TensorView v = meta_;
+    v.data = ptr_;
+    return v;
+  }
   void* data() const { return ptr_; }
 
  private:
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
-  const HostTensor* host_ = nullptr;
+  TensorView meta_;
 };
 
 }  // namespace moegemm::testing

@@ -8,23 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "common/expected.hpp"
-#include "common/host_tensor.hpp"
 #include "common/offsets.hpp"
-#include "common/poison.hpp"
-#include "common/random_fill.hpp"
-#include "gpu/device_buffer.hpp"
-#include "moegemm/moegemm.hpp"
+#include "gpu/harness.hpp"
 
 namespace moegemm::testing {
 namespace {
-
-bool gpu_present() { return device_kernels_available(); }
-
-#define REQUIRE_GPU()                                                      \
-  do {                                                                     \
-    if (!gpu_present()) GTEST_SKIP() << "no sm_90 GPU: GPU test not run";  \
-  } while (0)
 
 /// One forward problem: shapes, group sizes and options.
 struct Forward {
@@ -132,50 +120,19 @@ Outputs run(const Forward& f, const Inputs& in, bool device, cudaStream_t stream
     args.glu = f.glu_params;
     args.d = out_view(o.d, dd);
     if (f.generate_c) args.c = out_view(o.c, dc);
-    const size_t ws_bytes = grouped_gemm_glu_workspace_bytes(args);
-    void* ws = nullptr;
-    if (ws_bytes) cuda_ok(cudaMalloc(&ws, ws_bytes), "workspace");
-    grouped_gemm_glu(args, ws, ws_bytes, stream);
-    if (device) cuda_ok(cudaStreamSynchronize(stream), "kernel");
-    if (ws) cudaFree(ws);
+    call_op(grouped_gemm_glu_workspace_bytes, grouped_gemm_glu, args, device, stream);
   } else {
     GroupedGemmArgs args;
     fill_common(args, f, in, device);
     args.d = out_view(o.d, dd);
     if (f.generate_c) args.c = out_view(o.c, dc);
-    const size_t ws_bytes = grouped_gemm_workspace_bytes(args);
-    void* ws = nullptr;
-    if (ws_bytes) cuda_ok(cudaMalloc(&ws, ws_bytes), "workspace");
-    grouped_gemm(args, ws, ws_bytes, stream);
-    if (device) cuda_ok(cudaStreamSynchronize(stream), "kernel");
-    if (ws) cudaFree(ws);
+    call_op(grouped_gemm_workspace_bytes, grouped_gemm, args, device, stream);
   }
   if (device) {
-    cuda_ok(cudaStreamSynchronize(stream), "kernel");
     dd.download(o.d);
     if (f.generate_c) dc.download(o.c);
   }
   return o;
-}
-
-/// What the device output must hold: rows before `end` close to the reference; rows at or past it
-/// untouched where the reference left them poisoned, exactly zero where zero_tail zeroed them.
-Expected expectation(const HostTensor& ref, int64_t end) {
-  Expected want(ref.shape());
-  const int64_t cols = ref.size(1);
-  for (int64_t i = 0; i < ref.numel(); ++i) {
-    const int64_t off = ref.offset_of_linear(i);
-    if (i / cols < end) want.set(i, Expected::kClose, ref.get_at(off));
-    else if (is_poison(ref, off)) want.set(i, Expected::kUntouched, 0.0);
-    else want.set(i, Expected::kExact, ref.get_at(off));
-  }
-  return want;
-}
-
-int64_t last_end(const Forward& f, const Inputs& in) {
-  int64_t end = 0;
-  for (int64_t g = 0; g < in.offsets.size(0); ++g) end = std::max<int64_t>(end, static_cast<int64_t>(in.offsets(g)));
-  return std::min(end, f.m);
 }
 
 void check_forward(const Forward& f) {
@@ -183,9 +140,11 @@ void check_forward(const Forward& f) {
   Inputs in(f);
   const Outputs ref = run(f, in, false);
   const Outputs got = run(f, in, true);
-  const int64_t end = last_end(f, in);
-  EXPECT_TRUE(matches(got.d, expectation(ref.d, end))) << "output d";
-  if (f.generate_c) EXPECT_TRUE(matches(got.c, expectation(ref.c, end))) << "output c";
+  const int64_t end = addressed_end(in.offsets, f.m);
+  EXPECT_TRUE(matches(got.d, expect_rows(ref.d, end, f.zero_tail))) << "output d";
+  if (f.generate_c) {
+    EXPECT_TRUE(matches(got.c, expect_rows(ref.c, end, f.zero_tail))) << "output c";
+  }
 }
 
 TEST(ForwardGpu, GroupSizeEdgeCases) {
@@ -511,8 +470,8 @@ TEST(ForwardGpu, GemmSwigluDense) {
     };
     auto ref = run_dense(false);
     auto got = run_dense(true);
-    EXPECT_TRUE(matches(got.first, expectation(ref.first, m))) << "ab12";
-    EXPECT_TRUE(matches(got.second, expectation(ref.second, m))) << "c";
+    EXPECT_TRUE(matches(got.first, expect_rows(ref.first, m, false))) << "ab12";
+    EXPECT_TRUE(matches(got.second, expect_rows(ref.second, m, false))) << "c";
   }
 }
 
@@ -550,7 +509,7 @@ TEST(ForwardGpu, C11RowTimesNPast2To31) {
   cuda_ok(cudaMemcpy(got.data(), static_cast<uint16_t*>(dd) + (m - rows) * n, rows * n * 2, cudaMemcpyDeviceToHost),
           "download tail");
   cudaFree(dd);
-  EXPECT_TRUE(matches(got, expectation(ref, rows)));
+  EXPECT_TRUE(matches(got, expect_rows(ref, rows, false)));
 }
 
 }  // namespace

@@ -1,0 +1,428 @@
+// grouped_gemm_dglu, grouped_gemm_srelu, grouped_gemm_dsrelu and the dense gemm_amax, gemm_srelu and
+// gemm_dsrelu on the sm_90a kernels, against the CPU reference run through the same API on the same bytes.
+// Outputs are poisoned before each call: addressed elements must be written and close to the reference,
+// rows past the last expert end must keep the poison (zeros with zero_tail), per-expert reductions are
+// exactly 0 for empty experts. wgrad: test_backward_wgrad_gpu.cpp; group-size edge cases, garbage offsets
+// and the shared case list: test_backward_edges_gpu.cpp.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "gpu/backward_ops.hpp"
+
+namespace moegemm::testing {
+namespace {
+
+const char* activation_name(Activation a) {
+  switch (a) {
+    case Activation::swiglu: return "swiglu";
+    case Activation::geglu: return "geglu";
+    case Activation::swiglu_clamped: return "swiglu_clamped";
+  }
+  return "?";
+}
+
+const char* pairing_name(GluLayout l) {
+  switch (l) {
+    case GluLayout::halves: return "halves";
+    case GluLayout::interleaved32: return "interleaved32";
+    case GluLayout::interleaved32_up_first: return "interleaved32_up_first";
+  }
+  return "?";
+}
+
+const char* dtype_str(DType t) { return t == DType::f32 ? "f32" : t == DType::f16 ? "f16" : "bf16"; }
+
+constexpr Activation kActivations[] = {Activation::swiglu, Activation::geglu, Activation::swiglu_clamped};
+constexpr GluLayout kPairings[] = {GluLayout::halves, GluLayout::interleaved32, GluLayout::interleaved32_up_first};
+
+/// swiglu_clamped with a limit inside the range of the random C (|C| < 4, beta up to 1.5), so that the
+/// clamp is active on part of the elements.
+void clamp_inside_range(GluParams& glu) {
+  if (glu.activation != Activation::swiglu_clamped) return;
+  glu.limit = 3.0f;
+  glu.act_alpha = 1.5f;
+  glu.linear_offset = 0.75f;
+}
+
+TEST(BackwardGpu, DgluActivationsAndLayouts) {
+  REQUIRE_GPU();
+  int variant = 0;
+  for (Activation act : kActivations) {
+    for (GluLayout pairing : kPairings) {
+      for (BLayout layout : {BLayout::nk, BLayout::kn}) {
+        Grouped p;
+        p.op = GroupedOp::dglu;
+        p.glu.activation = act;
+        p.glu.layout = pairing;
+        clamp_inside_range(p.glu);
+        p.layout = layout;
+        p.n = 96;  // I = 96: not a multiple of the tile; 2I = 192 is a multiple of 64 (interleaved layouts)
+        p.k = variant % 2 ? 24 : 136;
+        p.alpha = variant % 2 == 0;
+        p.beta = variant % 3 != 0;
+        p.prob = true;
+        p.dprob = true;
+        p.dbias = 1 + variant % 2;
+        p.amax = true;
+        p.c_dtype = variant % 4 == 3 ? DType::f32 : DType::bf16;
+        p.out = variant % 3 == 2 ? DType::f32 : DType::bf16;
+        p.zero_tail = variant % 5 == 1;
+        p.seed = 1000 + 10 * variant;
+        p.name = std::string(activation_name(act)) + " " + pairing_name(pairing) +
+                 (layout == BLayout::nk ? " nk" : " kn") + " K=" + std::to_string(p.k);
+        ++variant;
+        check_grouped(p);
+      }
+    }
+  }
+}
+
+TEST(BackwardGpu, DgluOptions) {
+  REQUIRE_GPU();
+  // Every combination of alpha, beta, prob and zero_tail; the other options rotate through all their values.
+  for (int v = 0; v < 16; ++v) {
+    Grouped p;
+    p.op = GroupedOp::dglu;
+    p.glu.activation = kActivations[v % 3];
+    p.glu.layout = kPairings[(v / 3) % 3];
+    clamp_inside_range(p.glu);
+    p.alpha = v & 1;
+    p.beta = v & 2;
+    p.prob = v & 4;
+    p.zero_tail = v & 8;
+    p.dprob = v % 5 != 2;
+    p.dbias = v % 3;  // none, f32, bf16
+    p.amax = v % 2 == 0 || v == 15;
+    p.c_dtype = v % 4 < 2 ? DType::bf16 : DType::f32;  // (C, dC): all four of bf16/f32
+    p.out = (v % 4 == 0 || v % 4 == 3) ? DType::bf16 : DType::f32;
+    p.layout = v % 2 ? BLayout::kn : BLayout::nk;
+    p.ptrs = v % 3 == 2;
+    p.row_pad = v % 7 == 3 ? 8 : 0;
+    p.k = v % 2 ? 136 : 24;
+    p.seed = 2000 + 10 * v;
+    p.name = "options " + std::to_string(v) + " (alpha " + std::to_string(p.alpha) + ", beta " +
+             std::to_string(p.beta) + ", prob " + std::to_string(p.prob) + ", zero_tail " +
+             std::to_string(p.zero_tail) + ", C " + dtype_str(p.c_dtype) + ", dC " + dtype_str(p.out) +
+             (p.ptrs ? ", pointer weights" : "") + ")";
+    check_grouped(p);
+  }
+}
+
+TEST(BackwardGpu, DgluShapes) {
+  REQUIRE_GPU();
+  int variant = 0;
+  for (int64_t i : {32, 96, 136, 768, 1440}) {
+    for (int64_t k : {24, 136, 1024}) {
+      Grouped p;
+      p.op = GroupedOp::dglu;
+      // I = 136: 2I = 272 is not a multiple of 64, so halves only.
+      p.glu.layout = i == 136 ? GluLayout::halves : kPairings[variant % 3];
+      p.glu.activation = kActivations[(variant / 3) % 3];
+      clamp_inside_range(p.glu);
+      p.m = 400;
+      p.n = i;
+      p.k = k;
+      p.sizes = {150, 0, 1, 129, 70};
+      p.layout = variant % 2 ? BLayout::kn : BLayout::nk;
+      p.prob = true;
+      p.dprob = true;
+      p.dbias = 1;
+      p.amax = true;
+      p.seed = 3000 + 10 * variant++;
+      p.name = "I=" + std::to_string(i) + " K=" + std::to_string(k) + " " + pairing_name(p.glu.layout);
+      check_grouped(p);
+    }
+  }
+}
+
+TEST(BackwardGpu, DgluPointerWeights) {
+  REQUIRE_GPU();
+  int variant = 0;
+  for (BLayout layout : {BLayout::nk, BLayout::kn}) {
+    for (GluLayout pairing : kPairings) {
+      Grouped p;
+      p.op = GroupedOp::dglu;
+      p.glu.layout = pairing;
+      p.glu.activation = kActivations[variant % 3];
+      clamp_inside_range(p.glu);
+      p.m = 900;
+      p.n = 256;
+      p.k = 200;
+      p.sizes = {100, 0, 230, 1, 64, 300, 0, 150};
+      p.layout = layout;
+      p.ptrs = true;
+      p.alpha = true;
+      p.prob = true;
+      p.dprob = true;
+      p.dbias = 2;
+      p.amax = true;
+      p.seed = 4000 + 10 * variant++;
+      p.name = std::string("pointer weights ") + (layout == BLayout::nk ? "nk " : "kn ") + pairing_name(pairing);
+      check_grouped(p);
+    }
+  }
+}
+
+TEST(BackwardGpu, GroupedSreluForward) {
+  REQUIRE_GPU();
+  const DType outs[] = {DType::bf16, DType::f16, DType::f32};
+  for (int v = 0; v < 12; ++v) {
+    Grouped p;
+    p.op = GroupedOp::srelu;
+    p.n = v % 3 == 0 ? 136 : v % 3 == 1 ? 264 : 768;
+    p.k = v % 2 ? 24 : 200;
+    p.alpha = v & 1;
+    p.prob = v & 2;
+    p.zero_tail = v & 4;
+    p.bias = v % 3;  // none, bf16, f32
+    p.c_out = v % 4 != 3;
+    p.out = outs[v % 3];
+    p.c_dtype = outs[(v + 1) % 3];
+    p.layout = (v / 2) % 2 ? BLayout::kn : BLayout::nk;
+    p.ptrs = v % 5 == 2;
+    p.row_pad = v == 7 ? 8 : 0;
+    p.seed = 5000 + 10 * v;
+    p.name = "srelu variant " + std::to_string(v) + " N=" + std::to_string(p.n) + " K=" + std::to_string(p.k) +
+             " D " + dtype_str(p.out);
+    check_grouped(p);
+  }
+}
+
+TEST(BackwardGpu, GroupedDsreluOptions) {
+  REQUIRE_GPU();
+  for (int v = 0; v < 16; ++v) {
+    Grouped p;
+    p.op = GroupedOp::dsrelu;
+    p.n = v % 3 == 0 ? 96 : v % 3 == 1 ? 264 : 1024;
+    p.k = v % 2 ? 136 : 24;
+    p.alpha = v & 1;
+    p.prob = v & 2;
+    p.zero_tail = v & 4;
+    p.dprob = v & 8;
+    p.dbias = v % 3;  // none, f32, bf16
+    p.amax = v % 2 == 0 || v == 15;
+    p.c_dtype = v % 4 < 2 ? DType::bf16 : DType::f32;  // (C, dC): all four of bf16/f32
+    p.out = (v % 4 == 0 || v % 4 == 3) ? DType::bf16 : DType::f32;
+    p.layout = (v / 2) % 2 ? BLayout::kn : BLayout::nk;
+    p.ptrs = v % 5 == 3;
+    p.row_pad = v == 9 ? 8 : 0;
+    p.seed = 6000 + 10 * v;
+    p.name = "dsrelu variant " + std::to_string(v) + " N=" + std::to_string(p.n) + " C " + dtype_str(p.c_dtype) +
+             " dC " + dtype_str(p.out);
+    check_grouped(p);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Dense ops (§6): one GEMM, every row addressed, scalar alpha.
+
+enum class DenseOp { amax, srelu, dsrelu };
+
+struct Dense {
+  std::string name;
+  DenseOp op = DenseOp::amax;
+  int64_t m = 300, n = 264, k = 136;
+  BLayout layout = BLayout::nk;
+  float alpha = 1.0f;
+  bool prob = false, c_out = false, dprob = false;
+  DType out = DType::bf16;      ///< amax: C; srelu: D; dsrelu: dC
+  DType c_dtype = DType::bf16;  ///< srelu: output C; dsrelu: the saved pre-activation C
+  uint64_t seed = 1;
+};
+
+struct DenseInputs {
+  Operand a, b, prob, c;
+  explicit DenseInputs(const Dense& p) {
+    a = Operand(random_tensor(DType::bf16, {p.m, p.k}, p.seed));
+    const double scale = 1.0 / std::sqrt(static_cast<double>(p.k));
+    b = Operand(random_tensor(DType::bf16, p.layout == BLayout::nk ? std::vector<int64_t>{p.n, p.k}
+                                                                   : std::vector<int64_t>{p.k, p.n},
+                              p.seed + 1, -scale, scale));
+    if (p.prob) prob = Operand(random_tensor(DType::f32, {p.m}, p.seed + 2, 0.0, 1.0));
+    if (p.op == DenseOp::dsrelu) c = Operand(random_tensor(p.c_dtype, {p.m, p.n}, p.seed + 3, -2.0, 2.0));
+  }
+};
+
+struct DenseOutputs {
+  HostTensor main, c, dprob, amax;  ///< main: C of gemm_amax, D of gemm_srelu, dC of gemm_dsrelu
+};
+
+DenseOutputs run_dense(const Dense& p, const DenseInputs& in, bool device) {
+  DenseOutputs o;
+  o.main = poisoned(p.out, {p.m, p.n});
+  if (p.op == DenseOp::amax) o.amax = poisoned(DType::f32, {1});
+  if (p.op == DenseOp::srelu && p.c_out) o.c = poisoned(p.c_dtype, {p.m, p.n});
+  if (p.op == DenseOp::dsrelu && p.dprob) o.dprob = poisoned(DType::f32, {p.m});
+  OutputBuffer main(o.main, device), c(o.c, device), dprob(o.dprob, device), amax(o.amax, device);
+  switch (p.op) {
+    case DenseOp::amax: {
+      GemmAmaxArgs args;
+      args.a = in.a.view(device);
+      args.b = in.b.view(device);
+      args.b_layout = p.layout;
+      args.c = main.view();
+      args.amax = amax.view();
+      call_op(gemm_amax_workspace_bytes, gemm_amax, args, device);
+      break;
+    }
+    case DenseOp::srelu: {
+      GemmSreluArgs args;
+      args.a = in.a.view(device);
+      args.b = in.b.view(device);
+      args.b_layout = p.layout;
+      args.alpha = p.alpha;
+      args.prob = in.prob.view(device);
+      args.d = main.view();
+      args.c = c.view();
+      call_op(gemm_srelu_workspace_bytes, gemm_srelu, args, device);
+      break;
+    }
+    case DenseOp::dsrelu: {
+      GemmDsreluArgs args;
+      args.a = in.a.view(device);
+      args.b = in.b.view(device);
+      args.b_layout = p.layout;
+      args.alpha = p.alpha;
+      args.c = in.c.view(device);
+      args.prob = in.prob.view(device);
+      args.dc = main.view();
+      args.dprob = dprob.view();
+      call_op(gemm_dsrelu_workspace_bytes, gemm_dsrelu, args, device);
+      break;
+    }
+  }
+  fetch_all({&main, &c, &dprob, &amax});
+  return o;
+}
+
+void check_dense(const Dense& p) {
+  SCOPED_TRACE(p.name);
+  const DenseInputs in(p);
+  const DenseOutputs ref = run_dense(p, in, false);
+  const DenseOutputs got = run_dense(p, in, true);
+  EXPECT_TRUE(matches(got.main, expect_rows(ref.main, p.m, false))) << "main output";
+  if (ref.c.rank() > 0) {
+    EXPECT_TRUE(matches(got.c, expect_rows(ref.c, p.m, false))) << "output c";
+  }
+  if (ref.dprob.rank() > 0) {
+    EXPECT_TRUE(matches(got.dprob, expect_rows(ref.dprob, p.m, false))) << "output dprob";
+  }
+  // amax is written even for M = 0, then exactly 0.
+  if (ref.amax.rank() > 0) {
+    EXPECT_TRUE(matches(got.amax, expect_reduction(ref.amax, p.m > 0))) << "output amax";
+  }
+}
+
+TEST(BackwardGpu, GemmAmax) {
+  REQUIRE_GPU();
+  const DType outs[] = {DType::bf16, DType::f32, DType::f16};
+  int variant = 0;
+  for (int64_t m : {0, 1, 300, 1000}) {
+    for (BLayout layout : {BLayout::nk, BLayout::kn}) {
+      Dense p;
+      p.op = DenseOp::amax;
+      p.m = m;
+      p.n = variant % 3 == 0 ? 136 : variant % 3 == 1 ? 768 : 24;
+      p.k = variant % 2 ? 24 : 520;
+      p.layout = layout;
+      p.out = outs[variant % 3];
+      p.seed = 7000 + 10 * variant++;
+      p.name = "gemm_amax M=" + std::to_string(m) + " N=" + std::to_string(p.n) + " K=" + std::to_string(p.k) +
+               (layout == BLayout::nk ? " nk " : " kn ") + dtype_str(p.out);
+      check_dense(p);
+    }
+  }
+}
+
+TEST(BackwardGpu, GemmSreluAndDsrelu) {
+  REQUIRE_GPU();
+  const DType types[] = {DType::bf16, DType::f32, DType::f16};
+  for (int v = 0; v < 8; ++v) {
+    for (DenseOp op : {DenseOp::srelu, DenseOp::dsrelu}) {
+      Dense p;
+      p.op = op;
+      p.m = v % 4 == 3 ? 1 : 517;
+      p.n = v % 2 ? 264 : 96;
+      p.k = v % 3 == 0 ? 24 : 136;
+      p.layout = (v / 2) % 2 ? BLayout::kn : BLayout::nk;
+      p.alpha = v % 2 ? 0.75f : 1.0f;
+      p.prob = v & 1;
+      p.c_out = v % 3 != 2;
+      p.dprob = (v & 4) != 0;
+      if (op == DenseOp::srelu) {  // forward outputs: bf16, f16 or f32
+        p.out = types[v % 3];
+        p.c_dtype = types[(v + 1) % 3];
+      } else {  // the saved C and dC of the backward: bf16 or f32
+        p.out = v % 2 ? DType::f32 : DType::bf16;
+        p.c_dtype = (v / 2) % 2 ? DType::f32 : DType::bf16;
+      }
+      p.seed = 8000 + 10 * v + (op == DenseOp::dsrelu);
+      p.name = std::string(op == DenseOp::srelu ? "gemm_srelu" : "gemm_dsrelu") + " variant " + std::to_string(v);
+      check_dense(p);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Determinism and the compute-sanitizer target.
+
+TEST(BackwardGpu, RepeatsAreBitwiseIdentical) {
+  REQUIRE_GPU();
+  for (GroupedOp op : {GroupedOp::dglu, GroupedOp::dsrelu}) {
+    SCOPED_TRACE(op_name(op));
+    Grouped p;
+    p.op = op;
+    p.glu.layout = GluLayout::interleaved32;
+    p.m = 3000;
+    p.n = 1024;
+    p.k = 512;
+    p.sizes = random_group_sizes(16, 2950, 5, 0.1);
+    p.alpha = true;
+    p.prob = true;
+    p.dprob = true;
+    p.dbias = 1;
+    p.amax = true;
+    const GroupedInputs in(p);
+    const GroupedOutputs first = run_grouped(p, in, true);
+    for (int r = 0; r < 20; ++r) ASSERT_TRUE(same_outputs(first, run_grouped(p, in, true))) << "repeat " << r;
+  }
+  Wgrad w;
+  w.m = 6000;
+  w.h = 512;
+  w.n = 768;
+  w.sizes = {1, 2500, 63, 0, 1900, 129, 1000};
+  const WgradInputs in(w);
+  const HostTensor first = run_wgrad(w, in, true);
+  for (int r = 0; r < 20; ++r) ASSERT_TRUE(same_bytes(first, run_wgrad(w, in, true))) << "wgrad repeat " << r;
+}
+
+// Small on purpose: the racecheck target of scripts/gpu_check.sh (dglu's cross-tile dprob/dbias/amax
+// reductions, and wgrad's ragged contraction).
+TEST(BackwardGpu, DgluReductionsAndWgradSmall) {
+  REQUIRE_GPU();
+  Grouped p;
+  p.op = GroupedOp::dglu;
+  p.name = "dglu with dprob, dbias and amax";
+  p.m = 420;
+  p.n = 256;
+  p.k = 64;
+  p.sizes = {150, 0, 37, 200};
+  p.prob = true;
+  p.dprob = true;
+  p.dbias = 1;
+  p.amax = true;
+  check_grouped(p);
+  Wgrad w;
+  w.name = "small";
+  w.m = 420;
+  w.h = 64;
+  w.n = 136;
+  w.sizes = {150, 0, 37, 200};
+  check_wgrad(w);
+}
+
+}  // namespace
+}  // namespace moegemm::testing
