@@ -63,7 +63,7 @@ __global__ void __launch_bounds__(kKernelThreads, 1) grouped_gemm_kernel(const _
       cuda::ptx::mbarrier_init(&mainloop.empty[s], 2);  // one arrival per consumer warpgroup
     }
     cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
-    if (!p.a_maps) asm volatile("prefetch.tensormap [%0];" ::"l"(&p.tma_a) : "memory");
+    if (Scheduler::kUniformK) asm volatile("prefetch.tensormap [%0];" ::"l"(&p.tma_a) : "memory");
     if (!p.b_maps) asm volatile("prefetch.tensormap [%0];" ::"l"(&p.tma_b) : "memory");
     if (p.d.ptr) asm volatile("prefetch.tensormap [%0];" ::"l"(&p.tma_d) : "memory");
     if (p.c.ptr) asm volatile("prefetch.tensormap [%0];" ::"l"(&p.tma_c) : "memory");
@@ -85,15 +85,27 @@ __global__ void __launch_bounds__(kKernelThreads, 1) grouped_gemm_kernel(const _
         LoadPlan plan;
 #pragma unroll
         for (int j = 0; j < 4; ++j) plan.b_col[j] = cols.base[j];
-        plan.a_map = p.a_maps ? p.a_maps + tile.expert : &p.tma_a;
-        plan.a_row = tile.row0;
-        plan.b_map = p.b_maps ? p.b_maps + tile.expert : &p.tma_b;
-        plan.b_expert = p.b_maps ? 0 : tile.expert;
-        plan.k_blocks = Scheduler::kUniformK ? p.k_blocks : tile.k_blocks;
-        if ((p.a_maps || p.b_maps) && tile.expert != acquired_expert && plan.k_blocks > 0) {
-          if (p.a_maps) acquire_map(p.a_maps + tile.expert);
-          if (p.b_maps) acquire_map(p.b_maps + tile.expert);
-          acquired_expert = tile.expert;
+        if constexpr (Scheduler::kUniformK) {
+          // m-grouped: the one map of A; B's map, or the expert's own (pointer-mode weights).
+          plan.a_map = &p.tma_a;
+          plan.b_map = p.b_maps ? p.b_maps + tile.expert : &p.tma_b;
+          plan.b_expert = p.b_maps ? 0 : tile.expert;
+          plan.k_blocks = p.k_blocks;
+          if (p.b_maps && tile.expert != acquired_expert) {
+            acquire_map(p.b_maps + tile.expert);
+            acquired_expert = tile.expert;
+          }
+        } else {
+          // k-grouped: both operands through the expert's own maps (row extent = the expert's rows).
+          plan.a_map = p.a_maps + tile.expert;
+          plan.b_map = p.b_maps + tile.expert;
+          plan.b_expert = 0;
+          plan.k_blocks = tile.k_blocks;
+          if (plan.k_blocks > 0 && tile.expert != acquired_expert) {
+            acquire_map(p.a_maps + tile.expert);
+            acquire_map(p.b_maps + tile.expert);
+            acquired_expert = tile.expert;
+          }
         }
         mainloop.load_tile(ps, plan);
       }

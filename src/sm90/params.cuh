@@ -32,7 +32,7 @@ struct KernelParams {
   CUtensorMap tma_b;  // B nk: dims {K, N, E}, box {64, 64, 1}; kn: dims {N, K, E}, box {64, 64, 1}
   CUtensorMap tma_d;  // D (M, cols): dims {cols, M}, box {128 B of columns, 64}, 128B swizzle (stores)
   CUtensorMap tma_c;  // C likewise, when requested
-  const CUtensorMap* a_maps;  // per-expert A maps (ragged-K operands, in the workspace) or nullptr
+  const CUtensorMap* a_maps;  // per-expert A maps of the k-grouped kernel (in the workspace); unused otherwise
   const CUtensorMap* b_maps;  // per-expert B maps (pointer-mode weights or ragged K) or nullptr
   const int* offsets;  // (E,) cumulative expert ends; nullptr = one group of M rows
   int num_experts;
