@@ -17,7 +17,7 @@ using KGroupedScheduler = RaggedKScheduler<kKernelThreads, kSchedulerMaxExperts>
 
 template <class Shape, class Scheduler, class Epilogue>
 void launch_kernel(const KernelParams& p, int grid, cudaStream_t stream) {
-  using Layout = SharedLayout<Shape, Scheduler>;
+  using Layout = SharedLayout<Shape, Scheduler, Epilogue>;
   auto kernel = grouped_gemm_kernel<Shape, Scheduler, Epilogue>;
   static std::once_flag once;
   std::call_once(once, [&] {

@@ -23,12 +23,21 @@ namespace moegemm::sm90 {
 inline constexpr int kKernelThreads = 384;
 inline constexpr int kSchedulerMaxExperts = 1024;
 
-template <class Shape, class Scheduler>
+/// Per-warpgroup shared-memory scratch an epilogue asks for (kScratchBytes), e.g. for column sums.
+template <class Epilogue>
+constexpr int epilogue_scratch_bytes() {
+  if constexpr (requires { Epilogue::kScratchBytes; }) return Epilogue::kScratchBytes;
+  else return 0;
+}
+
+template <class Shape, class Scheduler, class Epilogue>
 struct SharedLayout {
   static constexpr int kAOffset = 0;
   static constexpr int kBOffset = kAOffset + Shape::kStages * Shape::kABytes;
   static constexpr int kStagingOffset = kBOffset + Shape::kStages * Shape::kBBytes;
-  static constexpr int kBarrierOffset = kStagingOffset + 2 * Staging<Shape::kBN>::kBytes;
+  static constexpr int kScratchBytes = epilogue_scratch_bytes<Epilogue>();
+  static constexpr int kScratchOffset = kStagingOffset + 2 * Staging<Shape::kBN>::kBytes;
+  static constexpr int kBarrierOffset = kScratchOffset + 2 * kScratchBytes;
   static constexpr int kSchedulerOffset = kBarrierOffset + 2 * Shape::kStages * 8;
   static constexpr int kBytes = kSchedulerOffset + static_cast<int>(sizeof(typename Scheduler::Storage));
   static constexpr int kAllocBytes = kBytes + 1024;  // room to align the dynamic base to 1024 B
@@ -50,7 +59,7 @@ __device__ __forceinline__ void zero_registers(float (&acc)[kN]) {
 
 template <class Shape, class Scheduler, class Epilogue>
 __global__ void __launch_bounds__(kKernelThreads, 1) grouped_gemm_kernel(const __grid_constant__ KernelParams p) {
-  using Layout = SharedLayout<Shape, Scheduler>;
+  using Layout = SharedLayout<Shape, Scheduler, Epilogue>;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
 
@@ -115,7 +124,8 @@ __global__ void __launch_bounds__(kKernelThreads, 1) grouped_gemm_kernel(const _
     const int cw = wg - 1;
     constexpr int kBN = Shape::kBN;
     const Staging<kBN> staging{smem + Layout::kStagingOffset + cw * Staging<kBN>::kBytes,
-                               static_cast<int>(threadIdx.x % 128), static_cast<uint32_t>(1 + cw)};
+                               static_cast<int>(threadIdx.x % 128), static_cast<uint32_t>(1 + cw),
+                               reinterpret_cast<float*>(smem + Layout::kScratchOffset + cw * Layout::kScratchBytes)};
     PipeState ps;
     for (int t = blockIdx.x; t < total; t += gridDim.x) {
       const WorkTile tile = sched.tile(t);
@@ -128,7 +138,7 @@ __global__ void __launch_bounds__(kKernelThreads, 1) grouped_gemm_kernel(const _
         if (!Scheduler::kUniformK && tile.k_blocks == 0) zero_registers(acc_half);
         const ColumnMap cols = Epilogue::b_columns(p, tile.n_tile, kBN, true);
         const int d_col0 = tile.n_tile * (kBN / 2);  // GLU output columns of the tile
-        const Staging<kBN / 2> half_staging{staging.buf, staging.tid, staging.barrier_id};
+        const Staging<kBN / 2> half_staging{staging.buf, staging.tid, staging.barrier_id, staging.scratch};
         Epilogue::template apply<kBN / 2>(acc_half, p, tile, half_columns(cols, cw, kBN / 128),
                                           d_col0 + cw * (kBN / 4), tile.row0, half_staging);
       } else {

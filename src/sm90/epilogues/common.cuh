@@ -55,14 +55,15 @@ __device__ __forceinline__ float2 row_probs(const KernelParams& p, int64_t row_a
   return pr;
 }
 
-/// Two adjacent elements of a row-major f32/bf16/f16 matrix, as floats.
+/// Two adjacent elements of a row-major f32/bf16/f16 matrix, as floats. Plain (coherent) loads: the
+/// compiler may not keep them across a barrier, so re-reading a value costs a load, not registers.
 __device__ __forceinline__ float2 load_pair(const OutMatrix& m, int64_t row, int col) {
   const int64_t idx = row * m.ld + col;
-  if (m.type == OutType::f32) return __ldg(reinterpret_cast<const float2*>(static_cast<const float*>(m.ptr) + idx));
+  if (m.type == OutType::f32) return *reinterpret_cast<const float2*>(static_cast<const float*>(m.ptr) + idx);
   if (m.type == OutType::bf16) {
-    return __bfloat1622float2(__ldg(reinterpret_cast<const __nv_bfloat162*>(static_cast<const __nv_bfloat16*>(m.ptr) + idx)));
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(static_cast<const __nv_bfloat16*>(m.ptr) + idx));
   }
-  return __half22float2(__ldg(reinterpret_cast<const __half2*>(static_cast<const __half*>(m.ptr) + idx)));
+  return __half22float2(*reinterpret_cast<const __half2*>(static_cast<const __half*>(m.ptr) + idx));
 }
 
 }  // namespace moegemm::sm90

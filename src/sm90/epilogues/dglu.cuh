@@ -2,7 +2,8 @@
 // dH (M, I); per element, with (gate, up) = beta * C at the paired columns and h = act(gate, up):
 //   d_gate = alpha dH prob dact/dgate,  d_up = alpha dH prob dact/dup   (written in C's column layout),
 //   dprob[r] = sum_i h alpha dH,  dbias = per-expert column sums of dC,  amax = [max|d_gate|, max|d_up|].
-// Tiles are 128 dH columns (kBN = 128), i.e. 256 dC columns, staged as 4 "virtual" 64-column segments:
+// Tiles are 128 dH columns (kBN = 128), i.e. 256 dC columns, staged as 4 "virtual" 64-column segments
+// through the staging buffer in passes (the values are recomputed per pass, so only dH stays in registers):
 //  - halves: [gate n0..n0+127 | up I+n0..I+n0+127];
 //  - interleaved32 / _up_first: the contiguous dC columns 2 n0 .. 2 n0 + 255.
 #pragma once
@@ -51,6 +52,7 @@ __device__ __forceinline__ GluGrad glu_grad(const KernelParams& p, float gate, f
 
 struct DgluEpilogue {
   static constexpr int kTileN = 128;  // dH columns per tile (the launcher picks BN = 128)
+  static constexpr int kScratchBytes = ColumnSums<2 * kTileN>::kBytes;  // dbias column sums
 
   /// dH columns of B sub-box j: contiguous, limited by I.
   __device__ static ColumnMap b_columns(const KernelParams& p, int n_tile, int bn, bool half) {
@@ -66,8 +68,11 @@ struct DgluEpilogue {
     return gate_first + (second ? 32 : 0);
   }
 
-  template <int kBN, PairKind kPair, int kRegs>
-  __device__ static void run(float (&acc)[kRegs], const KernelParams& p, const WorkTile& tile, const ColumnMap& cmap,
+  /// One tile, pass by pass: a pass computes (d_gate, d_up) of the dH chunks whose dC columns it stages
+  /// (kPassCols virtual columns: 128 for 16-bit dC, 64 for f32), so only dH lives in registers. Each
+  /// element's dprob term and amax are counted in the pass that stages its gate (amax of d_up: its up).
+  template <int kBN, PairKind kPair, int kPassCols, int kRegs>
+  __device__ static void run(const float (&acc)[kRegs], const KernelParams& p, const WorkTile& tile, int n0,
                              int64_t row0, const Staging<kBN>& st) {
     static_assert(kBN == kTileN, "dGLU tiles are 128 dH columns");
     const int inter = p.n;
@@ -76,58 +81,83 @@ struct DgluEpilogue {
     const float beta = p.beta ? __ldg(p.beta + tile.expert) : 1.f;
     const int ra = st.row_a(), q = st.quad();
     const float2 pr = row_probs(p, row0 + ra, tile.row_end);
-    const int n0 = cmap.base[0];  // first dH column of the tile
-
-    // dC columns of the 4 virtual segments.
+    // dC columns of virtual segment `seg`: halves [gate 2 x 64 | up 2 x 64], interleaved contiguous.
+    auto dc_base = [&](int seg) {
+      return kPair == PairKind::halves ? (seg >= 2 ? inter : 0) + n0 + 64 * (seg & 1) : 2 * n0 + 64 * seg;
+    };
+    auto dc_limit = [&](int seg) { return kPair == PairKind::halves && seg < 2 ? inter : 2 * inter; };
     ColumnMap dmap;
 #pragma unroll
-    for (int s = 0; s < 4; ++s) {
-      if constexpr (kPair == PairKind::halves) {
-        dmap.base[s] = (s >= 2 ? inter : 0) + n0 + 64 * (s & 1);
-        dmap.limit[s] = s >= 2 ? 2 * inter : inter;
-      } else {
-        dmap.base[s] = 2 * n0 + 64 * s;
-        dmap.limit[s] = 2 * inter;
-      }
+    for (int seg = 0; seg < 4; ++seg) {
+      dmap.base[seg] = dc_base(seg);
+      dmap.limit[seg] = dc_limit(seg);
     }
+    const bool use_tma = rows_valid == 64 && segments_fit(dmap, 2 * inter);
+    const ColumnSums<2 * kBN> sums{st.scratch, st.tid, st.barrier_id};
+    if (p.red.dbias_partials) sums.begin();
 
-    // acc <- d_gate, dup <- d_up; rows outside the expert and columns past I are exact zeros.
-    float dup[kRegs];
     float row_sum[2] = {0.f, 0.f};
     float amax_gate = 0.f, amax_up = 0.f;
 #pragma unroll
-    for (int i = 0; i < kBN / 8; ++i) {
-      // Chunks never cross a 64-column segment, so the segment index is a compile-time constant.
-      const int vg = virtual_column<kBN, kPair>(i, false);
-      const int vu = virtual_column<kBN, kPair>(i, true);
-      const int gcol = dmap.base[vg / 64] + vg % 64 + 2 * q;
-      const int ucol = dmap.base[vu / 64] + vu % 64 + 2 * q;
-      const bool col_ok = cmap.base[i / 8] + (8 * i & 63) + 2 * q < inter;
+    for (int begin = 0; begin < 2 * kBN; begin += kPassCols) {
+      st.acquire();
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const bool ok = col_ok && ra + 8 * h < rows_valid;
-        float2 g = make_float2(0.f, 0.f), u = make_float2(0.f, 0.f);
-        if (ok) {
-          g = load_pair(p.preact, row0 + ra + 8 * h, gcol);
-          u = load_pair(p.preact, row0 + ra + 8 * h, ucol);
+      for (int i = 0; i < kBN / 8; ++i) {
+        const int vg = virtual_column<kBN, kPair>(i, false);
+        const int vu = virtual_column<kBN, kPair>(i, true);
+        const bool stage_gate = vg >= begin && vg < begin + kPassCols;
+        const bool stage_up = vu >= begin && vu < begin + kPassCols;
+        if (!stage_gate && !stage_up) continue;
+        const bool col_ok = n0 + 8 * i + 2 * q < inter;
+        float dg[4], du[4];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const bool ok = col_ok && ra + 8 * h < rows_valid;
+          float2 g = make_float2(0.f, 0.f), u = make_float2(0.f, 0.f);
+          if (ok) {  // segment indices are compile-time: chunks never cross a 64-column segment
+            g = load_pair(p.preact, row0 + ra + 8 * h, dmap.base[vg / 64] + vg % 64 + 2 * q);
+            u = load_pair(p.preact, row0 + ra + 8 * h, dmap.base[vu / 64] + vu % 64 + 2 * q);
+          }
+          const float prob = h ? pr.y : pr.x;
+#pragma unroll
+          for (int x = 0; x < 2; ++x) {
+            const float dh = alpha * acc[4 * i + 2 * h + x];
+            const GluGrad v = glu_grad(p, beta * (x ? g.y : g.x), beta * (x ? u.y : u.x));
+            dg[2 * h + x] = ok ? dh * prob * v.d_gate : 0.f;
+            du[2 * h + x] = ok ? dh * prob * v.d_up : 0.f;
+            if (stage_gate) row_sum[h] += ok ? v.h * dh : 0.f;
+          }
         }
-        const float prob = h ? pr.y : pr.x;
+        if (stage_gate) {
+          st.write_pair(ra, vg - begin + 2 * q, p.d.type, dg[0], dg[1]);
+          st.write_pair(ra + 8, vg - begin + 2 * q, p.d.type, dg[2], dg[3]);
 #pragma unroll
-        for (int x = 0; x < 2; ++x) {
-          const int r = 4 * i + 2 * h + x;
-          const float dh = alpha * acc[r];
-          const GluGrad v = glu_grad(p, beta * (x ? g.y : g.x), beta * (x ? u.y : u.x));
-          const float dg = ok ? dh * prob * v.d_gate : 0.f;
-          const float du = ok ? dh * prob * v.d_up : 0.f;
-          row_sum[h] += ok ? v.h * dh : 0.f;
-          acc[r] = dg;
-          dup[r] = du;
-          amax_gate = fmaxf(amax_gate, fabsf(dg));
-          amax_up = fmaxf(amax_up, fabsf(du));
+          for (int e = 0; e < 4; ++e) amax_gate = fmaxf(amax_gate, fabsf(dg[e]));
+          if (p.red.dbias_partials) {
+            sums.put(vg, 0, dg[0] + dg[2]);
+            sums.put(vg, 1, dg[1] + dg[3]);
+          }
+        }
+        if (stage_up) {
+          st.write_pair(ra, vu - begin + 2 * q, p.d.type, du[0], du[1]);
+          st.write_pair(ra + 8, vu - begin + 2 * q, p.d.type, du[2], du[3]);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) amax_up = fmaxf(amax_up, fabsf(du[e]));
+          if (p.red.dbias_partials) {
+            sums.put(vu, 0, du[0] + du[2]);
+            sums.put(vu, 1, du[1] + du[3]);
+          }
         }
       }
+      st.store(p.d, &p.tma_d, dmap, begin, kPassCols, row0, rows_valid, use_tma);
     }
 
+    if (p.red.dbias_partials) {
+      sums.finish(p, tile, 2 * inter, [&](int v) {
+        const int col = pick(dmap.base, v >> 6) + (v & 63);
+        return col < pick(dmap.limit, v >> 6) ? col : -1;
+      });
+    }
     if (p.red.dprob || p.red.dprob_partials) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -139,43 +169,13 @@ struct DgluEpilogue {
       warp_amax(p.red.amax, amax_gate);
       warp_amax(p.red.amax + 1, amax_up);
     }
-    if (p.red.dbias_partials) {
-      const ColumnSums<2 * kBN, kBN> sums{st};
-      sums.begin();
-#pragma unroll
-      for (int i = 0; i < kBN / 8; ++i) {
-#pragma unroll
-        for (int x = 0; x < 2; ++x) {
-          sums.put(virtual_column<kBN, kPair>(i, false), x, acc[4 * i + x] + acc[4 * i + 2 + x]);
-          sums.put(virtual_column<kBN, kPair>(i, true), x, dup[4 * i + x] + dup[4 * i + 2 + x]);
-        }
-      }
-      sums.finish(p, tile, 2 * inter, [&](int v) {
-        const int col = pick(dmap.base, v >> 6) + (v & 63);
-        return col < pick(dmap.limit, v >> 6) ? col : -1;
-      });
-    }
+  }
 
-    // dC: pass by pass through the staging buffer (2 passes of 16-bit columns, 4 of f32).
-    const bool use_tma = rows_valid == 64 && segments_fit(dmap, 2 * inter);
-    const int pass_cols = Staging<kBN>::kRowBytes / out_elem_bytes(p.d.type);
-    for (int begin = 0; begin < 2 * kBN; begin += pass_cols) {
-      st.acquire();
-#pragma unroll
-      for (int i = 0; i < kBN / 8; ++i) {
-        const int vg = virtual_column<kBN, kPair>(i, false) + 2 * q;
-        const int vu = virtual_column<kBN, kPair>(i, true) + 2 * q;
-        if (vg >= begin && vg < begin + pass_cols) {
-          st.write_pair(ra, vg - begin, p.d.type, acc[4 * i], acc[4 * i + 1]);
-          st.write_pair(ra + 8, vg - begin, p.d.type, acc[4 * i + 2], acc[4 * i + 3]);
-        }
-        if (vu >= begin && vu < begin + pass_cols) {
-          st.write_pair(ra, vu - begin, p.d.type, dup[4 * i], dup[4 * i + 1]);
-          st.write_pair(ra + 8, vu - begin, p.d.type, dup[4 * i + 2], dup[4 * i + 3]);
-        }
-      }
-      st.store(p.d, &p.tma_d, dmap, begin, pass_cols, row0, rows_valid, use_tma);
-    }
+  template <int kBN, PairKind kPair, int kRegs>
+  __device__ static void run_any_output(const float (&acc)[kRegs], const KernelParams& p, const WorkTile& tile,
+                                        int n0, int64_t row0, const Staging<kBN>& st) {
+    if (p.d.type == OutType::f32) run<kBN, kPair, Staging<kBN>::kRowBytes / 4>(acc, p, tile, n0, row0, st);
+    else run<kBN, kPair, Staging<kBN>::kRowBytes / 2>(acc, p, tile, n0, row0, st);
   }
 
   template <int kBN, int kRegs>
@@ -184,11 +184,11 @@ struct DgluEpilogue {
     if constexpr (kBN != kTileN) {
       __trap();  // never launched: the launcher runs dGLU with BN = 128 and without half tiles
     } else if (p.pairing == PairKind::halves) {
-      run<kBN, PairKind::halves>(acc, p, tile, cmap, row0, st);
+      run_any_output<kBN, PairKind::halves>(acc, p, tile, cmap.base[0], row0, st);
     } else if (p.pairing == PairKind::interleaved32) {
-      run<kBN, PairKind::interleaved32>(acc, p, tile, cmap, row0, st);
+      run_any_output<kBN, PairKind::interleaved32>(acc, p, tile, cmap.base[0], row0, st);
     } else {
-      run<kBN, PairKind::interleaved32_up_first>(acc, p, tile, cmap, row0, st);
+      run_any_output<kBN, PairKind::interleaved32_up_first>(acc, p, tile, cmap.base[0], row0, st);
     }
   }
 };

@@ -9,6 +9,8 @@
 namespace moegemm::sm90 {
 
 struct DsreluEpilogue {
+  static constexpr int kScratchBytes = ColumnSums<256>::kBytes;  // dbias column sums of the widest tile
+
   __device__ static ColumnMap b_columns(const KernelParams& p, int n_tile, int bn, bool half) {
     return LinearEpilogue::b_columns(p, n_tile, bn, half);
   }
@@ -52,7 +54,7 @@ struct DsreluEpilogue {
     }
     if (p.red.amax) warp_amax(p.red.amax, amax);
     if (p.red.dbias_partials) {
-      const ColumnSums<kBN, kBN> sums{st};
+      const ColumnSums<kBN> sums{st.scratch, st.tid, st.barrier_id};
       sums.begin();
 #pragma unroll
       for (int i = 0; i < kBN / 8; ++i) {

@@ -29,38 +29,37 @@ __device__ __forceinline__ void write_row_sum(const KernelParams& p, int n_tile,
 }
 
 /// Column sums of a warpgroup's 64 rows into slot (m_index * 2 + warpgroup) of the dbias partials, over
-/// kCols "virtual" columns (chunk-major: chunk c covers 8c..8c+7). Streaming, so that no array of sums
-/// competes with the accumulators for registers: begin() claims the staging buffer as scratch, put() takes
-/// the sum of the thread's two rows at one of its fragment columns and reduces the warp's 8 row groups by
-/// shuffles, finish() adds the 4 warps in order and writes the slot. The caller re-acquires the staging
-/// buffer before staging outputs.
-template <int kCols, int kBN>
+/// kCols "virtual" columns (chunk-major: chunk c covers 8c..8c+7), through the epilogue's shared scratch
+/// ([warp][kCols] floats, kBytes). Streaming, so that no array of sums competes with the accumulators for
+/// registers: begin() waits until the previous tile's finish() has read the scratch, put() takes the sum of
+/// the thread's two rows at one of its fragment columns and reduces the warp's 8 row groups by shuffles,
+/// finish() adds the 4 warps in order and writes the slot.
+template <int kCols>
 struct ColumnSums {
-  static_assert(kCols * 4 * 4 <= Staging<kBN>::kBytes, "column partials fit the staging buffer");
-  const Staging<kBN>& st;
+  static constexpr int kBytes = 4 * kCols * 4;
+  float* scratch;
+  int tid;
+  uint32_t barrier_id;
 
-  __device__ float* scratch() const { return reinterpret_cast<float*>(st.buf); }  // [warp][kCols]
-
-  __device__ void begin() const { st.acquire(); }
+  __device__ void begin() const { named_barrier_sync(barrier_id, 128); }
 
   /// `v` = the thread's two-row sum at virtual column vcol0 + 2 * quad + x (vcol0 a multiple of 8).
   __device__ void put(int vcol0, int x, float v) const {
     v += __shfl_xor_sync(0xffffffffu, v, 4);
     v += __shfl_xor_sync(0xffffffffu, v, 8);
     v += __shfl_xor_sync(0xffffffffu, v, 16);
-    const int lane = st.tid % 32;
-    if (lane < 4) scratch()[(st.tid / 32) * kCols + vcol0 + 2 * lane + x] = v;
+    const int lane = tid % 32;
+    if (lane < 4) scratch[(tid / 32) * kCols + vcol0 + 2 * lane + x] = v;
   }
 
   /// `column_of(v)` maps virtual column v to its global column, or -1 when it is past the limit.
   template <class ColumnOf>
   __device__ void finish(const KernelParams& p, const WorkTile& tile, int width, ColumnOf&& column_of) const {
-    named_barrier_sync(st.barrier_id, 128);
-    const float* sc = scratch();
-    const int warpgroup = static_cast<int>(st.barrier_id) - 1;
+    named_barrier_sync(barrier_id, 128);
+    const int warpgroup = static_cast<int>(barrier_id) - 1;
     float* slot = p.red.dbias_partials + (static_cast<int64_t>(tile.m_index) * 2 + warpgroup) * width;
-    for (int c = st.tid; c < kCols; c += 128) {
-      const float total = ((sc[c] + sc[kCols + c]) + sc[2 * kCols + c]) + sc[3 * kCols + c];
+    for (int c = tid; c < kCols; c += 128) {
+      const float total = ((scratch[c] + scratch[kCols + c]) + scratch[2 * kCols + c]) + scratch[3 * kCols + c];
       const int col = column_of(c);
       if (col >= 0) slot[col] = total;
     }

@@ -43,6 +43,7 @@ struct Staging {
   uint8_t* buf;  // this warpgroup's 64 rows, 1024-byte aligned
   int tid;       // thread index within the warpgroup
   uint32_t barrier_id;
+  float* scratch;  // the epilogue's own shared scratch of this warpgroup (kScratchBytes), if it asked for any
 
   __device__ int row_a() const { return (tid / 32) * 16 + (tid % 32) / 4; }
   __device__ int quad() const { return tid % 4; }
