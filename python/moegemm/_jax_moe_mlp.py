@@ -77,7 +77,7 @@ def moe_mlp(x, w_up, w_down, group_sizes=None, offsets=None, prob=None, activati
     and dprob = 0 (zero_tail).
 
     Args:
-      x: (M, H) bf16/f16, rows sorted by expert.
+      x: (M, H) bf16/f16, rows sorted by expert (f16 on the CPU backend only: the GPU kernels take bf16).
       w_up: (E, H, 2I), x's dtype (jax.lax.ragged_dot layout); its 2I columns pair gate and up by
         ``glu_layout`` ("halves": gate = [0, I), up = [I, 2I); or "interleaved32").
       w_down: (E, I, H), x's dtype.

@@ -56,7 +56,7 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
     ``sum(group_sizes)`` are zero (written by the op: ``zero_tail``, never a fill).
 
     Args:
-      lhs: (M, K) bf16 or f16.
+      lhs: (M, K) bf16 or f16 (f16 on the CPU backend only: the GPU kernels take bf16).
       rhs: (G, K, N), lhs's dtype. K and N multiples of 8 (16-byte aligned rows).
       group_sizes: (G,) integer; offsets = cumsum as int32 inside the computation (no host sync).
         Sizes summing past M are clamped at M, as in jax.lax.ragged_dot.

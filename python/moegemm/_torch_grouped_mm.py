@@ -100,10 +100,10 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
     (whose output is an uninitialised ``empty`` there, on CPU and CUDA); ``zero_tail=True`` (an extension)
     writes zeros to exactly those rows, and to the same rows of dA in the backward.
 
-    dtypes: bf16/f16 inputs (f32/f64 also on CPU); ``out_dtype`` bf16, f16 or f32 (default ``a.dtype``),
+    dtypes: bf16 inputs (f16, f32, f64 on CPU only); ``out_dtype`` bf16, f16 or f32 (default ``a.dtype``),
     unlike torch which only allows ``a.dtype``. ``bias`` (E, N) bf16/f32 is supported (torch rejects any
     bias). Errors: ValueError naming the operand for shapes, dtypes, strides, alignment (N and K multiples
-    of 8 for 16-bit types); NotImplementedError for f32 inputs on CUDA and for unsupported modes.
+    of 8 for 16-bit types); NotImplementedError for f16/f32 inputs on CUDA and for unsupported modes.
     Formula source: docs/ops.md §1 and §5; ``torch._grouped_mm`` (torch/_meta_registrations.py).
     """
     if a.dim() == 2 and b.dim() == 3:

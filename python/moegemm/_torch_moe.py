@@ -104,7 +104,8 @@ def moe_mlp(x: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, offsets: 
     "swiglu_clamped" (gpt-oss, limit 7.0, alpha 1.702, offset 1.0); formulas: docs/ops.md §2-§3.
 
     Args:
-        x: (M, H) tokens sorted by expert, row-major; bf16/f16 (f32/f64 on CPU, for gradient checks).
+        x: (M, H) tokens sorted by expert, row-major; bf16 (also f16, and f32/f64 for gradient checks, on
+            CPU only: the sm_90a kernels take bf16).
         w_up: (E, H, 2I), same dtype; N-contiguous, or a transposed view of an (E, 2I, H) tensor.
         w_down: (E, I, H), same dtype and stride rules.
         offsets: (E,) int32, cumulative end row of each expert, on x's device (never read on the host).
@@ -121,7 +122,7 @@ def moe_mlp(x: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, offsets: 
 
     Raises:
         ValueError naming the operand (shape, dtype, stride, alignment); NotImplementedError for requests the
-        backend cannot serve (f32 inputs on CUDA).
+        backend cannot serve (f16 or f32 inputs on CUDA).
     """
     _check_operands(x, w_up, w_down)
     return _MoEMLPFunction.apply(x, w_up, w_down, offsets, prob, activation, glu_layout, zero_tail)

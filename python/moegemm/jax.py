@@ -14,7 +14,9 @@ Conventions of every function here:
   checks also run at trace time (through the workspace-size query).
 - ``jax.vmap`` of any op loops over the batch (ffi_call ``vmap_method="sequential"``).
 - Works under ``jax.jit`` and eagerly with bit-identical results; on CPU the CPU reference runs,
-  on an sm_90 GPU the sm_90a kernels.
+  on an sm_90 GPU the sm_90a kernels (every op, forward and backward, so ragged_dot and moe_mlp with
+  their gradients run entirely on the GPU). The kernels take bf16 inputs: f16 operands run on the CPU
+  backend, and on the GPU the call fails with UNIMPLEMENTED (a JaxRuntimeError naming the op).
 Importing this module needs jax; ``import moegemm`` does not.
 """
 

@@ -6,7 +6,8 @@ the CPU and CUDA dispatch keys) and registers a fake kernel for every op, so the
 
 Ops (contracts: docs/ops.md; schemas and conventions: docs/torch.md). All take ``offsets`` (E,) int32,
 the cumulative end row of each expert, on the device of the other operands; CPU tensors run the CPU
-reference backend, CUDA tensors the sm_90a kernels (bf16/f16 inputs):
+reference backend (bf16/f16, also f32/f64 inputs), CUDA tensors the sm_90a kernels (every op, forward and
+backward; bf16 inputs):
 
 - ``grouped_gemm(a, b, offsets, *, b_layout, alpha, prob, bias, generate_c, out_dtype, zero_tail,
   validate) -> (d, c)``
@@ -24,7 +25,8 @@ N contiguous. An optional output is requested with its flag (``generate_c``, ``c
 one not requested comes back as an empty tensor of shape (0,). Outputs are uninitialised allocations
 of the caching allocator on the current stream; rows at or past ``offsets[-1]`` are left unwritten
 unless ``zero_tail=True``. Bad operands raise ``ValueError`` naming the operand; requests the backend
-cannot serve (f32 inputs on CUDA, FP8) raise ``NotImplementedError``.
+cannot serve (f16 or f32 inputs on CUDA, FP8) raise ``NotImplementedError``. Device workspace, where an op
+needs one, is sized by the C++ ``X_workspace_bytes`` and allocated (uninitialised) by the caching allocator.
 
 Higher level: :func:`grouped_mm` (``torch._grouped_mm`` drop-in), :func:`moe_mlp` and :class:`MoEMLP`
 (a differentiable MoE MLP on the fused GLU ops).

@@ -1,11 +1,20 @@
-"""Which ops have an sm_90a kernel, and whether this process can run them: the one place the JAX and torch
-tests consult to decide where an op's test runs and what it expects on a GPU.
+"""Which ops have an sm_90a kernel, for which input dtypes, and whether this process can run them: the one
+place the JAX and torch tests consult to decide where an op's test runs and what it expects on a GPU.
 
-Policy: a test whose ops all have a GPU kernel runs them on the GPU when one is present (CPU otherwise); a
-test that needs an op without a GPU kernel (every gradient: the backward passes use grouped_gemm_dglu and
-grouped_gemm_wgrad) runs on the CPU backend on every machine. The GPU-marked tests assert that each op
-outside GPU_KERNEL_OPS raises the "no sm_90a kernel" error on device operands, so the day a kernel lands
-they fail until its name is added here (which then moves every test of that op onto the GPU).
+Policy:
+- Every op has an sm_90a kernel (GPU_KERNEL_OPS is ALL_OPS), forward and backward, for bf16 inputs
+  (GPU_INPUT_DTYPES). So the composite entry points run entirely on the GPU: moegemm.jax.ragged_dot and
+  moe_mlp with their custom_vjp, moegemm.torch.grouped_mm (every mode) and MoEMLP / moe_mlp with autograd.
+- A JAX test that follows the machine (jax_helpers.device_for / on_device_for) runs on the GPU when one is
+  present and has_gpu_kernel(its ops, dtypes=its input dtypes), on the CPU backend otherwise: on a GPU
+  machine its bf16 cases exercise the kernels, its f16 cases the CPU reference.
+- A test that must check both backends on a GPU machine is parametrised over the platform
+  (jax_helpers.PLATFORMS, torch_helpers.DEVICES): the CPU variant runs everywhere, the GPU variant is marked
+  `gpu` and skipped with its reason where no GPU that runs the kernels is present. Both make the same
+  assertions.
+- What stays off the GPU, asserted by the GPU tests: f16 inputs (the kernels take bf16; the call raises
+  the op's "unsupported" error naming bf16: NotImplementedError in torch, UNIMPLEMENTED in JAX); f32/f64
+  inputs (the CPU backend only, by contract); 8-bit and FP4 inputs (unsupported on every backend).
 """
 
 from __future__ import annotations
@@ -15,11 +24,10 @@ import functools
 ALL_OPS = ("grouped_gemm", "grouped_gemm_glu", "grouped_gemm_dglu", "grouped_gemm_srelu", "grouped_gemm_dsrelu",
            "grouped_gemm_wgrad", "gemm_swiglu", "gemm_amax", "gemm_srelu", "gemm_dsrelu")
 
-# Ops the sm_90a backend runs (src/sm90/backend.cu); every other op raises Error(unsupported).
-GPU_KERNEL_OPS = frozenset({"grouped_gemm", "grouped_gemm_glu", "gemm_swiglu"})
-NO_GPU_KERNEL_OPS = tuple(op for op in ALL_OPS if op not in GPU_KERNEL_OPS)
+# Ops the sm_90a backend runs (src/sm90/backend.cu): all of them.
+GPU_KERNEL_OPS = frozenset(ALL_OPS)
 
-# Input dtypes the sm_90a kernels take (other inputs raise unsupported on the device).
+# Input dtypes the sm_90a kernels take (other 16-bit inputs raise unsupported on the device).
 GPU_INPUT_DTYPES = frozenset({"bfloat16"})
 
 # The ops of the composite entry points.
@@ -28,13 +36,11 @@ RAGGED_DOT_BACKWARD = ("grouped_gemm", "grouped_gemm_wgrad")
 MOE_MLP_FORWARD = ("grouped_gemm_glu", "grouped_gemm")
 MOE_MLP_BACKWARD = ("grouped_gemm_dglu", "grouped_gemm", "grouped_gemm_wgrad")
 
-NO_KERNEL_MESSAGE = "no sm_90a kernel for this op yet"
 
-
-def no_kernel_pattern(*ops) -> str:
-    """Regex of the error of an op without a GPU kernel (any of `ops`, or any such op)."""
-    names = ops or NO_GPU_KERNEL_OPS
-    return "(" + "|".join(names) + "): " + NO_KERNEL_MESSAGE
+def refused_dtype_pattern(op: str) -> str:
+    """Regex of the error of `op` on device operands of an input dtype the kernels do not take (f16): the
+    message names the op and the dtype the kernels take."""
+    return op + r":.*\b(bf16|bfloat16)\b"
 
 
 def dtype_name(dtype) -> str:

@@ -23,8 +23,21 @@ def gpu_ready() -> bool:
     return jax_gpu_present()
 
 
+GPU_SKIP_REASON = "needs a GPU that runs the sm_90a kernels (JAX)"
+
+# The platforms of a test that checks both backends (gpu_support's policy): "cpu" everywhere, "gpu" marked
+# gpu and skipped, with GPU_SKIP_REASON, where JAX has no GPU that runs the kernels.
+GPU_MARKS = [pytest.mark.gpu, pytest.mark.skipif(not jax_gpu_present(), reason=GPU_SKIP_REASON)]
+PLATFORMS = ["cpu", pytest.param("gpu", marks=GPU_MARKS)]
+
+
 def cpu_device():
     return jax.devices("cpu")[0]
+
+
+def platform_device(platform):
+    """The first device of `platform` ("cpu" or "gpu")."""
+    return jax.devices(platform)[0]
 
 
 def device_for(*ops, dtypes=()):

@@ -1,21 +1,23 @@
 """GPU only: the sm_90a kernels through the JAX binding against the CPU reference through the same binding
-(same inputs, both platforms' handlers of one target name), repeat runs, many calls in one executable (which
-XLA may capture into a command buffer) against eager calls, and the error of every op without a GPU kernel.
+(same inputs, both platforms' handlers of one target name), for every op, forward and backward, and for the
+gradients of ragged_dot and moe_mlp (their custom_vjp runs grouped_gemm_dglu, grouped_gemm and
+grouped_gemm_wgrad on the GPU); repeat runs; many calls in one executable (which XLA may capture into a
+command buffer) against eager calls; and the inputs that stay off the GPU (f16: the kernels take bf16).
 
-The op lists come from gpu_support: GPU_KERNEL_OPS are run and compared, NO_GPU_KERNEL_OPS must raise the
-"no sm_90a kernel" error (when one gets a kernel, that test fails until gpu_support is updated)."""
+Every op has a GPU kernel for bf16 inputs (gpu_support.GPU_KERNEL_OPS, GPU_INPUT_DTYPES). The checks against
+f32 oracles, of the HLO and of poisoned outputs run on both platforms in the other test_jax_*.py files
+(parametrised over jax_helpers.PLATFORMS)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from gpu_support import GPU_KERNEL_OPS, MOE_MLP_BACKWARD, NO_GPU_KERNEL_OPS, has_gpu_kernel, no_kernel_pattern
-from jax_helpers import (assert_close, dirty_allocator, gpu_ready, offsets_of, rand, running_on, jax, jnp, mj)
+from gpu_support import ALL_OPS, GPU_INPUT_DTYPES, GPU_KERNEL_OPS, has_gpu_kernel, refused_dtype_pattern
+from jax_helpers import (GPU_MARKS, assert_close, dirty_allocator, offsets_of, rand, running_on, jax, jnp, mj)
 from test_jax_ops import _every_op
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not gpu_ready(), reason="needs a GPU that runs the sm_90a kernels (JAX)")]
+pytestmark = GPU_MARKS
 
 JaxRuntimeError = getattr(jax.errors, "JaxRuntimeError", RuntimeError)
 
@@ -54,6 +56,27 @@ def _grouped_cases(sizes):
                                                        activation=act, generate_c=True, **zt),
                 (x, w_up, off, prob))
 
+    dy, c_glu, c_n = rand(rng, (M, H)), rand(rng, (M, 2 * I), scale=2.0), rand(rng, (M, 384), scale=2.0)
+    beta = jnp.asarray(rng.uniform(0.5, 2, E), jnp.float32)
+    w_down_kn = rand(rng, (E, H, I), scale=0.1)
+    cot, cot_n = rand(rng, (M, H), jnp.float32), rand(rng, (M, 384), jnp.float32)
+    dense_outputs = dict(compute_dprob=True, compute_dbias=True, compute_amax=True)
+
+    def dglu(layout, act, b_layout, **extra):
+        w = w_down if b_layout == "nk" else w_down_kn
+        return (("grouped_gemm_dglu",),
+                lambda d, b, c, o, p: mj.grouped_gemm_dglu(d, b, c, o, prob=p, b_layout=b_layout, glu_layout=layout,
+                                                           activation=act, **dense_outputs, **extra, **zt),
+                (dy, w, c_glu, off, prob))
+
+    def ragged_dot_grad(l, r, g):
+        loss = lambda l, r: (mj.ragged_dot(l, r, g).astype(jnp.float32) * cot_n).sum()  # noqa: E731
+        return jax.grad(loss, (0, 1))(l, r)
+
+    def moe_mlp_grad(a, u, d, g, p):
+        loss = lambda a, u, d, p: (mj.moe_mlp(a, u, d, g, prob=p).astype(jnp.float32) * cot).sum()  # noqa: E731
+        return jax.grad(loss, (0, 1, 2, 3))(a, u, d, p)
+
     return {
         "grouped_gemm-nk-alpha-prob-bias": (
             ("grouped_gemm",),
@@ -65,26 +88,62 @@ def _grouped_cases(sizes):
         "grouped_gemm_glu-halves-swiglu": glu("halves", "swiglu"),
         "grouped_gemm_glu-interleaved32-geglu": glu("interleaved32", "geglu"),
         "grouped_gemm_glu-interleaved32_up_first-swiglu_clamped": glu("interleaved32_up_first", "swiglu_clamped"),
+        "grouped_gemm_srelu-kn-alpha-prob-bias": (
+            ("grouped_gemm_srelu",),
+            lambda a, b, o, al, p, bi: mj.grouped_gemm_srelu(a, b, o, alpha=al, prob=p, bias=bi, b_layout="kn",
+                                                             generate_c=True, **zt),
+            (x, w_kn, off, alpha, prob, bias)),
+        "grouped_gemm_dglu-halves-swiglu": dglu("halves", "swiglu", "nk"),
+        "grouped_gemm_dglu-interleaved32-geglu-kn-alpha-beta-f32": dglu(
+            "interleaved32", "geglu", "kn", alpha=alpha, beta=beta, dc_dtype=jnp.float32),
+        "grouped_gemm_dglu-interleaved32_up_first-swiglu_clamped-bf16dbias": dglu(
+            "interleaved32_up_first", "swiglu_clamped", "nk", dbias_dtype=jnp.bfloat16),
+        "grouped_gemm_dsrelu-nk-alpha-prob": (
+            ("grouped_gemm_dsrelu",),
+            lambda d, b, c, o, al, p: mj.grouped_gemm_dsrelu(d, b, c, o, alpha=al, prob=p, **dense_outputs, **zt),
+            (dy, w_nk, c_n, off, alpha, prob)),
+        "grouped_gemm_wgrad-f32": (("grouped_gemm_wgrad",), lambda a, d, o: mj.grouped_gemm_wgrad(a, d, o),
+                                   (x, c_n, off)),
+        "grouped_gemm_wgrad-transposed-bf16": (
+            ("grouped_gemm_wgrad",),
+            lambda a, d, o: mj.grouped_gemm_wgrad(a, d, o, transpose_output=True, w_dtype=jnp.bfloat16),
+            (x, dy, off)),
         "ragged_dot": (("grouped_gemm",), lambda a, b, g: mj.ragged_dot(a, b, g), (x, w_kn, gs)),
+        "ragged_dot-grad": (("grouped_gemm", "grouped_gemm_wgrad"), ragged_dot_grad, (x, w_kn, gs)),
         "moe_mlp": (("grouped_gemm_glu", "grouped_gemm"),
                     lambda a, u, d, g, p: mj.moe_mlp(a, u, d, g, prob=p), (x, w_up, w_down, gs, prob)),
+        "moe_mlp-grad": (("grouped_gemm_glu", "grouped_gemm", "grouped_gemm_dglu", "grouped_gemm_wgrad"),
+                         moe_mlp_grad, (x, w_up, w_down, gs, prob)),
     }
 
 
-def _dense_case(m, b_layout):
+def _dense_cases(m, b_layout):
+    """name -> (fn, operands) of the dense ops; every output element is addressed."""
     rng = np.random.default_rng(m)
-    a = rand(rng, (m, H))
+    a, dy = rand(rng, (m, H)), rand(rng, (m, H))
     b = rand(rng, (512, H) if b_layout == "nk" else (H, 512), scale=0.1)
-    return lambda a, b: mj.gemm_swiglu(a, b, b_layout=b_layout, alpha=0.5), (a, b)
+    c = rand(rng, (m, 512), scale=2.0)
+    prob = jnp.asarray(rng.uniform(0, 1, m), jnp.float32)
+    return {
+        "gemm_swiglu": (lambda a, b: mj.gemm_swiglu(a, b, b_layout=b_layout, alpha=0.5), (a, b)),
+        "gemm_amax": (lambda a, b: mj.gemm_amax(a, b, b_layout=b_layout, c_dtype=jnp.float32), (a, b)),
+        "gemm_srelu": (lambda a, b, p: mj.gemm_srelu(a, b, b_layout=b_layout, alpha=2.0, prob=p, generate_c=True),
+                       (a, b, prob)),
+        "gemm_dsrelu": (lambda d, b, c, p: mj.gemm_dsrelu(d, b, c, b_layout=b_layout, alpha=0.5, prob=p,
+                                                          compute_dprob=True, dc_dtype=jnp.float32),
+                        (dy, b, c, prob)),
+    }
 
 
+DENSE_OPS = list(_dense_cases(1, "nk"))
 CASE_NAMES = list(_grouped_cases(SIZES["ragged"]))
 
 
 def test_the_cases_use_only_ops_with_a_gpu_kernel():
     for name, (ops, _, _) in _grouped_cases(SIZES["ragged"]).items():
         assert has_gpu_kernel(*ops, dtypes=["bfloat16"]), name
-    assert has_gpu_kernel("gemm_swiglu")
+    assert has_gpu_kernel(*DENSE_OPS, dtypes=["bfloat16"])
+    assert set(GPU_KERNEL_OPS) == set(ALL_OPS) == set(_every_op(np.random.default_rng(0)))
 
 
 @pytest.mark.parametrize("sizes", list(SIZES.values()), ids=list(SIZES))
@@ -98,24 +157,27 @@ def test_gpu_matches_cpu_through_the_same_target(case, sizes):
         assert g.shape == c.shape and g.dtype == c.dtype, (i, g.shape, c.shape, g.dtype, c.dtype)
         assert next(iter(g.devices())).platform == "gpu"
         assert_close(np.asarray(g, np.float32), np.asarray(c, np.float32), f"{case} output {i}: gpu vs cpu")
-        if g.shape[0] == M:  # rows at or past offsets[-1] are exact zeros on the GPU too
+        if g.ndim and g.shape[0] == M:  # rows at or past offsets[-1] are exact zeros on the GPU too
             assert (np.asarray(g, np.float32)[end:] == 0).all(), f"{case} output {i}: tail rows not zero"
 
 
 @pytest.mark.parametrize("m", [1, 77, 1000])
 @pytest.mark.parametrize("b_layout", ["nk", "kn"])
-def test_gemm_swiglu_gpu_matches_cpu(m, b_layout):
-    fn, args = _dense_case(m, b_layout)
+@pytest.mark.parametrize("op", DENSE_OPS)
+def test_dense_op_gpu_matches_cpu(op, m, b_layout):
+    fn, args = _dense_cases(m, b_layout)[op]
     gpu, cpu = _run(_gpu(), fn, args), _run(_cpu(), fn, args)
+    assert len(gpu) == len(cpu)
     for i, (g, c) in enumerate(zip(gpu, cpu)):
         assert g.shape == c.shape and g.dtype == c.dtype
-        assert_close(np.asarray(g, np.float32), np.asarray(c, np.float32), f"gemm_swiglu output {i}")
+        assert next(iter(g.devices())).platform == "gpu"
+        assert_close(np.asarray(g, np.float32), np.asarray(c, np.float32), f"{op} output {i}")
 
 
-@pytest.mark.parametrize("case", CASE_NAMES + ["gemm_swiglu"])
+@pytest.mark.parametrize("case", CASE_NAMES + DENSE_OPS)
 def test_twenty_gpu_calls_are_bitwise_identical(case):
-    if case == "gemm_swiglu":
-        fn, args = _dense_case(1000, "nk")
+    if case in DENSE_OPS:
+        fn, args = _dense_cases(1000, "nk")[case]
     else:
         _, fn, args = _grouped_cases(SIZES["ragged"])[case]
     args = jax.device_put(args, _gpu())
@@ -133,8 +195,9 @@ def test_twenty_gpu_calls_are_bitwise_identical(case):
 
 @pytest.mark.parametrize("sizes", list(SIZES.values()), ids=list(SIZES))
 def test_many_calls_in_one_executable_equal_eager(sizes):
-    """Eleven moegemm custom calls in one jitted function (over XLA's command-buffer threshold), chained
-    through each other's outputs, bitwise equal to the same calls made one by one, and to a second run."""
+    """Many moegemm custom calls in one jitted function (over XLA's command-buffer threshold), forward and
+    backward ops chained through each other's outputs, bitwise equal to the same calls made one by one
+    (eager, jax.grad op by op), and to a second run."""
     rng = np.random.default_rng(11)
     x = rand(rng, (M, H))
     w_up, w_down = rand(rng, (E, H, 2 * I), scale=0.1), rand(rng, (E, I, H), scale=0.1)
@@ -155,12 +218,23 @@ def test_many_calls_in_one_executable_equal_eager(sizes):
         outs.append(mj.moe_mlp(x, w_up, w_down, gs, prob=prob))
         outs += list(mj.gemm_swiglu(x, dense))
         outs += list(mj.gemm_swiglu(y, dense, b_layout="nk", alpha=0.25))
+        back = mj.grouped_gemm_dglu(y, w_down, c, off, prob=prob, glu_layout="interleaved32_up_first",
+                                    activation="swiglu_clamped", compute_dprob=True, compute_dbias=True,
+                                    compute_amax=True, zero_tail=True)
+        outs += list(back)
+        outs.append(mj.grouped_gemm_wgrad(x, back.dc, off))
+        outs += list(jax.grad(lambda l, r: (mj.ragged_dot(l, r, gs).astype(jnp.float32) ** 2).sum(), (0, 1))(
+            y, w_up))
+        outs += list(jax.grad(lambda a, u, d, p: (mj.moe_mlp(a, u, d, gs, prob=p).astype(jnp.float32) ** 2).sum(),
+                              (0, 1, 2, 3))(x, w_up, w_down, prob))
         return outs
 
     eager = chain(*args)
     jitted = jax.jit(chain)
     text = jitted.lower(*args).as_text()
-    assert text.count("moegemm_") >= 11, "fewer custom calls in the executable than expected"
+    assert text.count("moegemm_") >= 20, "fewer custom calls in the executable than expected"
+    for target in ("grouped_gemm_dglu", "grouped_gemm_wgrad"):
+        assert f"moegemm_{target}" in text, target
     for run in range(2):
         out = jitted(*args)
         assert len(out) == len(eager)
@@ -168,29 +242,29 @@ def test_many_calls_in_one_executable_equal_eager(sizes):
             np.testing.assert_array_equal(np.asarray(e), np.asarray(j), err_msg=f"run {run} output {i}")
 
 
-def test_every_op_is_either_run_or_refused_on_the_gpu():
-    assert set(GPU_KERNEL_OPS) | set(NO_GPU_KERNEL_OPS) == set(_every_op(np.random.default_rng(0)))
-
-
-@pytest.mark.parametrize("op", NO_GPU_KERNEL_OPS)
-def test_op_without_a_gpu_kernel_says_so(op):
-    """Device operands of an op outside gpu_support.GPU_KERNEL_OPS: the handler reports the missing kernel
-    (UNIMPLEMENTED). When a kernel lands this fails: move the op to GPU_KERNEL_OPS."""
+@pytest.mark.parametrize("op", ALL_OPS)
+def test_every_op_runs_on_the_gpu(op):
+    """Each op called eagerly on device operands (no jit): outputs on the GPU, equal to the CPU reference."""
     with running_on(_gpu()):
-        fn = _every_op(np.random.default_rng(12))[op]
-        with pytest.raises(JaxRuntimeError, match=no_kernel_pattern(op)):
+        gpu = jax.tree_util.tree_leaves(_every_op(np.random.default_rng(12))[op]())
+    with running_on(_cpu()):
+        cpu = jax.tree_util.tree_leaves(_every_op(np.random.default_rng(12))[op]())
+    assert len(gpu) == len(cpu)
+    for i, (g, c) in enumerate(zip(gpu, cpu)):
+        assert next(iter(g.devices())).platform == "gpu"
+        assert g.shape == c.shape and g.dtype == c.dtype
+        assert_close(np.asarray(g, np.float32), np.asarray(c, np.float32), f"{op} output {i}")
+
+
+@pytest.mark.parametrize("op", ALL_OPS)
+def test_f16_inputs_stay_on_the_cpu(op):
+    """The kernels take bf16 inputs only (gpu_support.GPU_INPUT_DTYPES): f16 operands run on the CPU backend
+    and, on the GPU, the handler reports the unsupported dtype (UNIMPLEMENTED) naming the op."""
+    assert "float16" not in GPU_INPUT_DTYPES and not has_gpu_kernel(op, dtypes=["float16"])
+    with running_on(_cpu()):
+        out = jax.tree_util.tree_leaves(_every_op(np.random.default_rng(13), jnp.float16)[op]())
+        assert all(np.isfinite(np.asarray(x, np.float32)).all() for x in out)
+    with running_on(_gpu()):
+        fn = _every_op(np.random.default_rng(13), jnp.float16)[op]
+        with pytest.raises(JaxRuntimeError, match=refused_dtype_pattern(op)):
             jax.block_until_ready(fn())
-
-
-def test_moe_mlp_backward_on_the_gpu_raises_until_its_kernels_land():
-    missing = [op for op in MOE_MLP_BACKWARD if not has_gpu_kernel(op)]
-    assert missing, "every backward op has a GPU kernel: compare moe_mlp gradients on the GPU with the CPU"
-    rng = np.random.default_rng(13)
-    with running_on(_gpu()):
-        x, w_up, w_down = rand(rng, (64, H)), rand(rng, (2, H, 2 * I), scale=0.1), rand(rng, (2, I, H), scale=0.1)
-        gs = jnp.asarray([40, 24], jnp.int32)
-        y = mj.moe_mlp(x, w_up, w_down, gs)  # the forward runs on the GPU
-        assert next(iter(y.devices())).platform == "gpu" and np.isfinite(np.asarray(y, np.float32)).all()
-        with pytest.raises(JaxRuntimeError, match=no_kernel_pattern(*missing)):
-            grads = jax.grad(lambda *a: mj.moe_mlp(*a, gs).astype(jnp.float32).sum(), (0, 1, 2))(x, w_up, w_down)
-            jax.block_until_ready(grads)

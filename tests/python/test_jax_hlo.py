@@ -1,17 +1,19 @@
-"""No output is initialised by XLA: the lowered and compiled HLO of every op (and of ragged_dot and
-moe_mlp, forward and backward) has no memset, no broadcast of zero and no aliasing into our outputs.
-Lowered for device_for(the ops of the call): the GPU's HLO when one is present and they all have sm_90a
-kernels, the CPU's otherwise."""
+"""No output is initialised by XLA: the lowered and compiled HLO of every op, forward and backward (and of
+ragged_dot and moe_mlp, forward and backward), has no memset, no broadcast of zero and no aliasing into our
+outputs, and every call carries a workspace of the size the trace-time query gave. Lowered and compiled
+for each platform of jax_helpers.PLATFORMS: the CPU's HLO everywhere, the GPU's where JAX has a GPU that
+runs the sm_90a kernels (every op has one)."""
 
 from __future__ import annotations
 
 import re
+from collections import Counter
 
 import numpy as np
 import pytest
 
-from gpu_support import MOE_MLP_BACKWARD, MOE_MLP_FORWARD, RAGGED_DOT_BACKWARD, RAGGED_DOT_FORWARD
-from jax_helpers import on_device_for, rand, jax, jnp, mj
+from jax_helpers import PLATFORMS, platform_device, rand, running_on, jax, jnp, mj
+from moegemm import _jax_native as native
 from test_jax_ops import _every_op
 
 # A zero constant (scalar or splat) in stablehlo text or HLO text.
@@ -47,31 +49,83 @@ def _check(fn, *args):
 
 
 @pytest.mark.parametrize("op", list(_every_op(np.random.default_rng(0))))
-def test_op_hlo_has_no_fill(op):
-    with on_device_for(op):
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_op_hlo_has_no_fill(op, platform):
+    with running_on(platform_device(platform)):
         _check(_every_op(np.random.default_rng(0))[op])
 
 
-def test_ragged_dot_forward_and_backward_hlo_have_no_fill():
-    rng = np.random.default_rng(1)
-    lhs, rhs, gs = rand(rng, (64, 32)), rand(rng, (4, 32, 16)), jnp.array([10, 0, 30, 4], jnp.int32)
-    ct = rand(rng, (64, 16))
-    with on_device_for(*RAGGED_DOT_FORWARD):
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_ragged_dot_forward_and_backward_hlo_have_no_fill(platform):
+    with running_on(platform_device(platform)):
+        rng = np.random.default_rng(1)
+        lhs, rhs, gs = rand(rng, (64, 32)), rand(rng, (4, 32, 16)), jnp.array([10, 0, 30, 4], jnp.int32)
+        ct = rand(rng, (64, 16))
         _check(lambda l, r: mj.ragged_dot(l, r, gs), lhs, rhs)
-    with on_device_for(*RAGGED_DOT_BACKWARD):
         _check(lambda l, r, c: jax.vjp(lambda l, r: mj.ragged_dot(l, r, gs), l, r)[1](c), lhs, rhs, ct)
 
 
-def test_moe_mlp_forward_and_backward_hlo_have_no_fill():
-    rng = np.random.default_rng(2)
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_moe_mlp_forward_and_backward_hlo_have_no_fill(platform):
+    with running_on(platform_device(platform)):
+        rng = np.random.default_rng(2)
+        x, wu, wd = rand(rng, (64, 32)), rand(rng, (4, 32, 64)), rand(rng, (4, 32, 32))
+        off = jnp.asarray(np.cumsum([10, 0, 30, 4]), jnp.int32)
+        p, ct = jnp.ones((64,), jnp.float32) * 0.5, rand(rng, (64, 32))
+        _check(lambda x, wu, wd, p: mj.moe_mlp(x, wu, wd, offsets=off, prob=p), x, wu, wd, p)
+        _check(lambda x, wu, wd, p, c: jax.vjp(lambda *a: mj.moe_mlp(*a[:3], offsets=off, prob=a[3]),
+                                               x, wu, wd, p)[1](c), x, wu, wd, p, ct)
+        # the backward's own calls, checked above: grouped_gemm_dglu, grouped_gemm (dx), two grouped_gemm_wgrad
+        text = jax.jit(lambda x, wu, wd, p, c: jax.vjp(
+            lambda *a: mj.moe_mlp(*a[:3], offsets=off, prob=a[3]), x, wu, wd, p)[1](c)).lower(
+            x, wu, wd, p, ct).as_text()
+        targets = re.findall(r"@(moegemm_\w+)", text)
+        assert targets.count("moegemm_grouped_gemm_dglu") == 1, targets
+        assert targets.count("moegemm_grouped_gemm_wgrad") == 2, targets
+        assert "moegemm_grouped_gemm" in targets, targets
+
+
+def _workspace_results(text):
+    """The size of the trailing u8 workspace result of every moegemm custom call in lowered text."""
+    sizes = []
+    for line in text.splitlines():
+        if "stablehlo.custom_call @moegemm_" in line:
+            found = re.search(r"tensor<(\d+)xui8>\)$", line.strip())
+            assert found, f"a moegemm call without a trailing u8 workspace result: {line.strip()[:200]}"
+            sizes.append(int(found.group(1)))
+    return sizes
+
+
+def _moe_mlp_backward():
+    rng = np.random.default_rng(3)
     x, wu, wd = rand(rng, (64, 32)), rand(rng, (4, 32, 64)), rand(rng, (4, 32, 32))
     off = jnp.asarray(np.cumsum([10, 0, 30, 4]), jnp.int32)
     p, ct = jnp.ones((64,), jnp.float32) * 0.5, rand(rng, (64, 32))
-    with on_device_for(*MOE_MLP_FORWARD):
-        _check(lambda x, wu, wd, p: mj.moe_mlp(x, wu, wd, offsets=off, prob=p), x, wu, wd, p)
-    with on_device_for(*MOE_MLP_BACKWARD):
-        _check(lambda x, wu, wd, p, c: jax.vjp(lambda *a: mj.moe_mlp(*a[:3], offsets=off, prob=a[3]),
-                                               x, wu, wd, p)[1](c), x, wu, wd, p, ct)
+    return jax.vjp(lambda *a: mj.moe_mlp(*a[:3], offsets=off, prob=a[3]), x, wu, wd, p)[1](ct)
+
+
+@pytest.mark.parametrize("op", list(_every_op(np.random.default_rng(0))) + ["moe_mlp_backward"])
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_every_call_carries_the_queried_workspace(op, platform, monkeypatch):
+    """Each custom call's last result is a u8 buffer of exactly the bytes moegemm::X_workspace_bytes gave
+    at trace time (device sizes: non-zero where a kernel needs scratch, e.g. the backward ops), which the
+    handler passes to the op as its workspace."""
+    queried = []
+
+    def spy(*args, **kwargs):
+        queried.append(real(*args, **kwargs))
+        return queried[-1]
+
+    real = native.workspace_bytes
+    monkeypatch.setattr(native, "workspace_bytes", spy)
+    with running_on(platform_device(platform)):
+        fn = _moe_mlp_backward if op == "moe_mlp_backward" else _every_op(np.random.default_rng(0))[op]
+        text = jax.jit(fn).lower().as_text()
+    found = _workspace_results(text)
+    if op == "moe_mlp_backward":  # the forward's down projection (y) is traced, then dropped as unused
+        assert len(found) >= 4 and not Counter(found) - Counter(queried), (found, queried)
+    else:
+        assert found == queried and len(found) == 1, (found, queried)
 
 
 def test_the_checker_catches_a_zero_filled_aliased_output():

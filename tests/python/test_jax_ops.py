@@ -1,15 +1,16 @@
 """Every op of moegemm.jax against an f32 oracle on random data, jit vs eager, trace-time errors.
 
-Each test runs on device_for(its ops): the GPU when one is present and every op it calls has an sm_90a
-kernel (gpu_support.GPU_KERNEL_OPS), the CPU backend otherwise."""
+The value tests run on device_for(their ops): the GPU when one is present (every op has an sm_90a kernel
+for bf16 inputs, gpu_support), the CPU backend otherwise. jit vs eager runs on both platforms
+(jax_helpers.PLATFORMS)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from jax_helpers import (assert_close, expert_of_rows, f32, grouped_matmul_ref, offsets_of, on_device_for, rand,
-                         silu, jax, jnp, mj)
+from jax_helpers import (PLATFORMS, assert_close, expert_of_rows, f32, grouped_matmul_ref, offsets_of,
+                         on_device_for, platform_device, rand, running_on, silu, jax, jnp, mj)
 
 SIZES = [37, 0, 80, 5, 0, 61]  # empty middle experts, sizes not multiples of any tile; tail rows below
 M, K, N, E = 200, 64, 48, len(SIZES)
@@ -170,16 +171,19 @@ def test_dense_ops_values(b_layout):
     assert_close(dprob, (np.maximum(f32(c2), 0) ** 2 * dh).sum(1), "gemm_dsrelu dprob")
 
 
-def _every_op(rng):
+def _every_op(rng, dtype=jnp.bfloat16):
+    """op name -> a call of it (every output defined on every row: zero_tail), inputs in `dtype`."""
     a, b, off = _inputs(rng)
     bk = rand(rng, (E, 128, K), scale=0.2)
     dy, c128, c48 = rand(rng, (M, K)), rand(rng, (M, 128)), rand(rng, (M, N))
     dense = rand(rng, (128, K), scale=0.2)
+    w64 = rand(np.random.default_rng(0), (E, 64, K))
+    if dtype != jnp.bfloat16:
+        a, b, bk, dy, c128, c48, dense, w64 = (x.astype(dtype) for x in (a, b, bk, dy, c128, c48, dense, w64))
     return {
         "grouped_gemm": lambda: mj.grouped_gemm(a, b, off, generate_c=True, zero_tail=True),
         "grouped_gemm_glu": lambda: mj.grouped_gemm_glu(a, bk, off, generate_c=True, zero_tail=True),
-        "grouped_gemm_dglu": lambda: mj.grouped_gemm_dglu(
-            dy, rand(np.random.default_rng(0), (E, 64, K)), c128, off, compute_dprob=True, zero_tail=True),
+        "grouped_gemm_dglu": lambda: mj.grouped_gemm_dglu(dy, w64, c128, off, compute_dprob=True, zero_tail=True),
         "grouped_gemm_srelu": lambda: mj.grouped_gemm_srelu(a, b, off, generate_c=True, zero_tail=True),
         "grouped_gemm_dsrelu": lambda: mj.grouped_gemm_dsrelu(dy, b, c48, off, compute_dprob=True,
                                                                 zero_tail=True),
@@ -192,14 +196,16 @@ def _every_op(rng):
 
 
 @pytest.mark.parametrize("op", list(_every_op(np.random.default_rng(0))))
-def test_jit_and_eager_bitwise_identical(op):
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_jit_and_eager_bitwise_identical(op, platform):
     """Whole outputs (zero_tail makes the tail rows defined), eager once, the jitted call twice."""
-    with on_device_for(op):
+    with running_on(platform_device(platform)) as device:
         fn = _every_op(np.random.default_rng(8))[op]
         eager = jax.tree_util.tree_leaves(fn())
         jitted = jax.jit(fn)
         first = jax.tree_util.tree_leaves(jitted())
         second = jax.tree_util.tree_leaves(jitted())
+    assert all(next(iter(x.devices())).platform == device.platform for x in eager + first)
     for e, j1, j2 in zip(eager, first, second):
         assert np.isfinite(f32(e)).any()
         np.testing.assert_array_equal(np.asarray(e), np.asarray(j1))

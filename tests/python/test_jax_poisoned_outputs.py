@@ -1,15 +1,18 @@
 """Poisoned outputs (docs/ops.md §9.2) for every output of every op: the allocator is dirtied with
 SENTINEL buffers and each output is written into a donated SENTINEL buffer. Every addressed element
 must be overwritten (equal to the clean result); rows at or past offsets[-1] must still hold SENTINEL,
-or be zero with zero_tail. Each op runs on device_for(op): on a GPU machine the ops with sm_90a kernels
-write into buffers of XLA's GPU allocator, the others run on the CPU backend."""
+or be zero with zero_tail. Each case runs on every platform of jax_helpers.PLATFORMS: the CPU backend
+everywhere and, where JAX has a GPU that runs the sm_90a kernels, the kernels writing into buffers of XLA's
+GPU allocator (every op, forward and backward: e.g. dglu's dc and dprob keep the sentinel in their tail
+rows, or are zero there with zero_tail)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from jax_helpers import SENTINEL, offsets_of, on_device_for, rand, run_into_sentinels, jax, jnp, mj
+from jax_helpers import (PLATFORMS, SENTINEL, offsets_of, platform_device, rand, run_into_sentinels, running_on,
+                         jax, jnp, mj)
 
 SIZES = [37, 0, 80, 5, 0, 61]
 M, K, E = 200, 64, len(SIZES)
@@ -51,8 +54,9 @@ ALL_CASES = [(op, g, zt) for g, ops in enumerate(_cases(np.random.default_rng(0)
 
 
 @pytest.mark.parametrize("op,group,zero_tail", ALL_CASES)
-def test_every_output_written_and_tail_untouched(op, group, zero_tail):
-    with on_device_for(op):
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_every_output_written_and_tail_untouched(op, group, zero_tail, platform):
+    with running_on(platform_device(platform)):
         fn, args = _cases(np.random.default_rng(1), zero_tail)[group][op]
         clean = jax.tree_util.tree_leaves(fn(*args))
         specs = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in clean]

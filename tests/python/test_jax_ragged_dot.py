@@ -1,17 +1,19 @@
-"""moegemm.jax.ragged_dot and moe_mlp: value and gradient against jax.lax.ragged_dot / a plain f32
-implementation, the shapes of JAX's own ragged_dot tests, and cases C04, C05, C06, C12.
+"""moegemm.jax.ragged_dot and moe_mlp: value and gradient against jax.lax.ragged_dot / jax.grad of a plain
+f32 implementation, the shapes of JAX's own ragged_dot tests, and cases C04, C05, C06, C12.
 
-Forward passes run on device_for(their ops and dtype) (the GPU when one is present and the sm_90a kernels
-serve them); gradients and the ops without a GPU kernel run on the CPU backend on every machine
-(gpu_support.RAGGED_DOT_BACKWARD / MOE_MLP_BACKWARD). The f32 oracles always run on the CPU."""
+Value and gradient tests run, forward and backward (custom_vjp) alike, on each platform of
+jax_helpers.PLATFORMS (bf16; f16 on the CPU backend only, the kernels take bf16) or on device_for(their ops
+and dtype): the GPU when one is present, since every op of RAGGED_DOT_BACKWARD and MOE_MLP_BACKWARD has an
+sm_90a kernel. The f32 oracles always run on the CPU."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from gpu_support import MOE_MLP_BACKWARD, MOE_MLP_FORWARD, RAGGED_DOT_BACKWARD, RAGGED_DOT_FORWARD
-from jax_helpers import assert_close, f32, offsets_of, on_cpu, on_device_for, rand, jax, jnp, mj
+from gpu_support import MOE_MLP_FORWARD, RAGGED_DOT_BACKWARD
+from jax_helpers import (GPU_MARKS, PLATFORMS, assert_close, device_for, f32, offsets_of, on_cpu, on_device_for,
+                         platform_device, rand, running_on, jax, jnp, mj)
 
 _HIGHEST = jax.lax.Precision.HIGHEST
 
@@ -28,19 +30,24 @@ def _oracle(lhs, rhs, sizes):
                                              precision=_HIGHEST))
 
 
-def _check_value_and_grad(lhs, rhs, sizes, preferred=None):
-    with on_device_for(*RAGGED_DOT_FORWARD, dtypes=[lhs.dtype]) as device:
+def _check_value_and_grad(lhs, rhs, sizes, preferred=None, device=None):
+    """Value and both gradients of ragged_dot (forward and custom_vjp backward jitted on `device`, default
+    device_for(the backward's ops, lhs's dtype)) against jax.lax.ragged_dot of f32 casts on the CPU."""
+    device = device or device_for(*RAGGED_DOT_BACKWARD, dtypes=[lhs.dtype])
+    with running_on(device):
         gs = jnp.asarray(sizes, jnp.int32)
         out = jax.jit(lambda l, r: mj.ragged_dot(l, r, gs, preferred_element_type=preferred))(
             *jax.device_put((lhs, rhs), device))
     assert out.dtype == (preferred or lhs.dtype)
     assert_close(out, _oracle(lhs, rhs, sizes), "value")
-    with on_device_for(*RAGGED_DOT_BACKWARD, dtypes=[lhs.dtype]) as device:
+    with running_on(device):
         gs = jnp.asarray(sizes, jnp.int32)
         cot = rand(np.random.default_rng(99), out.shape, jnp.float32)
         loss = lambda l, r: (mj.ragged_dot(l, r, gs).astype(jnp.float32) * cot).sum()  # noqa: E731
         ref_loss = lambda l, r: (jax.lax.ragged_dot(l, r, gs, precision=_HIGHEST) * cot).sum()  # noqa: E731
         dl, dr = jax.jit(jax.grad(loss, (0, 1)))(*jax.device_put((lhs, rhs), device))
+    for x in (out, dl, dr):
+        assert next(iter(x.devices())).platform == device.platform
     with on_cpu():
         rl, rr = jax.grad(ref_loss, (0, 1))(jnp.asarray(f32(lhs)), jnp.asarray(f32(rhs)))
     assert_close(dl, rl, "d lhs")
@@ -57,11 +64,18 @@ UNALIGNED_JAX_CASES = [(64, 4, 3, 1), (64, 9, 8, 2)]
 JAX_CASES = [(64, 8, 8, 1), (64, 16, 8, 2), (128, 64, 32, 4), (40, 24, 16, 7), (256, 128, 64, 16)]
 
 
+# (platform, dtype): the kernels take bf16, so f16 runs on the CPU backend only.
+PLATFORM_DTYPES = [pytest.param("cpu", jnp.bfloat16, id="cpu-bfloat16"),
+                   pytest.param("cpu", jnp.float16, id="cpu-float16"),
+                   pytest.param("gpu", jnp.bfloat16, id="gpu-bfloat16", marks=GPU_MARKS)]
+
+
 @pytest.mark.parametrize("m,k,n,g", JAX_CASES)
-@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
-def test_ragged_dot_jax_cases(m, k, n, g, dtype):
+@pytest.mark.parametrize("platform,dtype", PLATFORM_DTYPES)
+def test_ragged_dot_jax_cases(m, k, n, g, platform, dtype):
     rng = np.random.default_rng(m * 7 + g)
-    _check_value_and_grad(rand(rng, (m, k), dtype), rand(rng, (g, k, n), dtype), _random_sizes(rng, m, g))
+    _check_value_and_grad(rand(rng, (m, k), dtype), rand(rng, (g, k, n), dtype), _random_sizes(rng, m, g),
+                          device=platform_device(platform))
 
 
 @pytest.mark.parametrize("m,k,n,g", UNALIGNED_JAX_CASES)
@@ -71,10 +85,12 @@ def test_ragged_dot_unaligned_jax_cases_raise(m, k, n, g):
         mj.ragged_dot(rand(rng, (m, k)), rand(rng, (g, k, n)), jnp.asarray(_random_sizes(rng, m, g)))
 
 
-def test_ragged_dot_preferred_f32_and_sizes_short_of_m():
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_ragged_dot_preferred_f32_and_sizes_short_of_m(platform):
     rng = np.random.default_rng(1)
     sizes = np.array([10, 0, 20, 3], np.int32)  # sum 33 < M = 64: rows 33.. are zero
-    out, dl, _ = _check_value_and_grad(rand(rng, (64, 32)), rand(rng, (4, 32, 16)), sizes, jnp.float32)
+    out, dl, _ = _check_value_and_grad(rand(rng, (64, 32)), rand(rng, (4, 32, 16)), sizes, jnp.float32,
+                                       platform_device(platform))
     assert (f32(out)[33:] == 0).all() and (f32(dl)[33:] == 0).all()
 
 
@@ -97,16 +113,18 @@ def test_c06_empty_groups_and_n43_error():
 
 
 @pytest.mark.parametrize("sizes", [[5, 9, 0], [0, 0, 0]])
-def test_c12_last_or_every_expert_empty(sizes):
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_c12_last_or_every_expert_empty(sizes, platform):
     rng = np.random.default_rng(4)
     sizes = np.array(sizes, np.int32)
-    out, dl, dr = _check_value_and_grad(rand(rng, (16, 32)), rand(rng, (3, 32, 16)), sizes)
+    out, dl, dr = _check_value_and_grad(rand(rng, (16, 32)), rand(rng, (3, 32, 16)), sizes,
+                                        device=platform_device(platform))
     assert out.shape == (16, 16) and dr.shape == (3, 32, 16)
     assert (f32(dr[2]) == 0).all()
     # gradients stay connected: a nonzero expert gets a nonzero gradient
     if sizes.sum():
         assert np.abs(f32(dr[0])).sum() > 0
-    with on_device_for("grouped_gemm_wgrad"):
+    with running_on(platform_device(platform)):
         w = mj.grouped_gemm_wgrad(rand(rng, (16, 32)), rand(rng, (16, 16)), offsets_of(sizes))
     assert (f32(w[2]) == 0).all()
 
@@ -148,45 +166,92 @@ def test_c05_two_iterations_of_forward_and_backward_with_dirty_allocator():
         np.testing.assert_array_equal(x, y)
 
 
-def _moe_reference(x, w_up, w_down, sizes, prob, activation):
-    gs = jnp.asarray(sizes)
-    g = jax.lax.ragged_dot(x, w_up, gs, precision=_HIGHEST)
-    i = w_up.shape[2] // 2
-    gate, up = g[:, :i], g[:, i:]
+def _glu_pair(g, layout):
+    """(gate, up) of pre-activation columns g (M, 2I) in a moegemm GLU layout."""
+    i = g.shape[1] // 2
+    if layout == "halves":
+        return g[:, :i], g[:, i:]
+    blocks = g.reshape(g.shape[0], -1, 2, 32)
+    first, second = blocks[:, :, 0].reshape(g.shape[0], i), blocks[:, :, 1].reshape(g.shape[0], i)
+    return (first, second) if layout == "interleaved32" else (second, first)
+
+
+def _gated(gate, up, activation, limit=7.0, act_alpha=1.702, linear_offset=1.0):
+    """The gated activations of docs/ops.md section 2 in plain jnp."""
     if activation == "swiglu":
-        h = jax.nn.silu(gate) * up
-    else:
-        h = jax.nn.gelu(gate, approximate=True) * up
+        return jax.nn.silu(gate) * up
+    if activation == "geglu":
+        return jax.nn.gelu(gate, approximate=True) * up
+    g = jnp.minimum(gate, limit)
+    u = jnp.clip(up, -limit, limit)
+    return (u + linear_offset) * g * jax.nn.sigmoid(act_alpha * g)
+
+
+def _moe_reference(x, w_up, w_down, sizes, prob, activation, glu_layout="halves"):
+    """The expert MLP in plain f32 jnp (jax.lax.ragged_dot at HIGHEST precision): rows past sum(sizes)
+    give zero."""
+    gs = jnp.asarray(sizes)
+    gate, up = _glu_pair(jax.lax.ragged_dot(x, w_up, gs, precision=_HIGHEST), glu_layout)
+    h = _gated(gate, up, activation)
     return jax.lax.ragged_dot(h * prob[:, None], w_down, gs, precision=_HIGHEST)
 
 
-@pytest.mark.parametrize("activation", ["swiglu", "geglu"])
-def test_moe_mlp_value_and_gradients(activation):
-    rng = np.random.default_rng(7)
-    sizes = np.array([30, 0, 51, 11, 0], np.int32)  # 92 of M = 100 rows
-    m, h, i, e = 100, 64, 32, len(sizes)
-    x, w_up, w_down = rand(rng, (m, h)), rand(rng, (e, h, 2 * i), scale=0.2), rand(rng, (e, i, h), scale=0.2)
+# name -> (M, H, I, group sizes): empty experts (first, middle, last), sizes that are no multiple of any tile,
+# and rows past the last group (y, dx and dprob are zero there).
+MOE_SHAPES = {
+    "small": (100, 64, 32, [30, 0, 51, 11, 0]),
+    "unaligned": (1000, 256, 128, [0, 500, 0, 1, 243, 0, 0, 7]),
+}
+MOE_CASES = [("small", "swiglu", "halves"), ("small", "geglu", "halves"),
+             ("small", "swiglu_clamped", "interleaved32"), ("unaligned", "swiglu", "halves"),
+             ("unaligned", "geglu", "interleaved32")]
+
+
+@pytest.mark.parametrize("shape,activation,glu_layout", MOE_CASES)
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_moe_mlp_value_and_gradients_match_f32_autodiff(shape, activation, glu_layout, platform):
+    """The whole MoE MLP (fused GLU up-projection, down grouped GEMM) on bf16 inputs, forward and backward
+    through moegemm's custom_vjp (grouped_gemm_dglu, grouped_gemm, grouped_gemm_wgrad) jitted on the
+    platform, against jax.grad of the plain f32 implementation on f32 casts of the same inputs, to the
+    spec's bf16 tolerances (docs/ops.md section 9)."""
+    m, h, i, sizes = MOE_SHAPES[shape]
+    sizes = np.array(sizes, np.int32)
+    e, end = len(sizes), int(sizes.sum())
+    rng = np.random.default_rng(7 + m)
+    x = rand(rng, (m, h))
+    w_up, w_down = rand(rng, (e, h, 2 * i), scale=1.5 / np.sqrt(h)), rand(rng, (e, i, h), scale=1 / np.sqrt(i))
     prob = jnp.asarray(rng.uniform(0.2, 1, m), jnp.float32)
     cot = rand(rng, (m, h), jnp.float32)
     args = (x, w_up, w_down, prob)
-    loss = lambda x, wu, wd, p: (mj.moe_mlp(x, wu, wd, jnp.asarray(sizes), prob=p,  # noqa: E731
-                                            activation=activation).astype(jnp.float32) * cot).sum()
-    ref = lambda x, wu, wd, p: (_moe_reference(x, wu, wd, sizes, p, activation) * cot).sum()  # noqa: E731
-    with on_device_for(*MOE_MLP_FORWARD) as device:
-        y = jax.jit(lambda *a: mj.moe_mlp(*a[:3], jnp.asarray(sizes), prob=a[3], activation=activation))(
-            *jax.device_put(args, device))
+    device = platform_device(platform)
+    kw = dict(activation=activation, glu_layout=glu_layout)
+
+    def loss(x, wu, wd, p):
+        return (mj.moe_mlp(x, wu, wd, jnp.asarray(sizes), prob=p, **kw).astype(jnp.float32) * cot).sum()
+
+    def ref(x, wu, wd, p):
+        return (_moe_reference(x, wu, wd, sizes, p, activation, glu_layout) * cot).sum()
+
+    with running_on(device):
+        on_device = jax.device_put(args, device)
+        y = jax.jit(lambda *a: mj.moe_mlp(*a[:3], jnp.asarray(sizes), prob=a[3], **kw))(*on_device)
+        grads = jax.jit(jax.grad(loss, (0, 1, 2, 3)))(*on_device)
+    for out in (y, *grads):
+        assert next(iter(out.devices())).platform == device.platform
     with on_cpu():
         f32_args = tuple(jnp.asarray(f32(a)) for a in args)
-        assert_close(y, _moe_reference(*f32_args[:3], sizes, f32_args[3], activation), "y")
-    assert (f32(y)[92:] == 0).all()
-    with on_device_for(*MOE_MLP_BACKWARD) as device:
-        grads = jax.jit(jax.grad(loss, (0, 1, 2, 3)))(*jax.device_put(args, device))
-    with on_cpu():
+        y_ref = _moe_reference(*f32_args[:3], sizes, f32_args[3], activation, glu_layout)
         ref_grads = jax.grad(ref, (0, 1, 2, 3))(*f32_args)
-    for name, g, r in zip(["dx", "dw_up", "dw_down", "dprob"], grads, ref_grads):
+    assert y.dtype == x.dtype
+    assert_close(y[:end], y_ref[:end], "y")
+    for name, g, r, a in zip(["dx", "dw_up", "dw_down", "dprob"], grads, ref_grads, args):
+        assert g.shape == a.shape and g.dtype == a.dtype, (name, g.shape, g.dtype)
         assert_close(g, r, name)
-    assert (f32(grads[1][1]) == 0).all() and (f32(grads[2][4]) == 0).all()
-    assert (f32(grads[0])[92:] == 0).all() and (f32(grads[3])[92:] == 0).all()
+    for expert, s in enumerate(sizes):
+        if s == 0:  # experts without rows: exact zeros written by grouped_gemm_wgrad
+            assert (f32(grads[1][expert]) == 0).all() and (f32(grads[2][expert]) == 0).all(), expert
+    for name, out in (("y", y), ("dx", grads[0]), ("dprob", grads[3])):
+        assert (f32(out)[end:] == 0).all(), f"{name}: rows past the last group not zero"
 
 
 @on_device_for(*MOE_MLP_FORWARD)

@@ -1,11 +1,12 @@
 """Autograd of moe_mlp / MoEMLP and grouped_mm: gradcheck in float64 on CPU, values against a plain torch
-implementation, case C05 (two iterations, dirtied allocator) and C12 (empty experts stay connected)."""
+implementation (bf16 on CPU and CUDA against torch.autograd of the float32 implementation), case C05 (two
+iterations, dirtied allocator) and C12 (empty experts stay connected)."""
 
 import pytest
 import torch
 
 import moegemm.torch as mt
-from torch_helpers import activation, assert_close, glu_halves, offsets_of, poison, randn, ranges
+from torch_helpers import DEVICES, activation, assert_close, glu_halves, offsets_of, poison, randn, ranges
 
 
 def torch_moe_mlp(x, w_up, w_down, offsets, prob=None, act="swiglu", layout="halves"):
@@ -79,6 +80,52 @@ def test_moe_mlp_values_and_grads_vs_plain_torch(dtype):
         assert mine.grad.dtype == mine.dtype and mine.grad.shape == mine.shape
         assert_close(mine.grad, theirs.grad, True)
     assert bf16 or True
+
+
+# name -> (M, H, I, group sizes): empty experts (first, middle, last), sizes that are no multiple of any tile,
+# rows past the last expert.
+MOE_SHAPES = {
+    "small": (40, 64, 64, [6, 0, 11, 3, 0]),
+    "unaligned": (1000, 256, 128, [0, 500, 0, 1, 243, 0, 0, 7]),
+}
+MOE_CASES = [("small", "swiglu", "halves", False), ("small", "geglu", "interleaved32", True),
+             ("small", "swiglu_clamped", "halves", True), ("unaligned", "swiglu", "halves", True),
+             ("unaligned", "geglu", "interleaved32", False)]
+
+
+@pytest.mark.parametrize("shape,act,layout,zero_tail", MOE_CASES)
+@pytest.mark.parametrize("device", DEVICES)
+def test_moe_mlp_grads_match_f32_autograd(device, shape, act, layout, zero_tail):
+    """The whole MoE MLP (fused GLU up-projection, down grouped GEMM) on bf16 inputs on `device`, backward
+    through moegemm's autograd (grouped_gemm_dglu, grouped_gemm, grouped_gemm_wgrad), against
+    torch.autograd of the plain float32 implementation on float32 copies of the same inputs and the same
+    output gradient, to the spec's bf16 tolerances (docs/ops.md section 9)."""
+    m, h, i, sizes = MOE_SHAPES[shape]
+    e, end = len(sizes), sum(sizes)
+    offsets = offsets_of(sizes, device)
+    x = randn(m, h, seed=31, device=device)
+    w_up = randn(e, h, 2 * i, seed=32, scale=1.5 / h ** 0.5, device=device)
+    w_down = randn(e, i, h, seed=33, scale=1 / i ** 0.5, device=device)
+    prob = randn(m, dtype=torch.float32, seed=34, device=device).abs()
+    dy = randn(m, h, seed=35, device=device)
+    ours = [t.clone().requires_grad_(True) for t in (x, w_up, w_down, prob)]
+    ref = [t.detach().float().cpu().requires_grad_(True) for t in (x, w_up, w_down, prob)]
+    y = mt.moe_mlp(*ours[:3], offsets, ours[3], act, layout, zero_tail=zero_tail)
+    y.backward(dy)
+    y_ref = torch_moe_mlp(*ref[:3], offsets.cpu(), ref[3], act, layout)
+    y_ref.backward(dy.float().cpu())
+    rows = slice(0, end)  # rows past the last expert: zero with zero_tail, unspecified without
+    assert y.device.type == device and y.dtype == torch.bfloat16
+    assert_close(y, y_ref, True, rows)
+    for name, mine, theirs in zip(("x", "w_up", "w_down", "prob"), ours, ref):
+        g = mine.grad
+        assert g.device.type == device and g.dtype == mine.dtype and g.shape == mine.shape, name
+        assert_close(g, theirs.grad, True, rows if name in ("x", "prob") else None)
+    for g, s in enumerate(sizes):
+        if s == 0:  # exact zeros written by grouped_gemm_wgrad
+            assert (ours[1].grad[g] == 0).all() and (ours[2].grad[g] == 0).all(), g
+    if zero_tail:
+        assert (y[end:] == 0).all() and (ours[0].grad[end:] == 0).all() and (ours[3].grad[end:] == 0).all()
 
 
 def test_moe_mlp_weight_grads_keep_the_weight_stride_order():

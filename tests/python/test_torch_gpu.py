@@ -1,20 +1,25 @@
-"""CUDA-only checks of the torch front end (sm_90): values against the CPU backend, opcheck on CUDA,
-CUDA-graph capture and replay equal to eager, torch.compile on CUDA, current-stream use.
+"""CUDA-only checks of the torch front end (sm_90): values against the CPU backend, opcheck on CUDA, bitwise
+repeats, CUDA-graph capture and replay equal to eager, torch.compile on CUDA, current-stream use, MoEMLP
+forward and backward on CUDA against the CPU backend, and the inputs that stay off the GPU.
 
-gpu_support decides what each test expects: an op with an sm_90a kernel (GPU_KERNEL_OPS) must match the CPU
-backend; an op without one must raise NotImplementedError naming the missing kernel (when a kernel lands,
-the test fails until the op is added to GPU_KERNEL_OPS). CUDA graphs and torch.compile use forward ops only."""
+Every op has an sm_90a kernel for bf16 inputs (gpu_support), forward and backward, so every op (and the
+autograd of MoEMLP and grouped_mm) runs on CUDA; f16 inputs are refused on CUDA with NotImplementedError
+naming the op and bf16, and run on the CPU backend."""
+
+import copy
 
 import pytest
 import torch
 
 import moegemm.torch as mt
-from gpu_support import ALL_OPS, MOE_MLP_BACKWARD, has_gpu_kernel
+from gpu_support import ALL_OPS, GPU_INPUT_DTYPES, has_gpu_kernel
 from test_torch_compile import SAMPLES, IDS
-from torch_helpers import GPU, assert_close, expect_missing_kernel, offsets_of, randn
+from torch_helpers import GPU_MARKS, assert_close, expect_refused_dtype, offsets_of, poison, randn
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not GPU, reason="needs an sm_90 GPU")]
+pytestmark = GPU_MARKS
 ops = torch.ops.moegemm
+NOT_ACCUMULATE = [s for s in SAMPLES if s[0]._overloadname != "accumulate"]
+NOT_ACCUMULATE_IDS = [i for i, s in zip(IDS, SAMPLES) if s[0]._overloadname != "accumulate"]
 
 
 def to_cuda(x):
@@ -31,29 +36,19 @@ def _op_name(overload):
 
 def test_every_op_is_known_to_gpu_support():
     assert {_op_name(s[0]) for s in SAMPLES} == set(ALL_OPS)
+    assert has_gpu_kernel(*ALL_OPS, dtypes=[torch.bfloat16])
 
 
 @pytest.mark.parametrize("sample", SAMPLES, ids=IDS)
 def test_values_match_the_cpu_backend(sample):
     op, args, kwargs = sample
-    name = _op_name(op)
     if op._overloadname == "accumulate":
         w_cpu, w_gpu = args[3].clone(), args[3].cuda()
         op(*args[:3], w_cpu, **kwargs)
-        if not has_gpu_kernel(name):
-            before = w_gpu.clone()
-            with expect_missing_kernel(name):
-                op(*[to_cuda(a) for a in args[:3]], w_gpu, **kwargs)
-            assert torch.equal(w_gpu, before), "a refused call must not touch the accumulator"
-            return
         op(*[to_cuda(a) for a in args[:3]], w_gpu, **kwargs)
         assert_close(w_gpu, w_cpu)
         return
     cuda_args, cuda_kwargs = [to_cuda(a) for a in args], {k: to_cuda(v) for k, v in kwargs.items()}
-    if not has_gpu_kernel(name):
-        with expect_missing_kernel(name):
-            op(*cuda_args, **cuda_kwargs)
-        return
     gpu = _outputs(op(*cuda_args, **cuda_kwargs))
     cpu = _outputs(op(*args, **kwargs))
     assert len(gpu) == len(cpu)
@@ -68,46 +63,144 @@ def test_opcheck_cuda(sample):
     op, args, kwargs = sample
     args = [to_cuda(a) for a in args]
     kwargs = {k: to_cuda(v) for k, v in kwargs.items()}
-    if not has_gpu_kernel(_op_name(op)):
-        with expect_missing_kernel(_op_name(op)):
-            op(*args, **kwargs)
-        return
     torch.library.opcheck(op, args, kwargs)
 
 
+@pytest.mark.parametrize("sample", NOT_ACCUMULATE, ids=NOT_ACCUMULATE_IDS)
+def test_repeats_are_bitwise_identical_cuda(sample):
+    """Five calls of each op on CUDA, the caching allocator poisoned (NaN) before each: bitwise equal."""
+    op, args, kwargs = sample
+    args, kwargs = [to_cuda(a) for a in args], {k: to_cuda(v) for k, v in kwargs.items()}
+    first = [t.clone() for t in _outputs(op(*args, **kwargs))]
+    sizes = [t.numel() * t.element_size() for t in first if t.numel()]
+    for _ in range(4):
+        poison(sizes, "cuda")
+        again = _outputs(op(*args, **kwargs))
+        for x, y in zip(first, again):
+            assert x.is_cuda and torch.equal(x, y)
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=IDS)
+def test_f16_inputs_are_refused_on_cuda(sample):
+    """The kernels take bf16 inputs (gpu_support.GPU_INPUT_DTYPES): f16 operands run on the CPU backend and
+    raise NotImplementedError naming the op and bf16 on CUDA, before touching an accumulator."""
+    op, args, kwargs = sample
+    name = _op_name(op)
+    assert "float16" not in GPU_INPUT_DTYPES and not has_gpu_kernel(name, dtypes=[torch.float16])
+
+    def f16(x):
+        return x.half() if isinstance(x, torch.Tensor) and x.dtype == torch.bfloat16 else x
+
+    args, kwargs = [f16(a) for a in args], {k: f16(v) for k, v in kwargs.items()}
+    if op._overloadname == "accumulate":
+        op(*args[:3], args[3].clone(), **kwargs)
+    else:
+        assert all(torch.isfinite(t).all() for t in _outputs(op(*args, **kwargs)))
+    cuda_args, cuda_kwargs = [to_cuda(a) for a in args], {k: to_cuda(v) for k, v in kwargs.items()}
+    before = [a.clone() for a in cuda_args if isinstance(a, torch.Tensor)]
+    with expect_refused_dtype(name):
+        op(*cuda_args, **cuda_kwargs)
+    torch.cuda.synchronize()
+    after = [a for a in cuda_args if isinstance(a, torch.Tensor)]
+    assert all(torch.equal(x, y) for x, y in zip(before, after)), "a refused call must not write its operands"
+
+
+def _capture(fn, warmups=2, before_each=None):
+    """fn() captured into a CUDA graph after `warmups` runs on a side stream (as torch.cuda.graph requires);
+    returns the graph and what the captured call returned."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(warmups):
+            if before_each:
+                before_each()
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    if before_each:
+        before_each()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = fn()
+    return graph, captured
+
+
 def test_cuda_graph_replay_equals_eager():
-    sizes = [100, 0, 300, 57]
+    """Forward and backward ops in one captured graph (dglu's workspace and outputs come from the graph's
+    pool): three replays bitwise equal to the eager calls."""
+    sizes = [100, 0, 300, 57]  # 457 of 512 rows
     m, h, i = 512, 256, 256
     offsets = offsets_of(sizes, "cuda")
     x = randn(m, h, device="cuda")
     w_up = randn(4, h, 2 * i, device="cuda", seed=1, scale=0.05)
     w_down = randn(4, i, h, device="cuda", seed=2, scale=0.05)
+    dy = randn(m, h, device="cuda", seed=3)
+    prob = randn(m, dtype=torch.float32, device="cuda", seed=4).abs()
 
-    def layer():  # forward ops only (gpu_support.GPU_KERNEL_OPS)
-        hh, c = ops.grouped_gemm_glu(x, w_up, offsets, b_layout="kn", generate_c=True, zero_tail=True)
+    def layer():
+        hh, c = ops.grouped_gemm_glu(x, w_up, offsets, b_layout="kn", prob=prob, generate_c=True, zero_tail=True)
         y, _ = ops.grouped_gemm(hh, w_down, offsets, b_layout="kn", zero_tail=True)
         z = mt.grouped_mm(y, w_up, offsets, zero_tail=True)  # 2-D x 3-D
-        return hh, c, y, z
+        # w_down (E, I, H) read as "nk" gives dH = dy @ w_down[g]^T
+        dc, dprob, dbias, amax = ops.grouped_gemm_dglu(dy, w_down, c, offsets, prob=prob, compute_dprob=True,
+                                                       compute_dbias=True, compute_amax=True, zero_tail=True)
+        dx, _ = ops.grouped_gemm(dc, w_up, offsets, b_layout="nk", zero_tail=True)
+        dw_up = ops.grouped_gemm_wgrad(x, dc, offsets)
+        dw_down = ops.grouped_gemm_wgrad(hh, dy, offsets, transpose_output=True, out_dtype=torch.bfloat16)
+        ragged_k = mt.grouped_mm(x.t(), dy, offsets)  # 2-D x 2-D: grouped_gemm_wgrad in bf16
+        return hh, c, y, z, dc, dprob, dbias, amax, dx, dw_up, dw_down, ragged_k
 
-    eager = layer()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        layer()  # warm-up on the side stream, as torch.cuda.graph requires
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = layer()
+    eager = [t.clone() for t in layer()]
+    graph, captured = _capture(layer)
     for _ in range(3):
         graph.replay()
     torch.cuda.synchronize()
-    for e, c in zip(eager, captured):
-        assert torch.equal(e, c)
-    assert (eager[2][457:] == 0).all()
+    assert len(eager) == len(captured)
+    for n, (e, c) in enumerate(zip(eager, captured)):
+        assert torch.equal(e, c), f"output {n}"
+    assert (eager[2][457:] == 0).all() and (eager[5][457:] == 0).all() and (eager[8][457:] == 0).all()
+    assert (eager[9][1] == 0).all() and (eager[10][1] == 0).all() and (eager[11][1] == 0).all()
+
+
+def test_cuda_graph_moe_mlp_forward_and_backward_equals_eager():
+    """A whole training step of MoEMLP (forward, autograd backward through grouped_gemm_dglu, grouped_gemm
+    and grouped_gemm_wgrad) captured with the gradients set to None: replays reproduce the eager
+    gradients bitwise."""
+    sizes = [37, 0, 91, 100]  # 228 of 256 rows
+    m, h, i = 256, 128, 128
+    offsets = offsets_of(sizes, "cuda")
+    mlp = mt.MoEMLP(4, h, i, zero_tail=True, device="cuda", dtype=torch.bfloat16)
+    x = randn(m, h, device="cuda").requires_grad_(True)
+    prob = randn(m, dtype=torch.float32, device="cuda", seed=5).abs().requires_grad_(True)
+    dy = randn(m, h, device="cuda", seed=6)
+    leaves = (x, prob, mlp.w_up, mlp.w_down)
+
+    def clear():
+        for t in leaves:
+            t.grad = None
+
+    def step():
+        y = mlp(x, offsets, prob)
+        y.backward(dy)
+        return y
+
+    clear()
+    y_eager = step().detach().clone()
+    grads_eager = [t.grad.clone() for t in leaves]
+    graph, y_static = _capture(step, before_each=clear)
+    for _ in range(3):
+        graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(y_static, y_eager)
+    for name, t, g in zip(("x", "prob", "w_up", "w_down"), leaves, grads_eager):
+        assert t.grad is not None and torch.equal(t.grad, g), name
+    assert (grads_eager[0][228:] == 0).all() and (grads_eager[1][228:] == 0).all()
+    assert (grads_eager[2][1] == 0).all() and (grads_eager[3][1] == 0).all()
 
 
 def test_compile_fullgraph_matches_eager_cuda():
-    """Forward ops only: grouped_gemm_glu, grouped_gemm, grouped_mm 2-D x 3-D, and MoEMLP's forward."""
+    """Forward and backward ops (grouped_gemm_glu, grouped_gemm, grouped_gemm_dglu, grouped_gemm_wgrad,
+    grouped_mm 2-D x 3-D and 2-D x 2-D) compiled with fullgraph=True equal eager bitwise; so do MoEMLP's
+    forward and its AOTAutograd backward."""
     m, h, i = 256, 128, 128
     offsets = offsets_of([50, 0, 150, 56], "cuda")
     x = randn(m, h, device="cuda")
@@ -119,18 +212,38 @@ def test_compile_fullgraph_matches_eager_cuda():
         hh, c = ops.grouped_gemm_glu(x, w_up, offsets, b_layout="kn", prob=prob, generate_c=True)
         y, _ = ops.grouped_gemm(hh, w_down, offsets, b_layout="kn")
         z = mt.grouped_mm(x, w_up, offsets)
-        return hh, c, y, z
+        dc, dprob, dbias, amax = ops.grouped_gemm_dglu(y, w_down, c, offsets, prob=prob, compute_dprob=True,
+                                                       compute_dbias=True, compute_amax=True)
+        w = ops.grouped_gemm_wgrad(x, dc, offsets)
+        wt = ops.grouped_gemm_wgrad(hh, y, offsets, transpose_output=True, out_dtype=torch.bfloat16)
+        k = mt.grouped_mm(x.t(), y, offsets)
+        return hh, c, y, z, dc, dprob, dbias, amax, w, wt, k
 
     torch._dynamo.reset()
     eager = layer(x, w_up, w_down, offsets, prob)
     compiled = torch.compile(layer, fullgraph=True)(x, w_up, w_down, offsets, prob)
-    for e, c in zip(eager, compiled):
-        assert torch.equal(e, c)
+    assert len(eager) == len(compiled)
+    for n, (e, c) in enumerate(zip(eager, compiled)):
+        assert torch.equal(e, c), f"output {n}"
 
     mlp = mt.MoEMLP(4, h, i, device="cuda", dtype=torch.bfloat16, zero_tail=True)
+    xg = x.clone().requires_grad_(True)
+    params = (xg, mlp.w_up, mlp.w_down)
+
+    def forward(x):
+        return mlp(x, offsets, prob)
+
     torch._dynamo.reset()
-    with torch.no_grad():
-        assert torch.equal(mlp(x, offsets), torch.compile(mlp, fullgraph=True)(x, offsets))
+    y_eager = forward(xg)
+    y_eager.float().square().sum().backward()
+    grads_eager = [p.grad.clone() for p in params]
+    for p in params:
+        p.grad = None
+    y_compiled = torch.compile(forward, fullgraph=True)(xg)  # the backward graph comes from AOTAutograd
+    y_compiled.float().square().sum().backward()
+    assert torch.equal(y_eager, y_compiled)
+    for name, g, p in zip(("x", "w_up", "w_down"), grads_eager, params):
+        assert torch.equal(g, p.grad), name
 
 
 def test_runs_on_the_current_stream():
@@ -145,24 +258,30 @@ def test_runs_on_the_current_stream():
 
 
 def test_moe_mlp_cuda_vs_cpu_backend():
-    """Forward on CUDA against the CPU backend; backward on CUDA raises until grouped_gemm_dglu and
-    grouped_gemm_wgrad have sm_90a kernels (then this test fails: compare the gradients instead)."""
+    """MoEMLP forward and backward on CUDA against the CPU backend on the same bf16 inputs: y and the
+    gradients of x, prob, w_up and w_down, tail rows and empty experts exactly zero."""
     sizes = [37, 0, 91, 100]  # 228 of 256 rows: the tail is zero (zero_tail)
     m, h, i = 256, 128, 128
     mlp = mt.MoEMLP(4, h, i, zero_tail=True, dtype=torch.bfloat16)
+    mlp_gpu = copy.deepcopy(mlp).cuda()
     x = randn(m, h).requires_grad_(True)
+    prob = randn(m, dtype=torch.float32, seed=7).abs().requires_grad_(True)
+    dy = randn(m, h, seed=8)
     offsets = offsets_of(sizes)
-    y = mlp(x, offsets)
-    mlp_gpu = mlp.cuda()
-    xg = x.detach().cuda().requires_grad_(True)
-    yg = mlp_gpu(xg, offsets.cuda())
+    y = mlp(x, offsets, prob)
+    y.backward(dy)
+    xg, pg = x.detach().cuda().requires_grad_(True), prob.detach().cuda().requires_grad_(True)
+    yg = mlp_gpu(xg, offsets.cuda(), pg)
     assert yg.is_cuda and yg.requires_grad
-    assert_close(yg, y.detach())
+    yg.backward(dy.cuda())
+    assert_close(yg, y)
     assert (yg[228:] == 0).all()
-    missing = [op for op in MOE_MLP_BACKWARD if not has_gpu_kernel(op)]
-    assert missing, "every backward op has a GPU kernel: compare the CUDA gradients with the CPU backend's"
-    with expect_missing_kernel(*missing):
-        yg.float().sum().backward()
+    for name, g, c in (("x", xg.grad, x.grad), ("prob", pg.grad, prob.grad), ("w_up", mlp_gpu.w_up.grad,
+                       mlp.w_up.grad), ("w_down", mlp_gpu.w_down.grad, mlp.w_down.grad)):
+        assert g.is_cuda and g.dtype == c.dtype and g.shape == c.shape, name
+        assert_close(g, c)
+    assert (xg.grad[228:] == 0).all() and (pg.grad[228:] == 0).all()
+    assert (mlp_gpu.w_up.grad[1] == 0).all() and (mlp_gpu.w_down.grad[1] == 0).all()
 
 
 def test_f32_inputs_on_cuda_raise_not_implemented():

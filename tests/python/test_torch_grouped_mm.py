@@ -1,16 +1,15 @@
 """moegemm.torch.grouped_mm against torch._grouped_mm: the shapes, offsets and transposed/strided operands
-of PyTorch's own grouped GEMM tests (test/test_matmul_cuda.py), on CPU (torch's fallback) and CUDA. On CUDA,
-what needs an op without an sm_90a kernel (gpu_support: the 2-D x 2-D form and the weight gradient use
-grouped_gemm_wgrad) is asserted to raise NotImplementedError naming the missing kernel."""
+of PyTorch's own grouped GEMM tests (test/test_matmul_cuda.py), on CPU (torch's fallback) and CUDA. Every
+mode runs on the sm_90a kernels on CUDA (gpu_support): 2-D x 3-D forward and backward (grouped_gemm,
+grouped_gemm_wgrad), 2-D x 2-D (ragged K: grouped_gemm_wgrad, empty groups exact zeros over a poisoned
+allocator), 3-D x 3-D."""
 
 import pytest
 import torch
 
 import moegemm.torch as mt
-from torch_helpers import GPU, assert_close, expect_missing_kernel, offsets_of, randn, runs_on
+from torch_helpers import DEVICES, assert_close, offsets_of, poison, randn
 
-DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu,
-                                              pytest.mark.skipif(not GPU, reason="needs an sm_90 GPU")])]
 M, N, K, G = 16, 32, 64, 4
 
 
@@ -56,17 +55,13 @@ def test_2d_3d_matches_torch(device, strided, b_row_major, zero_size):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_2d_3d_backward_matches_torch(device):
+    # da: grouped_gemm with the transposed weight; db: grouped_gemm_wgrad
     a = randn(M * G, K, device=device, seed=3).requires_grad_(True)
     b = make_b(False, True, device).detach().requires_grad_(True)
     offs = torch.arange(M, G * M + 1, M, dtype=torch.int32, device=device)
     dy = randn(M * G, N, device=device, seed=4)
-    if not runs_on(device, "grouped_gemm", "grouped_gemm_wgrad"):  # da: grouped_gemm, db: grouped_gemm_wgrad
-        out = mt.grouped_mm(a, b, offs)  # the forward runs
-        assert_close(out, torch_grouped_mm(a.detach(), b.detach(), offs=offs))
-        with expect_missing_kernel("grouped_gemm_wgrad"):
-            out.backward(dy)
-        return
     mt.grouped_mm(a, b, offs).backward(dy)
+    assert a.grad.device.type == b.grad.device.type == device
     ours = (a.grad.clone(), b.grad.clone())
     a.grad = b.grad = None
     torch_grouped_mm(a, b, offs=offs).backward(dy)
@@ -81,6 +76,24 @@ def test_2d_3d_column_major_a_is_rejected():
         mt.grouped_mm(a, make_b(False, True, "cpu"), offsets_of([M] * G))
 
 
+def _torch_ref_or_none(a, b, offs, sizes):
+    """torch._grouped_mm(a, b, offs=offs), or None where it is not a reference: on CUDA only for groups that
+    are all non-empty multiples of 16 columns (PyTorch's own 2d/2d case: its kernel checks the ragged
+    dimension on the device, where a refused empty or unaligned group would be a device-side assert), and
+    None when this torch build cannot run it. The float64 oracle is always compared."""
+    if a.is_cuda and not all(s > 0 and s % 16 == 0 for s in sizes):
+        return None
+    try:
+        return torch._grouped_mm(a, b, offs=offs)
+    except (RuntimeError, NotImplementedError):
+        return None
+
+
+# Group sizes along the ragged K (token) dimension, K * G = 256 columns: uniform, empty first / last group,
+# and sizes that are no multiple of anything (with an empty group in the middle).
+RAGGED_K_SIZES = [[K] * G, [0, 2 * K, K, K], [K, K, 2 * K, 0], [3, 0, 77, K * G - 80]]
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("strided", [False, True])
 def test_2d_2d_matches_torch(device, strided):
@@ -88,19 +101,36 @@ def test_2d_2d_matches_torch(device, strided):
     kt = K * G + K * int(strided)
     a = randn(kt, M, device=device, seed=6).t()[:, :K * G]
     b = randn(kt, N, device=device, seed=7)[:K * G]
-    for sizes in ([K] * G, [0, 2 * K, K, K], [K, K, 2 * K, 0]):
+    for sizes in RAGGED_K_SIZES:
         offs = offsets_of(sizes, device)
-        if not runs_on(device, "grouped_gemm_wgrad"):  # ragged K is the weight-gradient op
-            with expect_missing_kernel("grouped_gemm_wgrad"):
-                mt.grouped_mm(a, b, offs)
-            continue
+        poison([G * M * N * 2], device)  # an empty group's (M, N) block reads NaN unless the op writes its zeros
         out = mt.grouped_mm(a, b, offs)
-        ref = torch_grouped_mm(a, b, offs=offs)
-        assert out.shape == ref.shape == (G, M, N)
-        assert_close(out, ref)
+        assert out.shape == (G, M, N) and out.dtype == a.dtype and out.device.type == device
+        start = 0
         for g, size in enumerate(sizes):
             if size == 0:
-                assert (out[g] == 0).all()
+                assert (out[g] == 0).all(), f"sizes {sizes}: empty group {g} is not exactly zero"
+            else:
+                cols = slice(start, start + size)
+                assert_close(out[g], a[:, cols].double().cpu() @ b[cols].double().cpu())
+            start += size
+        ref = _torch_ref_or_none(a, b, offs, sizes)
+        if ref is not None:
+            assert ref.shape == out.shape and ref.dtype == out.dtype
+            for g, size in enumerate(sizes):
+                if size:  # torch's own result for an empty group is not what is compared here
+                    assert_close(out[g], ref[g])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_2d_2d_every_group_empty_is_all_zeros(device):
+    a = randn(K * G, M, device=device, seed=21).t()
+    b = randn(K * G, N, device=device, seed=22)
+    offs = torch.zeros(G, dtype=torch.int32, device=device)
+    poison([G * M * N * 4], device)  # NaN where the op does not write
+    out = mt.grouped_mm(a, b, offs, out_dtype=torch.float32)
+    assert out.shape == (G, M, N) and out.dtype == torch.float32
+    assert (out == 0).all()
 
 
 def test_2d_2d_row_major_a_is_rejected():

@@ -1,11 +1,12 @@
-"""torch.ops.moegemm on CPU: values against float64 torch references, output conventions, errors."""
+"""torch.ops.moegemm on CPU: values against float64 torch references, output conventions, errors (FP8 inputs
+also on CUDA)."""
 
 import pytest
 import torch
 
 import moegemm.torch  # noqa: F401  (loads the ops)
-from torch_helpers import (activation, assert_close, end_row, glu_halves, glu_join, offsets_of, randn, ranges,
-                           ref_linear)
+from torch_helpers import (DEVICES, activation, assert_close, end_row, glu_halves, glu_join, offsets_of, randn,
+                           ranges, ref_linear)
 
 ops = torch.ops.moegemm
 SIZES = [[5, 0, 17, 3], [0, 0, 9, 0], [24], [1, 1, 1, 1, 1, 1, 1, 1]]
@@ -204,3 +205,25 @@ def test_garbage_offsets_without_validate_stay_in_bounds():
     for offs in ([5, 3, 100], [-4, 2, 8], [9, 9, 9]):
         d, _ = ops.grouped_gemm(a, b, torch.tensor(offs, dtype=torch.int32))
         assert d.shape == (8, 8)
+
+
+@pytest.mark.parametrize("op", ["grouped_gemm", "grouped_gemm_dglu", "grouped_gemm_wgrad"])
+@pytest.mark.parametrize("device", DEVICES)
+def test_8bit_inputs_are_unsupported_on_every_backend(device, op):
+    """FP8 inputs stay unsupported (docs/ops.md section 0.2 rule 2), forward and backward ops alike, on the
+    CPU backend and on CUDA."""
+    e4m3 = getattr(torch, "float8_e4m3fn", None)
+    if e4m3 is None:
+        pytest.skip("this torch has no float8_e4m3fn")
+    m, k, n = 16, 32, 32
+    offsets = offsets_of([9, 0, 7], device)
+    a = randn(m, k, device=device).to(e4m3)
+    calls = {
+        "grouped_gemm": lambda: ops.grouped_gemm(a, randn(3, n, k, device=device).to(e4m3), offsets,
+                                                 out_dtype=torch.bfloat16),
+        "grouped_gemm_dglu": lambda: ops.grouped_gemm_dglu(a, randn(3, n, k, device=device).to(e4m3),
+                                                           randn(m, 2 * n, device=device), offsets),
+        "grouped_gemm_wgrad": lambda: ops.grouped_gemm_wgrad(a, randn(m, n, device=device).to(e4m3), offsets),
+    }
+    with pytest.raises(NotImplementedError, match=op + r": .*8-bit inputs are not supported"):
+        calls[op]()

@@ -9,29 +9,21 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gpu_support import has_gpu_kernel, no_kernel_pattern, torch_gpu_present
+from gpu_support import refused_dtype_pattern, torch_gpu_present
 
 GPU = torch_gpu_present()
+GPU_SKIP_REASON = "needs an sm_90 GPU"
+GPU_MARKS = [pytest.mark.gpu, pytest.mark.skipif(not GPU, reason=GPU_SKIP_REASON)]
+
+# The devices of a test that checks both backends (gpu_support's policy): "cpu" everywhere, "cuda" marked gpu
+# and skipped, with GPU_SKIP_REASON, where torch has no sm_90 GPU.
+DEVICES = ["cpu", pytest.param("cuda", marks=GPU_MARKS)]
 
 
-def runs_on(device, *ops, dtypes=()) -> bool:
-    """Whether `ops` run on `device`: always on CPU; on CUDA when each has an sm_90a kernel (gpu_support)."""
-    return str(device).split(":")[0] != "cuda" or has_gpu_kernel(*ops, dtypes=dtypes)
-
-
-def call_or_expect_missing_kernel(device, op, fn):
-    """fn() when `op` runs on `device`; on CUDA without an sm_90a kernel for `op`, assert that fn() raises
-    NotImplementedError naming the op and the missing kernel, and return None."""
-    if runs_on(device, op):
-        return fn()
-    with pytest.raises(NotImplementedError, match=no_kernel_pattern(op)):
-        fn()
-    return None
-
-
-def expect_missing_kernel(*ops):
-    """Context manager: the body must raise NotImplementedError naming one of `ops` and the missing kernel."""
-    return pytest.raises(NotImplementedError, match=no_kernel_pattern(*ops))
+def expect_refused_dtype(op):
+    """Context manager: the body must raise NotImplementedError naming `op` and the dtype the kernels take
+    (f16 operands on CUDA)."""
+    return pytest.raises(NotImplementedError, match=refused_dtype_pattern(op))
 
 
 def offsets_of(sizes, device="cpu") -> torch.Tensor:
@@ -92,7 +84,7 @@ def glu_halves(g: torch.Tensor, layout: str):
     if layout == "halves":
         return g[:, : n2 // 2], g[:, n2 // 2:]
     blocks = g.reshape(m, n2 // 64, 2, 32)
-    first, second = blocks[:, :, 0, :].reshape(m, -1), blocks[:, :, 1, :].reshape(m, -1)
+    first, second = blocks[:, :, 0, :].reshape(m, n2 // 2), blocks[:, :, 1, :].reshape(m, n2 // 2)
     return (first, second) if layout == "interleaved32" else (second, first)
 
 
@@ -168,8 +160,19 @@ def poison(nbytes_list, device="cpu"):
         del blocks
     probe = torch.empty(nbytes_list[0], dtype=torch.uint8, device=device)
     reused = bool((probe[-64:] == 0xFF).all())
+    _last_probe[torch.device(device).type] = probe.data_ptr() if reused else None
     del probe
     return reused
+
+
+_last_probe = {}
+
+
+def in_poisoned_block(t: torch.Tensor) -> bool:
+    """Whether `t` starts where the probe of the last poison() call on its device found the poison: the
+    allocation really reused the poisoned block (on CPU a later allocation may still land elsewhere)."""
+    ptr = _last_probe.get(t.device.type)
+    return ptr is not None and t.data_ptr() == ptr
 
 
 def is_poison(t: torch.Tensor) -> torch.Tensor:
