@@ -94,6 +94,7 @@ __global__ void __launch_bounds__(kKernelThreads, 1) grouped_gemm_kernel(const _
         LoadPlan plan;
 #pragma unroll
         for (int j = 0; j < 4; ++j) plan.b_col[j] = cols.base[j];
+        plan.a_row = tile.row0;
         if constexpr (Scheduler::kUniformK) {
           // m-grouped: the one map of A; B's map, or the expert's own (pointer-mode weights).
           plan.a_map = &p.tma_a;
