@@ -50,9 +50,17 @@ CUtensorMap make_map(const void* base, int rank, const cuuint64_t* dims, const c
   return map;
 }
 
+/// SM count of the current device. Also makes the device's primary context current on this thread: the
+/// driver's tensor-map encoder needs one, and a thread that has only selected a device (e.g. torch's
+/// autograd worker) may not have it yet.
 int sm_count() {
+  thread_local int context_device = -1;
   int device = 0, sms = 0;
   check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  if (device != context_device) {
+    check_cuda(cudaSetDevice(device), "cudaSetDevice");
+    context_device = device;
+  }
   check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
   return sms;
 }
