@@ -53,6 +53,7 @@ __device__ __forceinline__ GluGrad glu_grad(const KernelParams& p, float gate, f
 struct DgluEpilogue {
   static constexpr int kTileN = 128;  // dH columns per tile (the launcher picks BN = 128)
   static constexpr int kScratchBytes = ColumnSums<2 * kTileN>::kBytes;  // dbias column sums
+  static constexpr int kBatch = 4;  // chunks whose C loads are in flight together
 
   /// dH columns of B sub-box j: contiguous, limited by I.
   __device__ static ColumnMap b_columns(const KernelParams& p, int n_tile, int bn, bool half) {
@@ -101,51 +102,70 @@ struct DgluEpilogue {
 #pragma unroll
     for (int begin = 0; begin < 2 * kBN; begin += kPassCols) {
       st.acquire();
+      // Batches of kBatch chunks: all their C loads are issued before any is used, so a batch costs one
+      // memory latency rather than one per load.
 #pragma unroll
-      for (int i = 0; i < kBN / 8; ++i) {
-        const int vg = virtual_column<kBN, kPair>(i, false);
-        const int vu = virtual_column<kBN, kPair>(i, true);
-        const bool stage_gate = vg >= begin && vg < begin + kPassCols;
-        const bool stage_up = vu >= begin && vu < begin + kPassCols;
-        if (!stage_gate && !stage_up) continue;
-        const bool col_ok = n0 + 8 * i + 2 * q < inter;
-        float dg[4], du[4];
+      for (int i0 = 0; i0 < kBN / 8; i0 += kBatch) {
+        float2 g[kBatch][2], u[kBatch][2];
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const bool ok = col_ok && ra + 8 * h < rows_valid;
-          float2 g = make_float2(0.f, 0.f), u = make_float2(0.f, 0.f);
-          if (ok) {  // segment indices are compile-time: chunks never cross a 64-column segment
-            g = load_pair(p.preact, row0 + ra + 8 * h, dmap.base[vg / 64] + vg % 64 + 2 * q);
-            u = load_pair(p.preact, row0 + ra + 8 * h, dmap.base[vu / 64] + vu % 64 + 2 * q);
-          }
-          const float prob = h ? pr.y : pr.x;
+        for (int b = 0; b < kBatch; ++b) {
+          const int i = i0 + b;
+          const int vg = virtual_column<kBN, kPair>(i, false);
+          const int vu = virtual_column<kBN, kPair>(i, true);
+          const bool in_pass = (vg >= begin && vg < begin + kPassCols) || (vu >= begin && vu < begin + kPassCols);
+          const bool col_ok = n0 + 8 * i + 2 * q < inter;
 #pragma unroll
-          for (int x = 0; x < 2; ++x) {
-            const float dh = alpha * acc[4 * i + 2 * h + x];
-            const GluGrad v = glu_grad(p, beta * (x ? g.y : g.x), beta * (x ? u.y : u.x));
-            dg[2 * h + x] = ok ? dh * prob * v.d_gate : 0.f;
-            du[2 * h + x] = ok ? dh * prob * v.d_up : 0.f;
-            if (stage_gate) row_sum[h] += ok ? v.h * dh : 0.f;
+          for (int h = 0; h < 2; ++h) {
+            g[b][h] = u[b][h] = make_float2(0.f, 0.f);
+            if (in_pass && col_ok && ra + 8 * h < rows_valid) {  // segment indices are compile-time
+              g[b][h] = load_pair(p.preact, row0 + ra + 8 * h, dmap.base[vg / 64] + vg % 64 + 2 * q);
+              u[b][h] = load_pair(p.preact, row0 + ra + 8 * h, dmap.base[vu / 64] + vu % 64 + 2 * q);
+            }
           }
         }
-        if (stage_gate) {
-          st.write_pair(ra, vg - begin + 2 * q, p.d.type, dg[0], dg[1]);
-          st.write_pair(ra + 8, vg - begin + 2 * q, p.d.type, dg[2], dg[3]);
 #pragma unroll
-          for (int e = 0; e < 4; ++e) amax_gate = fmaxf(amax_gate, fabsf(dg[e]));
-          if (p.red.dbias_partials) {
-            sums.put(vg, 0, dg[0] + dg[2]);
-            sums.put(vg, 1, dg[1] + dg[3]);
+        for (int b = 0; b < kBatch; ++b) {
+          const int i = i0 + b;
+          const int vg = virtual_column<kBN, kPair>(i, false);
+          const int vu = virtual_column<kBN, kPair>(i, true);
+          const bool stage_gate = vg >= begin && vg < begin + kPassCols;
+          const bool stage_up = vu >= begin && vu < begin + kPassCols;
+          if (!stage_gate && !stage_up) continue;
+          const bool col_ok = n0 + 8 * i + 2 * q < inter;
+          float dg[4], du[4];
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const bool ok = col_ok && ra + 8 * h < rows_valid;
+            const float prob = h ? pr.y : pr.x;
+#pragma unroll
+            for (int x = 0; x < 2; ++x) {
+              const float dh = alpha * acc[4 * i + 2 * h + x];
+              const float2 gh = g[b][h], uh = u[b][h];
+              const GluGrad v = glu_grad(p, beta * (x ? gh.y : gh.x), beta * (x ? uh.y : uh.x));
+              dg[2 * h + x] = ok ? dh * prob * v.d_gate : 0.f;
+              du[2 * h + x] = ok ? dh * prob * v.d_up : 0.f;
+              if (stage_gate) row_sum[h] += ok ? v.h * dh : 0.f;
+            }
           }
-        }
-        if (stage_up) {
-          st.write_pair(ra, vu - begin + 2 * q, p.d.type, du[0], du[1]);
-          st.write_pair(ra + 8, vu - begin + 2 * q, p.d.type, du[2], du[3]);
+          if (stage_gate) {
+            st.write_pair(ra, vg - begin + 2 * q, p.d.type, dg[0], dg[1]);
+            st.write_pair(ra + 8, vg - begin + 2 * q, p.d.type, dg[2], dg[3]);
 #pragma unroll
-          for (int e = 0; e < 4; ++e) amax_up = fmaxf(amax_up, fabsf(du[e]));
-          if (p.red.dbias_partials) {
-            sums.put(vu, 0, du[0] + du[2]);
-            sums.put(vu, 1, du[1] + du[3]);
+            for (int e = 0; e < 4; ++e) amax_gate = fmaxf(amax_gate, fabsf(dg[e]));
+            if (p.red.dbias_partials) {
+              sums.put(vg, 0, dg[0] + dg[2]);
+              sums.put(vg, 1, dg[1] + dg[3]);
+            }
+          }
+          if (stage_up) {
+            st.write_pair(ra, vu - begin + 2 * q, p.d.type, du[0], du[1]);
+            st.write_pair(ra + 8, vu - begin + 2 * q, p.d.type, du[2], du[3]);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) amax_up = fmaxf(amax_up, fabsf(du[e]));
+            if (p.red.dbias_partials) {
+              sums.put(vu, 0, du[0] + du[2]);
+              sums.put(vu, 1, du[1] + du[3]);
+            }
           }
         }
       }
