@@ -30,15 +30,27 @@ constexpr int epilogue_scratch_bytes() {
   else return 0;
 }
 
+/// An epilogue that reads a saved tile (kSavedTileCols columns of the tile's rows, e.g. dGLU's
+/// pre-activation) gets it in its staging area, loaded by the producer: the staging area is then
+/// kSavedTileCols 16-bit columns wide (the 128B-swizzled layout a TMA box of 64 columns x 64 rows gives).
+template <class Epilogue>
+constexpr int saved_tile_cols() {
+  if constexpr (requires { Epilogue::kSavedTileCols; }) return Epilogue::kSavedTileCols;
+  else return 0;
+}
+
 template <class Shape, class Scheduler, class Epilogue>
 struct SharedLayout {
   static constexpr int kAOffset = 0;
   static constexpr int kBOffset = kAOffset + Shape::kStages * Shape::kABytes;
   static constexpr int kStagingOffset = kBOffset + Shape::kStages * Shape::kBBytes;
+  static constexpr int kStagingBytes =
+      saved_tile_cols<Epilogue>() > Shape::kBN ? Staging<saved_tile_cols<Epilogue>()>::kBytes : Staging<Shape::kBN>::kBytes;
   static constexpr int kScratchBytes = epilogue_scratch_bytes<Epilogue>();
-  static constexpr int kScratchOffset = kStagingOffset + 2 * Staging<Shape::kBN>::kBytes;
+  static constexpr int kScratchOffset = kStagingOffset + 2 * kStagingBytes;
   static constexpr int kBarrierOffset = kScratchOffset + 2 * kScratchBytes;
-  static constexpr int kSchedulerOffset = kBarrierOffset + 2 * Shape::kStages * 8;
+  // full/empty per stage, then the saved tile's full/empty pair
+  static constexpr int kSchedulerOffset = kBarrierOffset + (2 * Shape::kStages + 2) * 8;
   static constexpr int kBytes = kSchedulerOffset + static_cast<int>(sizeof(typename Scheduler::Storage));
   static constexpr int kAllocBytes = kBytes + 1024;  // room to align the dynamic base to 1024 B
   static_assert(kAllocBytes <= 232448, "shared memory budget of an sm_90 CTA");
@@ -66,11 +78,16 @@ __global__ void __launch_bounds__(kKernelThreads, 1) grouped_gemm_kernel(const _
   Mainloop<Shape> mainloop{smem + Layout::kAOffset, smem + Layout::kBOffset,
                            reinterpret_cast<uint64_t*>(smem + Layout::kBarrierOffset),
                            reinterpret_cast<uint64_t*>(smem + Layout::kBarrierOffset) + Shape::kStages};
+  constexpr bool kSavedTile = saved_tile_cols<Epilogue>() > 0;
+  uint64_t* saved_full = reinterpret_cast<uint64_t*>(smem + Layout::kBarrierOffset) + 2 * Shape::kStages;
+  uint64_t* saved_empty = saved_full + 1;
   if (threadIdx.x == 0) {
     for (int s = 0; s < Shape::kStages; ++s) {
       cuda::ptx::mbarrier_init(&mainloop.full[s], 1);   // the producer's arrive.expect_tx
       cuda::ptx::mbarrier_init(&mainloop.empty[s], 2);  // one arrival per consumer warpgroup
     }
+    cuda::ptx::mbarrier_init(saved_full, 1);
+    cuda::ptx::mbarrier_init(saved_empty, 2);
     cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
     if (Scheduler::kUniformK) asm volatile("prefetch.tensormap [%0];" ::"l"(&p.tma_a) : "memory");
     if (!p.b_maps) asm volatile("prefetch.tensormap [%0];" ::"l"(&p.tma_b) : "memory");
@@ -83,9 +100,10 @@ __global__ void __launch_bounds__(kKernelThreads, 1) grouped_gemm_kernel(const _
   const int wg = threadIdx.x / 128;
 
   if (wg == 0) {
-    setmaxnreg_dec<24>();
+    setmaxnreg_dec<40>();
     if (threadIdx.x == 0) {
       PipeState ps;
+      uint32_t saved_phase = 0;
       int acquired_expert = -1;
       for (int t = blockIdx.x; t < total; t += gridDim.x) {
         const WorkTile tile = sched.tile(t);
@@ -117,17 +135,46 @@ __global__ void __launch_bounds__(kKernelThreads, 1) grouped_gemm_kernel(const _
             acquired_expert = tile.expert;
           }
         }
-        mainloop.load_tile(ps, plan);
+        bool loaded = false;
+        if constexpr (kSavedTile) {
+          if (p.saved_tile) {
+            // The saved tile goes into the staging area, which the consumers release once they are done
+            // with the previous tile; they are past it when the ring has taken kStages of this tile's
+            // k-blocks, so waiting for it there never holds back the tile's first stages.
+            const int first = min(Shape::kStages, plan.k_blocks);
+            mainloop.load_tile(ps, plan, 0, first);
+            mbar_wait(saved_empty, saved_phase ^ 1);
+            cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta,
+                                                 cuda::ptx::space_shared, saved_full, 2 * Layout::kStagingBytes);
+            const ColumnMap saved = Epilogue::saved_columns(p, tile.n_tile);
+#pragma unroll
+            for (int w = 0; w < 2; ++w) {
+#pragma unroll
+              for (int seg = 0; seg < saved_tile_cols<Epilogue>() / 64; ++seg) {
+                const int32_t coord[2] = {saved.base[seg], tile.row0 + 64 * w};
+                cuda::ptx::cp_async_bulk_tensor(
+                    cuda::ptx::space_cluster, cuda::ptx::space_global,
+                    smem + Layout::kStagingOffset + w * Layout::kStagingBytes + seg * 8192, &p.tma_c, coord,
+                    saved_full);
+              }
+            }
+            saved_phase ^= 1;
+            mainloop.load_tile(ps, plan, first, plan.k_blocks);
+            loaded = true;
+          }
+        }
+        if (!loaded) mainloop.load_tile(ps, plan, 0, plan.k_blocks);
       }
     }
   } else {
-    setmaxnreg_inc<240>();
+    setmaxnreg_inc<232>();
     const int cw = wg - 1;
     constexpr int kBN = Shape::kBN;
-    const Staging<kBN> staging{smem + Layout::kStagingOffset + cw * Staging<kBN>::kBytes,
+    const Staging<kBN> staging{smem + Layout::kStagingOffset + cw * Layout::kStagingBytes,
                                static_cast<int>(threadIdx.x % 128), static_cast<uint32_t>(1 + cw),
                                reinterpret_cast<float*>(smem + Layout::kScratchOffset + cw * Layout::kScratchBytes)};
     PipeState ps;
+    uint32_t saved_phase = 0;
     for (int t = blockIdx.x; t < total; t += gridDim.x) {
       const WorkTile tile = sched.tile(t);
       const bool half = p.half_tiles && tile.row_end - tile.row0 <= 64;
@@ -147,8 +194,13 @@ __global__ void __launch_bounds__(kKernelThreads, 1) grouped_gemm_kernel(const _
         if (!Scheduler::kUniformK && tile.k_blocks == 0) zero_registers(acc);
         // Column maps are derived after the mainloop so that nothing but the accumulators lives across it.
         const ColumnMap cols = Epilogue::b_columns(p, tile.n_tile, kBN, false);
+        if (kSavedTile && p.saved_tile) mbar_wait(saved_full, saved_phase);
         Epilogue::template apply<kBN>(acc, p, tile, cols, tile.n_tile * (kBN / 2),
                                       static_cast<int64_t>(tile.row0) + 64 * cw, staging);
+        if (kSavedTile && p.saved_tile) {
+          staging.release(saved_empty);
+          saved_phase ^= 1;
+        }
       }
     }
     staging.drain();

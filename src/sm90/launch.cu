@@ -222,6 +222,13 @@ void launch_forward(const ForwardProblem& f, cudaStream_t stream) {
   const int64_t d_cols = f.d.size(1);
   p.tma_d = output_map(p.d, f.m, d_cols, "d");
   if (p.c.ptr) p.tma_c = output_map(p.c, f.m, f.n, "c");
+  // dGLU with 16-bit preact and dC: the producer loads each tile's preact columns by TMA (16-byte aligned
+  // rows), and the epilogue writes dC over them in shared memory; otherwise it reads preact from global.
+  if (f.epilogue == EpilogueKind::dglu && p.preact.type != OutType::f32 && p.d.type != OutType::f32 &&
+      p.preact.ld % 8 == 0 && reinterpret_cast<uintptr_t>(p.preact.ptr) % 16 == 0) {
+    p.tma_c = output_map(p.preact, f.m, f.preact.size(1), "preact");
+    p.saved_tile = true;
+  }
 
   // Persistent grid: at most one CTA per SM, never more CTAs than the largest possible tile count.
   const int64_t max_tiles = ((f.m + 127) / 128 + std::min<int64_t>(f.num_experts, f.m)) * p.n_tiles;

@@ -17,7 +17,7 @@ enum class Major : uint8_t { k, mn };  // operand storage: K contiguous, or M/N 
 /// A (BM x BK) and B (BN x BK) tiles of one stage. A K-major: one 128x64 box (rows x k); A M-major (the
 /// weight gradient's X^T): two 64x64 boxes (k rows of 64 M-columns). B K-major ((E,N,K) storage) or
 /// N-major ((E,K,N) storage): BN/64 boxes of 64x64.
-template <int kBN_, Major kBMajor_, Major kAMajor_ = Major::k>
+template <int kBN_, Major kBMajor_, Major kAMajor_ = Major::k, int kStages_ = (kBN_ == 256 ? 3 : 5)>
 struct TileShape {
   static constexpr int kBM = 128;  // two consumer warpgroups x 64 rows
   static constexpr int kBN = kBN_;
@@ -28,8 +28,9 @@ struct TileShape {
   static constexpr int kABytes = kBM * kBK * 2;
   static constexpr int kBBytes = kBN * kBK * 2;
   static constexpr int kStageBytes = kABytes + kBBytes;
-  // Stages that fit next to the epilogue staging (2 x 64 rows) and the scheduler table in 227 KiB.
-  static constexpr int kStages = kBN == 256 ? 3 : 5;
+  // Stages that fit next to the epilogue staging (2 x 64 rows) and the scheduler table in 227 KiB (fewer
+  // where an epilogue's staging area is wider, see SharedLayout).
+  static constexpr int kStages = kStages_;
 };
 
 /// What the producer loads for one tile.
@@ -67,10 +68,11 @@ struct Mainloop {
   uint64_t* full;
   uint64_t* empty;
 
-  /// Producer: loads the k-blocks of one tile. K coordinates start at 0 in every map: ragged-K operands
-  /// use per-expert maps whose K extent ends at the expert's last row, so TMA zero-fills past it.
-  __device__ void load_tile(PipeState& ps, const LoadPlan& plan) {
-    for (int kb = 0; kb < plan.k_blocks; ++kb) {
+  /// Producer: loads k-blocks [kb_begin, kb_end) of one tile. K coordinates start at 0 in every map:
+  /// ragged-K operands use per-expert maps whose K extent ends at the expert's last row, so TMA zero-fills
+  /// past it.
+  __device__ void load_tile(PipeState& ps, const LoadPlan& plan, int kb_begin, int kb_end) {
+    for (int kb = kb_begin; kb < kb_end; ++kb) {
       mbar_wait(&empty[ps.stage], ps.phase ^ 1);
       cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta, cuda::ptx::space_shared,
                                            &full[ps.stage], Shape::kStageBytes);

@@ -31,7 +31,7 @@ struct KernelParams {
   CUtensorMap tma_a;  // A K-major (M, K): dims {K, M}, box {64, 128}; M-major: per-expert maps instead
   CUtensorMap tma_b;  // B nk: dims {K, N, E}, box {64, 64, 1}; kn: dims {N, K, E}, box {64, 64, 1}
   CUtensorMap tma_d;  // D (M, cols): dims {cols, M}, box {128 B of columns, 64}, 128B swizzle (stores)
-  CUtensorMap tma_c;  // C likewise, when requested
+  CUtensorMap tma_c;  // C likewise, when requested; dGLU: the saved pre-activation (loads, when saved_tile)
   const CUtensorMap* a_maps;  // per-expert A maps of the k-grouped kernel (in the workspace); unused otherwise
   const CUtensorMap* b_maps;  // per-expert B maps (pointer-mode weights or ragged K) or nullptr
   const int* offsets;  // (E,) cumulative expert ends; nullptr = one group of M rows
@@ -51,6 +51,7 @@ struct KernelParams {
   OutMatrix c;
   OutMatrix preact;      // saved pre-activation read by the backward epilogues
   const float* beta;     // (E,) scale of preact, or nullptr -> 1
+  bool saved_tile;       // dGLU: the producer TMA-loads each tile's preact columns (tma_c) into the staging area
   Reductions red;
   const int64_t* w_ptrs;  // weight gradient: per-expert output addresses, or nullptr -> d is (E * m, n)
   bool accumulate;        // weight gradient: add into the existing output

@@ -19,41 +19,41 @@ struct GluGrad {
   float h, d_gate, d_up;
 };
 
+template <ActKind kAct>
 __device__ __forceinline__ GluGrad glu_grad(const KernelParams& p, float gate, float up) {
   GluGrad v;
-  switch (p.act) {
-    case ActKind::swiglu: {
-      const float s = sigmoid_fast(gate);
-      v.h = gate * s * up;
-      v.d_gate = up * s * (1.f + gate * (1.f - s));
-      v.d_up = gate * s;
-      break;
-    }
-    case ActKind::geglu: {
-      const float k = 0.7978845608028654f;
-      const float t = tanhf(k * (gate + 0.044715f * gate * gate * gate));
-      const float gelu = 0.5f * gate * (1.f + t);
-      v.h = gelu * up;
-      v.d_gate = up * (0.5f * (1.f + t) + 0.5f * gate * (1.f - t * t) * k * (1.f + 3.f * 0.044715f * gate * gate));
-      v.d_up = gelu;
-      break;
-    }
-    default: {
-      const float g = fminf(gate, p.limit);
-      const float u = fminf(fmaxf(up, -p.limit), p.limit);
-      const float s = sigmoid_fast(p.act_alpha * g);
-      v.h = (u + p.linear_offset) * g * s;
-      v.d_gate = gate <= p.limit ? (u + p.linear_offset) * s * (1.f + p.act_alpha * g * (1.f - s)) : 0.f;
-      v.d_up = (up >= -p.limit && up <= p.limit) ? g * s : 0.f;
-    }
+  if constexpr (kAct == ActKind::swiglu) {
+    const float s = sigmoid_fast(gate);
+    v.h = gate * s * up;
+    v.d_gate = up * s * (1.f + gate * (1.f - s));
+    v.d_up = gate * s;
+  } else if constexpr (kAct == ActKind::geglu) {
+    const float k = 0.7978845608028654f;
+    const float t = tanh_fast(k * (gate + 0.044715f * gate * gate * gate));
+    const float gelu = 0.5f * gate * (1.f + t);
+    v.h = gelu * up;
+    v.d_gate = up * (0.5f * (1.f + t) + 0.5f * gate * (1.f - t * t) * k * (1.f + 3.f * 0.044715f * gate * gate));
+    v.d_up = gelu;
+  } else {
+    const float g = fminf(gate, p.limit);
+    const float u = fminf(fmaxf(up, -p.limit), p.limit);
+    const float s = sigmoid_fast(p.act_alpha * g);
+    v.h = (u + p.linear_offset) * g * s;
+    v.d_gate = gate <= p.limit ? (u + p.linear_offset) * s * (1.f + p.act_alpha * g * (1.f - s)) : 0.f;
+    v.d_up = (up >= -p.limit && up <= p.limit) ? g * s : 0.f;
   }
   return v;
 }
 
+/// Activation and pairing are template parameters, as in GluEpilogue: one variant's code per kernel.
+template <ActKind kAct, PairKind kPair>
 struct DgluEpilogue {
   static constexpr int kTileN = 128;  // dH columns per tile (the launcher picks BN = 128)
   static constexpr int kScratchBytes = ColumnSums<2 * kTileN>::kBytes;  // dbias column sums
-  static constexpr int kBatch = 4;  // chunks whose C loads are in flight together
+  static constexpr int kBatch = 4;  // chunks whose C loads are in flight together (run_global)
+  // With 16-bit preact and dC (p.saved_tile) the producer loads the tile's 256 preact columns into the
+  // staging area, and the epilogue overwrites them in place with dC (same columns, same layout).
+  static constexpr int kSavedTileCols = 2 * kTileN;
 
   /// dH columns of B sub-box j: contiguous, limited by I.
   __device__ static ColumnMap b_columns(const KernelParams& p, int n_tile, int bn, bool half) {
@@ -61,7 +61,7 @@ struct DgluEpilogue {
   }
 
   /// Virtual staging column of the gate (or up) partner of dH chunk i (8 columns).
-  template <int kBN, PairKind kPair>
+  template <int kBN>
   __device__ static constexpr int virtual_column(int i, bool up) {
     if constexpr (kPair == PairKind::halves) return (up ? kBN : 0) + 8 * i;
     const int gate_first = 64 * (i / 4) + 8 * (i % 4);
@@ -69,11 +69,111 @@ struct DgluEpilogue {
     return gate_first + (second ? 32 : 0);
   }
 
-  /// One tile, pass by pass: a pass computes (d_gate, d_up) of the dH chunks whose dC columns it stages
+  /// dC (and preact) columns of the tile's 4 virtual 64-column segments, for the tile whose first dH column
+  /// is n0: halves [gate 2 x 64 | up 2 x 64], interleaved contiguous.
+  __device__ static ColumnMap dc_columns(const KernelParams& p, int n0) {
+    const int inter = p.n;
+    ColumnMap m;
+#pragma unroll
+    for (int seg = 0; seg < 4; ++seg) {
+      m.base[seg] = kPair == PairKind::halves ? (seg >= 2 ? inter : 0) + n0 + 64 * (seg & 1) : 2 * n0 + 64 * seg;
+      m.limit[seg] = kPair == PairKind::halves && seg < 2 ? inter : 2 * inter;
+    }
+    return m;
+  }
+
+  /// The columns the producer loads for n-tile `n_tile` (p.saved_tile).
+  __device__ static ColumnMap saved_columns(const KernelParams& p, int n_tile) { return dc_columns(p, n_tile * kTileN); }
+
+  /// The tile's reductions once its values are done: dbias partials, dprob row sums, amax.
+  __device__ static void finish(const KernelParams& p, const WorkTile& tile, const ColumnMap& dmap,
+                                const ColumnSums<2 * kTileN>& sums, int64_t row0, int rows_valid, int ra, int q,
+                                float (&row_sum)[2], float amax_gate, float amax_up) {
+    if (p.red.dbias_partials) {
+      sums.finish(p, tile, 2 * p.n, [&](int v) {
+        const int col = pick(dmap.base, v >> 6) + (v & 63);
+        return col < pick(dmap.limit, v >> 6) ? col : -1;
+      });
+    }
+    if (p.red.dprob || p.red.dprob_partials) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float total = quad_sum(row_sum[h]);
+        if (q == 0 && ra + 8 * h < rows_valid) write_row_sum(p, tile.n_tile, row0 + ra + 8 * h, total);
+      }
+    }
+    if (p.red.amax) {
+      warp_amax(p.red.amax, amax_gate);
+      warp_amax(p.red.amax + 1, amax_up);
+    }
+  }
+
+  /// One tile from the preact tile in the staging area (p.saved_tile, which the kernel has waited for):
+  /// every thread reads the (gate, up) pairs of its own fragment positions and overwrites them with
+  /// (d_gate, d_up), then the 64 x 256 dC slice is stored in one go.
+  template <int kBN, int kRegs>
+  __device__ static void run_saved(const float (&acc)[kRegs], const KernelParams& p, const WorkTile& tile, int n0,
+                                   int64_t row0, const Staging<kBN>& st) {
+    const Staging<2 * kBN> tile_buf{st.buf, st.tid, st.barrier_id, st.scratch};
+    const int inter = p.n;
+    const int rows_valid = rows_in_warpgroup(row0, tile.row_end);
+    const float alpha = p.alpha ? __ldg(p.alpha + tile.expert) : p.alpha_scalar;
+    const float beta = p.beta ? __ldg(p.beta + tile.expert) : 1.f;
+    const int ra = st.row_a(), q = st.quad();
+    const float2 pr = row_probs(p, row0 + ra, tile.row_end);
+    const ColumnMap dmap = dc_columns(p, n0);
+    const bool use_tma = rows_valid == 64 && segments_fit(dmap, 2 * inter);
+    const ColumnSums<2 * kBN> sums{st.scratch, st.tid, st.barrier_id};
+    if (p.red.dbias_partials) sums.begin();
+    const bool preact_f16 = p.preact.type == OutType::f16;
+
+    float row_sum[2] = {0.f, 0.f};
+    float amax_gate = 0.f, amax_up = 0.f;
+#pragma unroll
+    for (int i = 0; i < kBN / 8; ++i) {
+      const int vg = virtual_column<kBN>(i, false) + 2 * q;
+      const int vu = virtual_column<kBN>(i, true) + 2 * q;
+      const bool col_ok = n0 + 8 * i + 2 * q < inter;
+      float dg[4], du[4];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = ra + 8 * h;
+        const bool ok = col_ok && row < rows_valid;
+        const float prob = h ? pr.y : pr.x;
+        const float2 g = tile_buf.read_pair(row, vg, preact_f16);
+        const float2 u = tile_buf.read_pair(row, vu, preact_f16);
+#pragma unroll
+        for (int x = 0; x < 2; ++x) {
+          const float dh = alpha * acc[4 * i + 2 * h + x];
+          const GluGrad v = glu_grad<kAct>(p, beta * (x ? g.y : g.x), beta * (x ? u.y : u.x));
+          dg[2 * h + x] = ok ? dh * prob * v.d_gate : 0.f;
+          du[2 * h + x] = ok ? dh * prob * v.d_up : 0.f;
+          row_sum[h] += ok ? v.h * dh : 0.f;
+        }
+        tile_buf.write_pair(row, vg, p.d.type, dg[2 * h], dg[2 * h + 1]);
+        tile_buf.write_pair(row, vu, p.d.type, du[2 * h], du[2 * h + 1]);
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        amax_gate = fmaxf(amax_gate, fabsf(dg[e]));
+        amax_up = fmaxf(amax_up, fabsf(du[e]));
+      }
+      if (p.red.dbias_partials) {
+        sums.put(vg - 2 * q, 0, dg[0] + dg[2]);
+        sums.put(vg - 2 * q, 1, dg[1] + dg[3]);
+        sums.put(vu - 2 * q, 0, du[0] + du[2]);
+        sums.put(vu - 2 * q, 1, du[1] + du[3]);
+      }
+    }
+    tile_buf.store(p.d, &p.tma_d, dmap, 0, 2 * kBN, row0, rows_valid, use_tma);
+    finish(p, tile, dmap, sums, row0, rows_valid, ra, q, row_sum, amax_gate, amax_up);
+  }
+
+  /// One tile from preact in global memory (f32 preact or dC), pass by pass: a pass computes (d_gate, d_up) of the dH chunks whose dC columns it stages
   /// (kPassCols virtual columns: 128 for 16-bit dC, 64 for f32), so only dH lives in registers. Each
   /// element's dprob term and amax are counted in the pass that stages its gate (amax of d_up: its up).
-  template <int kBN, PairKind kPair, int kPassCols, int kRegs>
-  __device__ static void run(const float (&acc)[kRegs], const KernelParams& p, const WorkTile& tile, int n0,
+  template <int kBN, int kPassCols, int kRegs>
+  __device__ static void run_global(const float (&acc)[kRegs], const KernelParams& p, const WorkTile& tile, int n0,
                              int64_t row0, const Staging<kBN>& st) {
     static_assert(kBN == kTileN, "dGLU tiles are 128 dH columns");
     const int inter = p.n;
@@ -82,17 +182,7 @@ struct DgluEpilogue {
     const float beta = p.beta ? __ldg(p.beta + tile.expert) : 1.f;
     const int ra = st.row_a(), q = st.quad();
     const float2 pr = row_probs(p, row0 + ra, tile.row_end);
-    // dC columns of virtual segment `seg`: halves [gate 2 x 64 | up 2 x 64], interleaved contiguous.
-    auto dc_base = [&](int seg) {
-      return kPair == PairKind::halves ? (seg >= 2 ? inter : 0) + n0 + 64 * (seg & 1) : 2 * n0 + 64 * seg;
-    };
-    auto dc_limit = [&](int seg) { return kPair == PairKind::halves && seg < 2 ? inter : 2 * inter; };
-    ColumnMap dmap;
-#pragma unroll
-    for (int seg = 0; seg < 4; ++seg) {
-      dmap.base[seg] = dc_base(seg);
-      dmap.limit[seg] = dc_limit(seg);
-    }
+    const ColumnMap dmap = dc_columns(p, n0);
     const bool use_tma = rows_valid == 64 && segments_fit(dmap, 2 * inter);
     const ColumnSums<2 * kBN> sums{st.scratch, st.tid, st.barrier_id};
     if (p.red.dbias_partials) sums.begin();
@@ -110,8 +200,8 @@ struct DgluEpilogue {
 #pragma unroll
         for (int b = 0; b < kBatch; ++b) {
           const int i = i0 + b;
-          const int vg = virtual_column<kBN, kPair>(i, false);
-          const int vu = virtual_column<kBN, kPair>(i, true);
+          const int vg = virtual_column<kBN>(i, false);
+          const int vu = virtual_column<kBN>(i, true);
           const bool in_pass = (vg >= begin && vg < begin + kPassCols) || (vu >= begin && vu < begin + kPassCols);
           const bool col_ok = n0 + 8 * i + 2 * q < inter;
 #pragma unroll
@@ -126,8 +216,8 @@ struct DgluEpilogue {
 #pragma unroll
         for (int b = 0; b < kBatch; ++b) {
           const int i = i0 + b;
-          const int vg = virtual_column<kBN, kPair>(i, false);
-          const int vu = virtual_column<kBN, kPair>(i, true);
+          const int vg = virtual_column<kBN>(i, false);
+          const int vu = virtual_column<kBN>(i, true);
           const bool stage_gate = vg >= begin && vg < begin + kPassCols;
           const bool stage_up = vu >= begin && vu < begin + kPassCols;
           if (!stage_gate && !stage_up) continue;
@@ -141,7 +231,7 @@ struct DgluEpilogue {
             for (int x = 0; x < 2; ++x) {
               const float dh = alpha * acc[4 * i + 2 * h + x];
               const float2 gh = g[b][h], uh = u[b][h];
-              const GluGrad v = glu_grad(p, beta * (x ? gh.y : gh.x), beta * (x ? uh.y : uh.x));
+              const GluGrad v = glu_grad<kAct>(p, beta * (x ? gh.y : gh.x), beta * (x ? uh.y : uh.x));
               dg[2 * h + x] = ok ? dh * prob * v.d_gate : 0.f;
               du[2 * h + x] = ok ? dh * prob * v.d_up : 0.f;
               if (stage_gate) row_sum[h] += ok ? v.h * dh : 0.f;
@@ -172,30 +262,7 @@ struct DgluEpilogue {
       st.store(p.d, &p.tma_d, dmap, begin, kPassCols, row0, rows_valid, use_tma);
     }
 
-    if (p.red.dbias_partials) {
-      sums.finish(p, tile, 2 * inter, [&](int v) {
-        const int col = pick(dmap.base, v >> 6) + (v & 63);
-        return col < pick(dmap.limit, v >> 6) ? col : -1;
-      });
-    }
-    if (p.red.dprob || p.red.dprob_partials) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float total = quad_sum(row_sum[h]);
-        if (q == 0 && ra + 8 * h < rows_valid) write_row_sum(p, tile.n_tile, row0 + ra + 8 * h, total);
-      }
-    }
-    if (p.red.amax) {
-      warp_amax(p.red.amax, amax_gate);
-      warp_amax(p.red.amax + 1, amax_up);
-    }
-  }
-
-  template <int kBN, PairKind kPair, int kRegs>
-  __device__ static void run_any_output(const float (&acc)[kRegs], const KernelParams& p, const WorkTile& tile,
-                                        int n0, int64_t row0, const Staging<kBN>& st) {
-    if (p.d.type == OutType::f32) run<kBN, kPair, Staging<kBN>::kRowBytes / 4>(acc, p, tile, n0, row0, st);
-    else run<kBN, kPair, Staging<kBN>::kRowBytes / 2>(acc, p, tile, n0, row0, st);
+    finish(p, tile, dmap, sums, row0, rows_valid, ra, q, row_sum, amax_gate, amax_up);
   }
 
   template <int kBN, int kRegs>
@@ -203,12 +270,12 @@ struct DgluEpilogue {
                                const ColumnMap& cmap, int /*d_col0*/, int64_t row0, const Staging<kBN>& st) {
     if constexpr (kBN != kTileN) {
       __trap();  // never launched: the launcher runs dGLU with BN = 128 and without half tiles
-    } else if (p.pairing == PairKind::halves) {
-      run_any_output<kBN, PairKind::halves>(acc, p, tile, cmap.base[0], row0, st);
-    } else if (p.pairing == PairKind::interleaved32) {
-      run_any_output<kBN, PairKind::interleaved32>(acc, p, tile, cmap.base[0], row0, st);
+    } else if (p.saved_tile) {
+      run_saved<kBN>(acc, p, tile, cmap.base[0], row0, st);
+    } else if (p.d.type == OutType::f32) {
+      run_global<kBN, Staging<kBN>::kRowBytes / 4>(acc, p, tile, cmap.base[0], row0, st);
     } else {
-      run_any_output<kBN, PairKind::interleaved32_up_first>(acc, p, tile, cmap.base[0], row0, st);
+      run_global<kBN, Staging<kBN>::kRowBytes / 2>(acc, p, tile, cmap.base[0], row0, st);
     }
   }
 };

@@ -10,25 +10,31 @@
 
 namespace moegemm::sm90 {
 
-__device__ __forceinline__ float sigmoid_fast(float x) { return 1.f / (1.f + __expf(-x)); }
+// Fast-math forms (ex2 and rcp on the SFU, a few ulp): IEEE division and tanhf expand to multi-instruction
+// sequences with slow paths that made up much of the epilogue; bf16 outputs keep 8 bits of mantissa.
+__device__ __forceinline__ float sigmoid_fast(float x) { return __fdividef(1.f, 1.f + __expf(-x)); }
+/// tanh(x) = 1 - 2 / (e^2x + 1): saturates to +-1 through e^2x = inf or 0; absolute error ~1e-7 near 0.
+__device__ __forceinline__ float tanh_fast(float x) { return 1.f - __fdividef(2.f, __expf(2.f * x) + 1.f); }
 
 /// act(gate, up) without prob; formulas of docs/ops.md §2.
+template <ActKind kAct>
 __device__ __forceinline__ float glu_activation(const KernelParams& p, float gate, float up) {
-  switch (p.act) {
-    case ActKind::swiglu:
-      return gate * sigmoid_fast(gate) * up;
-    case ActKind::geglu: {
-      const float inner = 0.7978845608028654f * (gate + 0.044715f * gate * gate * gate);
-      return 0.5f * gate * (1.f + tanhf(inner)) * up;
-    }
-    default: {
-      const float g = fminf(gate, p.limit);
-      const float u = fminf(fmaxf(up, -p.limit), p.limit);
-      return (u + p.linear_offset) * g * sigmoid_fast(p.act_alpha * g);
-    }
+  if constexpr (kAct == ActKind::swiglu) {
+    return gate * sigmoid_fast(gate) * up;
+  } else if constexpr (kAct == ActKind::geglu) {
+    const float inner = 0.7978845608028654f * (gate + 0.044715f * gate * gate * gate);
+    return 0.5f * gate * (1.f + tanh_fast(inner)) * up;
+  } else {
+    const float g = fminf(gate, p.limit);
+    const float u = fminf(fmaxf(up, -p.limit), p.limit);
+    return (u + p.linear_offset) * g * sigmoid_fast(p.act_alpha * g);
   }
 }
 
+/// The activation and the gate/up pairing are template parameters: a kernel holds the code of one variant
+/// only (with run-time switches the unrolled epilogue of every variant shared one kernel, and its
+/// instruction fetches, not its arithmetic, set the epilogue's time).
+template <ActKind kAct, PairKind kPair>
 struct GluEpilogue {
   /// Pre-activation columns of B sub-box j of n-tile `n_tile` (also C's column map). With halves, a full
   /// tile loads [gate..., up...]; a half tile loads [gate 64, up 64, gate 64, up 64] so that each
@@ -36,7 +42,7 @@ struct GluEpilogue {
   __device__ static ColumnMap b_columns(const KernelParams& p, int n_tile, int bn, bool half) {
     ColumnMap m;
     const int inter = p.n / 2;
-    if (p.pairing == PairKind::halves) {
+    if constexpr (kPair == PairKind::halves) {
       const int half_boxes = bn / 128;
       const int n0 = n_tile * (bn / 2);
 #pragma unroll
@@ -58,38 +64,38 @@ struct GluEpilogue {
 
   /// Gate chunk i (8 columns) -> its up partner chunk and its first D column; constexpr per pairing so
   /// that the accumulator array is only ever indexed with compile-time constants.
-  template <int kBN, PairKind kPair>
+  template <int kBN>
   __device__ static constexpr bool is_gate_chunk(int i) {
     if constexpr (kPair == PairKind::halves) return i < kBN / 16;
     else if constexpr (kPair == PairKind::interleaved32) return ((i >> 2) & 1) == 0;
     else return ((i >> 2) & 1) == 1;
   }
-  template <int kBN, PairKind kPair>
+  template <int kBN>
   __device__ static constexpr int partner_chunk(int i) {
     if constexpr (kPair == PairKind::halves) return i + kBN / 16;
     else if constexpr (kPair == PairKind::interleaved32) return i + 4;
     else return i - 4;
   }
-  template <int kBN, PairKind kPair>
+  template <int kBN>
   __device__ static constexpr int d_column(int i) {
     if constexpr (kPair == PairKind::halves) return 8 * i;
     else return 32 * (i >> 3) + 8 * (i & 3);
   }
 
   /// Stages D = prob * act(gate, up) of every gate chunk at its D column.
-  template <int kBN, PairKind kPair, int kRegs>
+  template <int kBN, int kRegs>
   __device__ static void stage_d(const float (&acc)[kRegs], const KernelParams& p, float2 pr,
                                  const Staging<kBN>& st) {
     const int ra = st.row_a();
 #pragma unroll
     for (int i = 0; i < kBN / 8; ++i) {
-      if (!is_gate_chunk<kBN, kPair>(i)) continue;
-      const int u = partner_chunk<kBN, kPair>(i);
-      const int dcol = d_column<kBN, kPair>(i) + 2 * st.quad();
-      const float d0 = glu_activation(p, acc[4 * i + 0], acc[4 * u + 0]) * pr.x;
-      const float d1 = glu_activation(p, acc[4 * i + 1], acc[4 * u + 1]) * pr.x;
-      const float d2 = glu_activation(p, acc[4 * i + 2], acc[4 * u + 2]) * pr.y;
-      const float d3 = glu_activation(p, acc[4 * i + 3], acc[4 * u + 3]) * pr.y;
+      if (!is_gate_chunk<kBN>(i)) continue;
+      const int u = partner_chunk<kBN>(i);
+      const int dcol = d_column<kBN>(i) + 2 * st.quad();
+      const float d0 = glu_activation<kAct>(p, acc[4 * i + 0], acc[4 * u + 0]) * pr.x;
+      const float d1 = glu_activation<kAct>(p, acc[4 * i + 1], acc[4 * u + 1]) * pr.x;
+      const float d2 = glu_activation<kAct>(p, acc[4 * i + 2], acc[4 * u + 2]) * pr.y;
+      const float d3 = glu_activation<kAct>(p, acc[4 * i + 3], acc[4 * u + 3]) * pr.y;
       st.write_pair(ra, dcol, p.d.type, d0, d1);
       st.write_pair(ra + 8, dcol, p.d.type, d2, d3);
     }
@@ -107,9 +113,7 @@ struct GluEpilogue {
 
     const float2 pr = row_probs(p, row0 + st.row_a(), tile.row_end);
     st.acquire();
-    if (p.pairing == PairKind::halves) stage_d<kBN, PairKind::halves>(acc, p, pr, st);
-    else if (p.pairing == PairKind::interleaved32) stage_d<kBN, PairKind::interleaved32>(acc, p, pr, st);
-    else stage_d<kBN, PairKind::interleaved32_up_first>(acc, p, pr, st);
+    stage_d<kBN>(acc, p, pr, st);
     ColumnMap dmap;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {

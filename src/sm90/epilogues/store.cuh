@@ -61,6 +61,13 @@ struct Staging {
     named_barrier_sync(barrier_id, 128);
   }
 
+  /// Hands the staging area back to the producer (one arrival on `empty` per warpgroup) once this
+  /// warpgroup's TMA stores have read it and every thread is done with it.
+  __device__ void release(uint64_t* empty) const {
+    acquire();
+    if (tid == 0) cuda::ptx::mbarrier_arrive(empty);
+  }
+
   /// Waits for this warpgroup's stores to complete (before the CTA exits).
   __device__ void drain() const {
     if (tid == 0) cuda::ptx::cp_async_bulk_wait_group(cuda::ptx::n32_t<0>{});
@@ -76,6 +83,13 @@ struct Staging {
     } else {
       *reinterpret_cast<__half2*>(p) = __floats2half2_rn(v0, v1);
     }
+  }
+
+  /// The two adjacent 16-bit values (bf16, or f16 when `f16`) at pass-relative column `col` of `row`.
+  __device__ float2 read_pair(int row, int col, bool f16) const {
+    const uint8_t* p = at(row, col * 2);
+    return f16 ? __half22float2(*reinterpret_cast<const __half2*>(p))
+               : __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
   }
 
   /// Publishes the staged columns [col_begin, col_begin + cols) of the tile and stores them to rows

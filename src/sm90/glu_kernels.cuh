@@ -1,0 +1,43 @@
+// Launchers of the GLU (forward) and dGLU kernels of one activation: the gate/up pairing, tile width and B
+// layout are picked at run time among that activation's instantiations. Each activation compiles in a
+// translation unit of its own (instantiate_activation.cu.in), so the 2 x 3 units build in parallel.
+#pragma once
+
+#include "sm90/dispatch.cuh"
+#include "sm90/epilogues/dglu.cuh"
+#include "sm90/epilogues/glu.cuh"
+
+namespace moegemm::sm90 {
+
+/// Calls f.template operator()<kPair>() for the run-time pairing.
+template <class F>
+void with_pairing(PairKind pairing, F&& f) {
+  switch (pairing) {
+    case PairKind::halves: return f.template operator()<PairKind::halves>();
+    case PairKind::interleaved32: return f.template operator()<PairKind::interleaved32>();
+    case PairKind::interleaved32_up_first: return f.template operator()<PairKind::interleaved32_up_first>();
+  }
+}
+
+template <ActKind kAct>
+void launch_glu_act(const KernelParams& p, int block_n, BLayout layout, int grid, cudaStream_t stream) {
+  with_pairing(p.pairing, [&]<PairKind kPair>() {
+    dispatch_m_grouped<GluEpilogue<kAct, kPair>>(p, block_n, layout, grid, stream);
+  });
+}
+
+/// dGLU runs with BN = 128 only (a tile stages 256 dC columns) and 4 stages: its staging area holds the
+/// whole 128 x 256 pre-activation tile.
+template <ActKind kAct>
+void launch_dglu_act(const KernelParams& p, BLayout layout, int grid, cudaStream_t stream) {
+  with_pairing(p.pairing, [&]<PairKind kPair>() {
+    using Epilogue = DgluEpilogue<kAct, kPair>;
+    if (layout == BLayout::nk) {
+      launch_kernel<TileShape<128, Major::k, Major::k, 4>, MGroupedScheduler, Epilogue>(p, grid, stream);
+    } else {
+      launch_kernel<TileShape<128, Major::mn, Major::k, 4>, MGroupedScheduler, Epilogue>(p, grid, stream);
+    }
+  });
+}
+
+}  // namespace moegemm::sm90
