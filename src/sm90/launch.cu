@@ -4,6 +4,7 @@
 #include <cudaTypedefs.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "sm90/expert_maps.cuh"
@@ -48,6 +49,17 @@ CUtensorMap make_map(const void* base, int rank, const cuuint64_t* dims, const c
                                            " (CUresult " + std::to_string(static_cast<int>(r)) + ")");
   }
   return map;
+}
+
+/// MOEGEMM_BLOCK_N=128 or 256 replaces the tile width choose_tile() picks (for measuring the heuristic;
+/// dGLU always runs 128); 0 when unset or anything else.
+int block_n_override() {
+  static const int value = [] {
+    const char* env = std::getenv("MOEGEMM_BLOCK_N");
+    const std::string v = env ? env : "";
+    return v == "128" ? 128 : v == "256" ? 256 : 0;
+  }();
+  return value;
 }
 
 /// SM count of the current device. Also makes the device's primary context current on this thread: the
@@ -184,7 +196,9 @@ void launch_forward(const ForwardProblem& f, cudaStream_t stream) {
 
   const int sms = sm_count();
   // dGLU tiles are 128 dH columns (256 dC columns through the staging buffer).
-  const int block_n = f.epilogue == EpilogueKind::dglu ? 128 : choose_tile(f.m, f.n, f.num_experts, sms).block_n;
+  const int block_n = f.epilogue == EpilogueKind::dglu ? 128
+                      : block_n_override()           ? block_n_override()
+                                                     : choose_tile(f.m, f.n, f.num_experts, sms).block_n;
   // Half tiles split columns between the warpgroups; a 128-wide halves GLU tile has only one gate box, and
   // the backward epilogues' per-warpgroup row partials need whole tiles.
   p.half_tiles = !backward && !(glu && f.glu.layout == GluLayout::halves && block_n == 128);
@@ -273,7 +287,8 @@ void launch_wgrad(const WgradProblem& w, cudaStream_t stream) {
   p.d.ld = n;
   const int sms = sm_count();
   // Tile count of E experts x ceil(m / 128) row tiles, as if the experts' outputs were stacked.
-  const int block_n = choose_tile(w.num_experts * ((m + 127) / 128) * 128, n, 1, sms).block_n;
+  const int block_n = block_n_override() ? block_n_override()
+                                         : choose_tile(w.num_experts * ((m + 127) / 128) * 128, n, 1, sms).block_n;
   p.n_tiles = static_cast<int>((n + block_n - 1) / block_n);
 
   // Templates of the per-expert maps: A (T, m) and B (T, n) as {cols, rows, 1}; the device replaces the
