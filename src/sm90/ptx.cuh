@@ -36,6 +36,15 @@ __device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.
 template <uint32_t kRegs>
 __device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs)); }
 
+/// stmatrix .x4 (the toolkit's cuda::ptx has no wrapper): four 8x8 16-bit matrices; lane t gives the shared
+/// address of row t % 8 of matrix t / 8, and register i holds the lane's pair of matrix i (row lane / 4,
+/// columns 2 (lane % 4) and + 1), the wgmma accumulator fragment layout.
+__device__ __forceinline__ void stmatrix_x4(uint32_t smem_addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_addr), "r"(r0),
+               "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
+
 /// Barrier over `threads` threads on hardware barrier `id` (0 is __syncthreads).
 __device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");

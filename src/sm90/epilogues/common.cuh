@@ -14,6 +14,7 @@ namespace moegemm::sm90 {
 template <int kBN, int kRegs>
 __device__ __forceinline__ void apply_alpha_bias(float (&acc)[kRegs], const KernelParams& p, int expert,
                                                  const ColumnMap& cmap, int quad) {
+  if (!p.alpha && !p.bias && p.alpha_scalar == 1.f) return;  // the plain GEMM: nothing to do
   const float alpha = p.alpha ? __ldg(p.alpha + expert) : p.alpha_scalar;
   const int64_t bias_row = static_cast<int64_t>(expert) * p.n;
 #pragma unroll

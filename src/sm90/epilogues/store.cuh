@@ -130,11 +130,53 @@ struct Staging {
     }
   }
 
+  /// Two floats as one 16-bit pair (first value in the low half: the lower column).
+  template <OutType kType>
+  __device__ static uint32_t pack(float lo, float hi) {
+    if constexpr (kType == OutType::bf16) {
+      const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+      return *reinterpret_cast<const uint32_t*>(&v);
+    } else {
+      const __half2 v = __floats2half2_rn(lo, hi);
+      return *reinterpret_cast<const uint32_t*>(&v);
+    }
+  }
+
+  /// Stages the whole 64 x kBN accumulator tile as 16-bit values with stmatrix: one .x4 per two 8-column
+  /// chunks (the warp's 16 rows, top and bottom 8), 16 instructions for BN = 256 instead of 64 stores and
+  /// their address arithmetic. Lane t addresses row (t % 8) + 8 ((t / 8) % 2) of its warp's 16, chunk
+  /// j + t / 16; in the swizzled layout that chunk sits at ((j % 8) ^ (t / 16) ^ (row % 8)) * 16 bytes of
+  /// the row's 128-byte block (j even), so four per-lane bases cover every j.
+  template <OutType kType, int kRegs>
+  __device__ void stage_16bit(const float (&acc)[kRegs]) const {
+    static_assert(kRegs == kBN / 2, "one accumulator register per staged column pair and row half");
+    const int lane = tid % 32;
+    const int row = (tid / 32) * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+    const uint32_t x = static_cast<uint32_t>(((lane >> 4) ^ (row & 7)) << 4);
+    const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(buf)) + row * 128;
+    uint32_t chunk_base[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) chunk_base[q] = base + ((static_cast<uint32_t>(2 * q) << 4) ^ x);
+#pragma unroll
+    for (int j = 0; j < kBN / 8; j += 2) {
+      stmatrix_x4(chunk_base[(j & 7) >> 1] + (j >> 3) * 8192, pack<kType>(acc[4 * j], acc[4 * j + 1]),
+                  pack<kType>(acc[4 * j + 2], acc[4 * j + 3]), pack<kType>(acc[4 * j + 4], acc[4 * j + 5]),
+                  pack<kType>(acc[4 * j + 6], acc[4 * j + 7]));
+    }
+  }
+
   /// Stages every register of `acc` at its own column and stores the whole BN-wide tile.
   template <int kRegs>
   __device__ void store_tile(const float (&acc)[kRegs], const OutMatrix& out, const CUtensorMap* map,
                              const ColumnMap& cmap, int64_t row0, int rows_valid, bool use_tma) const {
-    const int pass_cols = kRowBytes / out_elem_bytes(out.type);  // 16-bit: one pass; f32: two passes
+    if (out.type != OutType::f32) {  // one pass, by stmatrix
+      acquire();
+      if (out.type == OutType::bf16) stage_16bit<OutType::bf16>(acc);
+      else stage_16bit<OutType::f16>(acc);
+      store(out, map, cmap, 0, kBN, row0, rows_valid, use_tma);
+      return;
+    }
+    const int pass_cols = kRowBytes / out_elem_bytes(out.type);  // f32: two passes
     const int ra = row_a();
     for (int begin = 0; begin < kBN; begin += pass_cols) {
       acquire();
