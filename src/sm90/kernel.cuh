@@ -194,6 +194,8 @@ __global__ void __launch_bounds__(kKernelThreads, 1) grouped_gemm_kernel(const _
         if (!Scheduler::kUniformK && tile.k_blocks == 0) zero_registers(acc);
         // Column maps are derived after the mainloop so that nothing but the accumulators lives across it.
         const ColumnMap cols = Epilogue::b_columns(p, tile.n_tile, kBN, false);
+        // Saved tiles are waited for and released here only: their epilogues run without half tiles (the
+        // launcher turns half tiles off for the backward epilogues).
         if (kSavedTile && p.saved_tile) mbar_wait(saved_full, saved_phase);
         Epilogue::template apply<kBN>(acc, p, tile, cols, tile.n_tile * (kBN / 2),
                                       static_cast<int64_t>(tile.row0) + 64 * cw, staging);

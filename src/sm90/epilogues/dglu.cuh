@@ -2,8 +2,9 @@
 // dH (M, I); per element, with (gate, up) = beta * C at the paired columns and h = act(gate, up):
 //   d_gate = alpha dH prob dact/dgate,  d_up = alpha dH prob dact/dup   (written in C's column layout),
 //   dprob[r] = sum_i h alpha dH,  dbias = per-expert column sums of dC,  amax = [max|d_gate|, max|d_up|].
-// Tiles are 128 dH columns (kBN = 128), i.e. 256 dC columns, staged as 4 "virtual" 64-column segments
-// through the staging buffer in passes (the values are recomputed per pass, so only dH stays in registers):
+// Tiles are 128 dH columns (kBN = 128), i.e. 256 dC columns in 4 "virtual" 64-column segments; with 16-bit
+// preact and dC the segments arrive in shared memory with the tile (run_saved), otherwise they are read from
+// global memory and staged in passes (run_global):
 //  - halves: [gate n0..n0+127 | up I+n0..I+n0+127];
 //  - interleaved32 / _up_first: the contiguous dC columns 2 n0 .. 2 n0 + 255.
 #pragma once
@@ -169,12 +170,13 @@ struct DgluEpilogue {
     finish(p, tile, dmap, sums, row0, rows_valid, ra, q, row_sum, amax_gate, amax_up);
   }
 
-  /// One tile from preact in global memory (f32 preact or dC), pass by pass: a pass computes (d_gate, d_up) of the dH chunks whose dC columns it stages
-  /// (kPassCols virtual columns: 128 for 16-bit dC, 64 for f32), so only dH lives in registers. Each
-  /// element's dprob term and amax are counted in the pass that stages its gate (amax of d_up: its up).
+  /// One tile from preact in global memory (f32 preact or dC), pass by pass: a pass computes (d_gate, d_up)
+  /// of the dH chunks whose dC columns it stages (kPassCols virtual columns: 128 for 16-bit dC, 64 for f32),
+  /// recomputing them per pass so that only dH lives in registers. Each element's dprob term and amax are
+  /// counted in the pass that stages its gate (amax of d_up: its up).
   template <int kBN, int kPassCols, int kRegs>
   __device__ static void run_global(const float (&acc)[kRegs], const KernelParams& p, const WorkTile& tile, int n0,
-                             int64_t row0, const Staging<kBN>& st) {
+                                    int64_t row0, const Staging<kBN>& st) {
     static_assert(kBN == kTileN, "dGLU tiles are 128 dH columns");
     const int inter = p.n;
     const int rows_valid = rows_in_warpgroup(row0, tile.row_end);
