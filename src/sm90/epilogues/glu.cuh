@@ -101,6 +101,32 @@ struct GluEpilogue {
     }
   }
 
+  /// stage_d for 16-bit D: gate chunks come in even-aligned runs whose partners and D columns are
+  /// consecutive too, so chunks i and i + 1 go out in one stmatrix.
+  template <OutType kType, int kBN, int kRegs>
+  __device__ static void stage_d_16bit(const float (&acc)[kRegs], const KernelParams& p, float2 pr,
+                                       const Staging<kBN>& st) {
+    const auto a = st.chunk_addresses();
+#pragma unroll
+    for (int i = 0; i < kBN / 8; i += 2) {
+      if (!is_gate_chunk<kBN>(i)) continue;
+      static_assert(kBN % 32 == 0, "gate runs are even-aligned");
+      const int u = partner_chunk<kBN>(i);
+      uint32_t packed[4];
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float prob = h ? pr.y : pr.x;
+          const float d0 = glu_activation<kAct>(p, acc[4 * (i + c) + 2 * h], acc[4 * (u + c) + 2 * h]) * prob;
+          const float d1 = glu_activation<kAct>(p, acc[4 * (i + c) + 2 * h + 1], acc[4 * (u + c) + 2 * h + 1]) * prob;
+          packed[2 * c + h] = Staging<kBN>::template pack<kType>(d0, d1);
+        }
+      }
+      Staging<kBN>::put_chunks(a, d_column<kBN>(i) / 8, packed[0], packed[1], packed[2], packed[3]);
+    }
+  }
+
   /// `acc` is this warpgroup's 64 x kBN slice of pre-activation columns `cmap` (gate/up pairs inside it);
   /// its D columns start at `d_col0`; rows [row0, row0 + 64).
   template <int kBN, int kRegs>
@@ -113,7 +139,9 @@ struct GluEpilogue {
 
     const float2 pr = row_probs(p, row0 + st.row_a(), tile.row_end);
     st.acquire();
-    stage_d<kBN>(acc, p, pr, st);
+    if (p.d.type == OutType::bf16) stage_d_16bit<OutType::bf16>(acc, p, pr, st);
+    else if (p.d.type == OutType::f16) stage_d_16bit<OutType::f16>(acc, p, pr, st);
+    else stage_d<kBN>(acc, p, pr, st);
     ColumnMap dmap;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {

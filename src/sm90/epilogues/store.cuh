@@ -142,26 +142,40 @@ struct Staging {
     }
   }
 
-  /// Stages the whole 64 x kBN accumulator tile as 16-bit values with stmatrix: one .x4 per two 8-column
-  /// chunks (the warp's 16 rows, top and bottom 8), 16 instructions for BN = 256 instead of 64 stores and
-  /// their address arithmetic. Lane t addresses row (t % 8) + 8 ((t / 8) % 2) of its warp's 16, chunk
-  /// j + t / 16; in the swizzled layout that chunk sits at ((j % 8) ^ (t / 16) ^ (row % 8)) * 16 bytes of
-  /// the row's 128-byte block (j even), so four per-lane bases cover every j.
-  template <OutType kType, int kRegs>
-  __device__ void stage_16bit(const float (&acc)[kRegs]) const {
-    static_assert(kRegs == kBN / 2, "one accumulator register per staged column pair and row half");
+  /// The lane's stmatrix row addresses: lane t addresses row (t % 8) + 8 ((t / 8) % 2) of its warp's 16 in
+  /// chunk c + t / 16 (c even); in the swizzled layout that chunk sits at ((c % 8) ^ (t / 16) ^ (row % 8)) * 16
+  /// bytes of the row's 128-byte block, so four per-lane bases (c % 8 = 0, 2, 4, 6) cover every c.
+  struct ChunkAddresses {
+    uint32_t base[4];
+  };
+  __device__ ChunkAddresses chunk_addresses() const {
     const int lane = tid % 32;
     const int row = (tid / 32) * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
     const uint32_t x = static_cast<uint32_t>(((lane >> 4) ^ (row & 7)) << 4);
     const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(buf)) + row * 128;
-    uint32_t chunk_base[4];
+    ChunkAddresses a;
 #pragma unroll
-    for (int q = 0; q < 4; ++q) chunk_base[q] = base + ((static_cast<uint32_t>(2 * q) << 4) ^ x);
+    for (int q = 0; q < 4; ++q) a.base[q] = base + ((static_cast<uint32_t>(2 * q) << 4) ^ x);
+    return a;
+  }
+
+  /// Stages 16-bit chunks c and c + 1 (c even, 8 columns each) of the warpgroup's 64 rows with one
+  /// stmatrix.x4: top_c / bottom_c are the lane's packed pairs of chunk c in rows lane/4 and lane/4 + 8.
+  __device__ static void put_chunks(const ChunkAddresses& a, int c, uint32_t top_c, uint32_t bottom_c,
+                                    uint32_t top_next, uint32_t bottom_next) {
+    stmatrix_x4(a.base[(c & 7) >> 1] + (c >> 3) * 8192, top_c, bottom_c, top_next, bottom_next);
+  }
+
+  /// Stages the whole 64 x kBN accumulator tile as 16-bit values: 16 stmatrix for BN = 256 instead of 64
+  /// stores and their address arithmetic.
+  template <OutType kType, int kRegs>
+  __device__ void stage_16bit(const float (&acc)[kRegs]) const {
+    static_assert(kRegs == kBN / 2, "one accumulator register per staged column pair and row half");
+    const ChunkAddresses a = chunk_addresses();
 #pragma unroll
     for (int j = 0; j < kBN / 8; j += 2) {
-      stmatrix_x4(chunk_base[(j & 7) >> 1] + (j >> 3) * 8192, pack<kType>(acc[4 * j], acc[4 * j + 1]),
-                  pack<kType>(acc[4 * j + 2], acc[4 * j + 3]), pack<kType>(acc[4 * j + 4], acc[4 * j + 5]),
-                  pack<kType>(acc[4 * j + 6], acc[4 * j + 7]));
+      put_chunks(a, j, pack<kType>(acc[4 * j], acc[4 * j + 1]), pack<kType>(acc[4 * j + 2], acc[4 * j + 3]),
+                 pack<kType>(acc[4 * j + 4], acc[4 * j + 5]), pack<kType>(acc[4 * j + 6], acc[4 * j + 7]));
     }
   }
 
