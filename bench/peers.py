@@ -6,10 +6,13 @@ Suites (--suite; default: all of them but "frontends"):
   wgrad     per-expert weight gradients (ragged K) vs torch._grouped_mm's 2-D x 2-D mode and cuBLAS dense
   dglu      the fused dgrad + SwiGLU backward (grouped_gemm_dglu) vs the plain dgrad GEMM and the unfused peers
   mlp       a whole MoE expert MLP, forward + backward with autograd: moegemm.torch.moe_mlp vs torch
+  ksweep    the plain grouped GEMM at K/4, K/2, K against torch._grouped_mm: the time that does not scale with
+            K (what the epilogue and the pipeline fill cost when not hidden under the MMA)
   dispatch  host overhead of an eager call and of a CUDA-graph replay vs kernel time (torch_bench.py --parts
             dispatch, jax_dispatch.py), torch._grouped_mm's own overhead as the bar
   frontends the front ends' throughput scripts (torch_bench.py --parts workloads, jax_ragged_dot.py)
-  "backward" = wgrad dglu mlp; "all" = peers glu wgrad dglu mlp dispatch. glu/wgrad/dglu/mlp: bench/suites.py.
+  "backward" = wgrad dglu mlp; "all" = peers glu wgrad dglu mlp dispatch. glu/wgrad/dglu/mlp/ksweep:
+  bench/suites.py.
 
 Systems of the peers suite (each reported, "not available: <why>" when it cannot run here):
   cublas_dense_same_flops  torch.matmul of (M, K) x (K, N): the dense rate a grouped GEMM should approach
@@ -53,9 +56,9 @@ import suites as training  # noqa: E402
 
 QUICK_WORKLOADS = ("seed-2k", "seed-16k", "qwen3-up", "dsv3-down")
 FRONT_END_BENCHMARKS = ("jax_dispatch.py", "torch_bench.py", "jax_ragged_dot.py")
-ALL_SUITES = ("peers", "glu", "wgrad", "dglu", "mlp", "dispatch", "frontends")
+ALL_SUITES = ("peers", "glu", "wgrad", "dglu", "mlp", "ksweep", "dispatch", "frontends")
 SUITE_ALIASES = {"all": ("peers", "glu", "wgrad", "dglu", "mlp", "dispatch"), "backward": ("wgrad", "dglu", "mlp")}
-RUN_ORDER = ("glu", "wgrad", "dglu", "mlp", "peers", "dispatch", "frontends")  # torch-only suites before JAX
+RUN_ORDER = ("glu", "wgrad", "dglu", "mlp", "ksweep", "peers", "dispatch", "frontends")  # torch-only before JAX
 FRONT_END_TIMEOUT_S = {True: 240, False: 420}  # per script, quick / full: a hung script cannot eat the budget
 SYSTEMS = ("cublas_dense_same_flops", "torch_grouped_mm", "jax_ragged_dot", "moegemm_cpp", "moegemm_torch",
            "moegemm_jax")
@@ -508,8 +511,8 @@ def main(argv=None) -> int:
                 selected = [training.tiny(c) for c in selected]
             rows = training.run_suite(suite, ctx, selected, routings, group_sizes, args.seed,
                                       lambda text: print(text, file=sys.stderr, flush=True))
-            if suite == "glu":
-                doc["glu"] = rows
+            if suite in ("glu", "ksweep"):
+                doc[suite] = rows
             else:
                 doc.setdefault("backward", {})[suite] = rows
         elif suite == "dispatch" or (suite == "frontends" and "dispatch" not in suites):

@@ -40,6 +40,14 @@ group sizes, one after the other):
          ratios fused_over_plain = t(glu) / t(gemm), target <= 1.05 (also for the C + prob variant);
          fused_over_unfused = t(glu) / t(moegemm_unfused); speedup_vs_torch = t(torch_unfused) / t(glu).
 
+  ksweep the plain grouped GEMM at K/4, K/2 and K for every GEMM of the workloads file (M, N, E fixed):
+           moegemm_k_quarter, moegemm_k_half, moegemm_k   torch.ops.moegemm.grouped_gemm(x, w, offs)
+           torch_k_quarter, torch_k_half, torch_k         torch._grouped_mm(x, w, offs=offs)
+         a least-squares line time = fixed + K * per_k through each system's three points gives the time that
+         does not scale with K (epilogue, pipeline fill, launch: what is not hidden under the MMA) and the
+         marginal rate 2*M*N / per_k; reported per row as "derived" (fixed_us, fixed_share = fixed / time at K,
+         marginal_tflops). ratio speedup_vs_torch = t(torch_k) / t(moegemm_k), target >= 1.2.
+
 Weights are stored (E, K, N) ("kn", the layout of torch._grouped_mm and of MoEMLP's parameters); the dgrad
 reads w_down (E, I, H) as "nk". bf16 data, f32 router probabilities. A system that raises records its error
 as its status ("no kernel yet: ..." for a moegemm NotImplementedError) and the run continues.
@@ -52,7 +60,7 @@ import math
 import statistics
 import time
 
-SUITES = ("wgrad", "dglu", "mlp", "glu")
+SUITES = ("wgrad", "dglu", "mlp", "glu", "ksweep")
 
 # Cases run by --quick (every case without it); names of the workloads file (GEMMs, or models for mlp).
 QUICK_CASES = {
@@ -60,7 +68,11 @@ QUICK_CASES = {
     "dglu": ("mixtral-down", "qwen3-down", "dsv3-down"),
     "mlp": ("qwen3-30b-a3b", "deepseek-v3"),
     "glu": ("seed-16k", "mixtral-up", "qwen3-up"),
+    "ksweep": ("seed-16k", "qwen3-down", "dsv3-down"),
 }
+
+KSWEEP_SYSTEMS = {"moegemm": ("moegemm_k_quarter", "moegemm_k_half", "moegemm_k"),
+                  "torch": ("torch_k_quarter", "torch_k_half", "torch_k")}
 
 SYSTEMS = {
     "wgrad": ("moegemm_wgrad", "moegemm_wgrad_f32", "torch_grouped_mm", "cublas_dense_same_flops"),
@@ -68,6 +80,7 @@ SYSTEMS = {
     "mlp": ("moegemm_moe_mlp", "torch_grouped_mm_autograd", "moegemm_forward", "torch_forward"),
     "glu": ("moegemm_glu", "moegemm_glu_c_prob", "moegemm_gemm", "moegemm_unfused", "torch_grouped_mm",
             "torch_unfused"),
+    "ksweep": (*KSWEEP_SYSTEMS["moegemm"], *KSWEEP_SYSTEMS["torch"]),
 }
 
 # name: (numerator system, denominator system, target) with ratio = time(numerator) / time(denominator);
@@ -92,6 +105,9 @@ RATIOS = {
         "fused_c_prob_over_plain": ("moegemm_glu_c_prob", "moegemm_gemm", ("<=", 1.05)),
         "fused_over_unfused": ("moegemm_glu", "moegemm_unfused", None),
         "speedup_vs_torch": ("torch_unfused", "moegemm_glu", None),
+    },
+    "ksweep": {
+        "speedup_vs_torch": ("torch_k", "moegemm_k", (">=", 1.2)),
     },
 }
 
@@ -137,6 +153,8 @@ def cases(doc: dict, suite: str) -> list[dict]:
             out.append({"name": g["name"], "M": g["M"], "N": g["N"], "K": g["K"], "E": g["E"], "aliases": aliases})
         elif suite == "glu" and role in ("up", None) and g["N"] % 16 == 0:  # N = 2I
             out.append({"name": g["name"], "M": g["M"], "N": g["N"], "K": g["K"], "E": g["E"], "aliases": aliases})
+        elif suite == "ksweep":
+            out.append({"name": g["name"], "M": g["M"], "N": g["N"], "K": g["K"], "E": g["E"], "aliases": aliases})
         elif suite == "dglu" and role in ("down", None) and g["K"] % 8 == 0:  # the down GEMM M x H x I
             out.append({"name": g["name"], "M": g["M"], "I": g["K"], "H": g["N"], "E": g["E"], "aliases": aliases})
     return out
@@ -167,9 +185,14 @@ def tiny(case: dict) -> dict:
     return out
 
 
+def ksweep_ks(k: int) -> tuple[int, int, int]:
+    """The K values of the ksweep suite: K/4, K/2 (multiples of 16, at least 16) and K."""
+    return max(16, k // 4 // 16 * 16), max(16, k // 2 // 16 * 16), k
+
+
 def flops(suite: str, c: dict) -> float:
     """FLOPs of the GEMM work of one call (elementwise work is not counted)."""
-    if suite in ("wgrad", "glu"):
+    if suite in ("wgrad", "glu", "ksweep"):
         return 2.0 * c["M"] * c["N"] * c["K"]
     if suite == "dglu":
         return 2.0 * c["M"] * c["I"] * c["H"]
@@ -180,7 +203,7 @@ def input_bytes(suite: str, c: dict) -> int:
     """Bytes of one set of inputs (for the L2 rotation)."""
     if suite == "wgrad":
         return 2 * c["M"] * (c["K"] + c["N"])
-    if suite == "glu":
+    if suite in ("glu", "ksweep"):  # ksweep: the set at the full K
         return 2 * (c["M"] * c["K"] + c["E"] * c["K"] * c["N"])
     if suite == "dglu":
         return 2 * (c["M"] * c["H"] + c["E"] * c["I"] * c["H"] + 2 * c["M"] * c["I"])
@@ -259,8 +282,34 @@ def measure(bench: Bench, systems: dict) -> dict:
 
 
 def system_flops(suite: str, system: str, c: dict) -> float:
-    """FLOPs of one call of a system: the suite's GEMM FLOPs, a third of them for the MLP's forward alone."""
-    return flops(suite, c) / 3 if suite == "mlp" and system.endswith("forward") else flops(suite, c)
+    """FLOPs of one call of a system: the suite's GEMM FLOPs, a third of them for the MLP's forward alone, the
+    system's own K for the ksweep suite."""
+    if suite == "mlp" and system.endswith("forward"):
+        return flops(suite, c) / 3
+    if suite == "ksweep":
+        for family in KSWEEP_SYSTEMS.values():
+            if system in family:
+                return 2.0 * c["M"] * c["N"] * ksweep_ks(c["K"])[family.index(system)]
+    return flops(suite, c)
+
+
+def ksweep_fit(c: dict, systems: dict) -> dict:
+    """The ksweep row's derived numbers: per family (moegemm, torch) the least-squares line through
+    (K, time): fixed_us (intercept), marginal_tflops (2 M N / slope), fixed_share (fixed / time at the full
+    K); None where a system has no time or the K values coincide (tiny shapes)."""
+    ks = ksweep_ks(c["K"])
+    out = {"ks": list(ks)}
+    for family, names in KSWEEP_SYSTEMS.items():
+        ts = [systems[n].get("time_us") for n in names]
+        fixed = marginal = share = None
+        if all(t is not None for t in ts) and len(set(ks)) > 1:
+            mk, mt = sum(ks) / 3, sum(ts) / 3
+            slope = sum((k - mk) * (t - mt) for k, t in zip(ks, ts)) / sum((k - mk) ** 2 for k in ks)
+            fixed = mt - slope * mk
+            marginal = 2.0 * c["M"] * c["N"] / slope * 1e-6 if slope > 0 else None
+            share = fixed / ts[-1]
+        out[family] = {"fixed_us": fixed, "marginal_tflops": marginal, "fixed_share": share}
+    return out
 
 
 def summarise(suite: str, c: dict, times: dict) -> tuple[dict, dict]:
@@ -466,7 +515,22 @@ def run_mlp(ctx: Context, c: dict, sizes, copies: int) -> dict:
     return measure(ctx.bench, systems)
 
 
-RUNNERS = {"wgrad": run_wgrad, "dglu": run_dglu, "mlp": run_mlp, "glu": run_glu}
+def run_ksweep(ctx: Context, c: dict, sizes, copies: int) -> dict:
+    torch = ctx.torch
+    m, n, e = c["M"], c["N"], c["E"]
+    offs = ctx.offsets(sizes)
+    ops = torch.ops.moegemm if ctx.mt is not None else None
+    systems = {}
+    for idx, k in enumerate(ksweep_ks(c["K"])):
+        sets = [(ctx.randn(m, k), ctx.randn(e, k, n, scale=1 / math.sqrt(k))) for _ in range(copies)]
+        systems[KSWEEP_SYSTEMS["moegemm"][idx]] = ctx.moegemm(lambda sets=sets: [
+            lambda x=x, w=w: ops.grouped_gemm(x, w, offs, b_layout="kn") for x, w in sets])
+        systems[KSWEEP_SYSTEMS["torch"][idx]] = (
+            lambda sets=sets: [lambda x=x, w=w: torch._grouped_mm(x, w, offs=offs) for x, w in sets])
+    return measure(ctx.bench, systems)
+
+
+RUNNERS = {"wgrad": run_wgrad, "dglu": run_dglu, "mlp": run_mlp, "glu": run_glu, "ksweep": run_ksweep}
 
 
 def shape_text(suite: str, c: dict) -> str:
@@ -495,10 +559,15 @@ def run_suite(suite: str, ctx: Context, selected: list[dict], routings, group_si
         rows.append({"suite": suite, "workload": c["name"], "routing": routing, **shape, "flops": flops(suite, c),
                      "rotating_copies": copies, "group_sizes": [int(s) for s in sizes], "systems": systems,
                      "ratios": ratios})
+        if suite == "ksweep":
+            rows[-1]["derived"] = ksweep_fit(c, systems)
         cells = "  ".join(f"{s}={v['time_us']:.1f}us" if "time_us" in v else f"{s}: {v['status'][:60]}"
                           for s, v in systems.items())
         rat = "  ".join(f"{k}={v['value']:.2f}" + ("" if v["met"] is None else (" ok" if v["met"] else " MISSED"))
                         for k, v in ratios.items() if v["value"] is not None)
+        if suite == "ksweep":
+            rat += "".join(f"  {fam}_fixed={d['fixed_us']:.0f}us ({d['fixed_share']:.0%} at K)"
+                           for fam, d in rows[-1]["derived"].items() if fam != "ks" and d["fixed_us"] is not None)
         print(f"{suite:>5} {c['name']:>13} {routing:>7}  {cells}\n{'':>28}{rat}", flush=True)
     return rows
 

@@ -8,6 +8,7 @@ Prints, for peers.json, one table per suite it holds (docs/benchmarks.md is made
   wgrad     weight-gradient TFLOP/s vs torch._grouped_mm (2-D x 2-D) and cuBLAS dense (target >= 1.2x torch)
   dglu      fused dGLU vs the plain dgrad GEMM and the unfused peers (µs, ratios, target <= 1.08)
   mlp       MoE MLP forward + backward time vs the same layer in torch (ms, speedup, target >= 1.3)
+  ksweep    plain grouped GEMM at K/4, K/2, K: the part of the time that does not scale with K, both systems
   dispatch  host overhead of eager calls and CUDA-graph replays (torch_bench.py, jax_dispatch.py)
   frontends torch_bench.py's throughput rows and jax_ragged_dot.py, when that suite ran
 each followed by how many rows meet the target. For run.json: time (µs), TFLOP/s and fraction of the measured
@@ -163,6 +164,27 @@ def mlp_table(rows: list[dict]) -> str:
     return "\n".join([*lines, "", _summary(rows, "speedup_vs_torch", "torch / moegemm (forward + backward)")])
 
 
+def ksweep_table(rows: list[dict]) -> str:
+    lines = ["| workload | routing | M×N, E | K/4, K/2, K | moegemm µs | torch._grouped_mm µs | moegemm fixed µs "
+             "(share at K) | torch fixed µs (share at K) | moegemm marginal TFLOP/s | torch marginal TFLOP/s "
+             "| torch / moegemm at K | ≥ 1.2 |", "|" + " --- |" * 12]
+
+    def fixed(d: dict) -> str:
+        return "—" if d["fixed_us"] is None else f"{d['fixed_us']:.0f} ({d['fixed_share']:.0%})"
+
+    for r in rows:
+        s, q, d = r["systems"], r["ratios"], r["derived"]
+        times = {fam: ", ".join(_value(s[n], "time_us", _us) for n in names)
+                 for fam, names in (("moegemm", ("moegemm_k_quarter", "moegemm_k_half", "moegemm_k")),
+                                    ("torch", ("torch_k_quarter", "torch_k_half", "torch_k")))}
+        lines.append(f"| {r['workload']} | {r['routing']} | {r['M']}×{r['N']}, {r['E']} "
+                     f"| {', '.join(str(k) for k in d['ks'])} | {times['moegemm']} | {times['torch']} "
+                     f"| {fixed(d['moegemm'])} | {fixed(d['torch'])} | {_cell(d['moegemm']['marginal_tflops'])} "
+                     f"| {_cell(d['torch']['marginal_tflops'])} | {_rv(q['speedup_vs_torch'])} "
+                     f"| {_met(q['speedup_vs_torch'])} |")
+    return "\n".join([*lines, "", _summary(rows, "speedup_vs_torch", "torch / moegemm at the full K")])
+
+
 def torch_dispatch_table(result: dict) -> str:
     """torch_bench.py's dispatch rows; the bar is torch._grouped_mm's host overhead at the same shape (met:
     moegemm's overhead at most the bar's + 1 µs, the resolution of a host-clocked synchronised call)."""
@@ -224,6 +246,7 @@ SECTIONS = (
     ("wgrad", "Weight gradient, ragged K (TFLOP/s)", wgrad_table),
     ("dglu", "dGLU backward: fused vs plain dgrad GEMM + separate SwiGLU backward (µs)", dglu_table),
     ("mlp", "MoE MLP forward + backward with autograd", mlp_table),
+    ("ksweep", "Plain grouped GEMM over K: the time that does not scale with K", ksweep_table),
 )
 
 
@@ -233,7 +256,7 @@ def peers_sections(doc: dict) -> str:
     if doc.get("rows"):
         out.append(f"### Grouped GEMM against the peers (TFLOP/s)\n\n{peers_table(doc)}")
     for key, title, render in SECTIONS:
-        rows = doc.get("glu") if key == "glu" else doc.get("backward", {}).get(key)
+        rows = doc.get(key) if key in ("glu", "ksweep") else doc.get("backward", {}).get(key)
         if rows:
             errors = _errors(rows)
             text = f"### {title}\n\n{render(rows)}"
