@@ -16,6 +16,7 @@
 
 #include "sm90/params.cuh"
 #include "sm90/ptx.cuh"
+#include "sm90/staging_layout.hpp"
 
 namespace moegemm::sm90 {
 
@@ -49,10 +50,7 @@ struct Staging {
   __device__ int quad() const { return tid % 4; }
 
   /// Byte address of (row, byte offset in the pass row) in the swizzled layout.
-  __device__ uint8_t* at(int row, int byte) const {
-    const int chunk = ((byte >> 4) & 7) ^ (row & 7);
-    return buf + (byte >> 7) * 8192 + row * 128 + (chunk << 4) + (byte & 15);
-  }
+  __device__ uint8_t* at(int row, int byte) const { return buf + staging_offset(row, byte); }
 
   /// Waits until the staging area may be written: earlier TMA stores have read it and every thread of the
   /// warpgroup is done with it.
@@ -142,20 +140,15 @@ struct Staging {
     }
   }
 
-  /// The lane's stmatrix row addresses: lane t addresses row (t % 8) + 8 ((t / 8) % 2) of its warp's 16 in
-  /// chunk c + t / 16 (c even); in the swizzled layout that chunk sits at ((c % 8) ^ (t / 16) ^ (row % 8)) * 16
-  /// bytes of the row's 128-byte block, so four per-lane bases (c % 8 = 0, 2, 4, 6) cover every c.
+  /// The lane's stmatrix addresses (staging_layout.hpp): four bases, one per even chunk position of a block.
   struct ChunkAddresses {
     uint32_t base[4];
   };
   __device__ ChunkAddresses chunk_addresses() const {
-    const int lane = tid % 32;
-    const int row = (tid / 32) * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-    const uint32_t x = static_cast<uint32_t>(((lane >> 4) ^ (row & 7)) << 4);
-    const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(buf)) + row * 128;
+    const uint32_t buf_addr = static_cast<uint32_t>(__cvta_generic_to_shared(buf));
     ChunkAddresses a;
 #pragma unroll
-    for (int q = 0; q < 4; ++q) a.base[q] = base + ((static_cast<uint32_t>(2 * q) << 4) ^ x);
+    for (int q = 0; q < 4; ++q) a.base[q] = buf_addr + stmatrix_chunk_base(tid / 32, tid % 32, q);
     return a;
   }
 
