@@ -109,6 +109,31 @@ struct DgluEpilogue {
     }
   }
 
+  /// What both paths derive first for a tile: the warpgroup's valid rows, alpha and beta of the expert, the
+  /// thread's row and quad, its rows' prob, the dC column map and whether a TMA store may write the slice.
+  struct Setup {
+    int rows_valid;
+    float alpha, beta;
+    int ra, q;
+    float2 pr;
+    ColumnMap dmap;
+    bool use_tma;
+  };
+  template <int kBN>
+  __device__ static Setup setup(const KernelParams& p, const WorkTile& tile, int n0, int64_t row0,
+                                const Staging<kBN>& st) {
+    Setup v;
+    v.rows_valid = rows_in_warpgroup(row0, tile.row_end);
+    v.alpha = p.alpha ? __ldg(p.alpha + tile.expert) : p.alpha_scalar;
+    v.beta = p.beta ? __ldg(p.beta + tile.expert) : 1.f;
+    v.ra = st.row_a();
+    v.q = st.quad();
+    v.pr = row_probs(p, row0 + v.ra, tile.row_end);
+    v.dmap = dc_columns(p, n0);
+    v.use_tma = v.rows_valid == 64 && segments_fit(v.dmap, 2 * p.n);
+    return v;
+  }
+
   /// One tile from the preact tile in the staging area (p.saved_tile, which the kernel has waited for):
   /// every thread reads the (gate, up) pairs of its own fragment positions and overwrites them with
   /// (d_gate, d_up), then the 64 x 256 dC slice is stored in one go.
@@ -117,13 +142,7 @@ struct DgluEpilogue {
                                    int64_t row0, const Staging<kBN>& st) {
     const Staging<2 * kBN> tile_buf{st.buf, st.tid, st.barrier_id, st.scratch};
     const int inter = p.n;
-    const int rows_valid = rows_in_warpgroup(row0, tile.row_end);
-    const float alpha = p.alpha ? __ldg(p.alpha + tile.expert) : p.alpha_scalar;
-    const float beta = p.beta ? __ldg(p.beta + tile.expert) : 1.f;
-    const int ra = st.row_a(), q = st.quad();
-    const float2 pr = row_probs(p, row0 + ra, tile.row_end);
-    const ColumnMap dmap = dc_columns(p, n0);
-    const bool use_tma = rows_valid == 64 && segments_fit(dmap, 2 * inter);
+    const auto [rows_valid, alpha, beta, ra, q, pr, dmap, use_tma] = setup(p, tile, n0, row0, st);
     const ColumnSums<2 * kBN> sums{st.scratch, st.tid, st.barrier_id};
     if (p.red.dbias_partials) sums.begin();
     const bool preact_f16 = p.preact.type == OutType::f16;
@@ -179,13 +198,7 @@ struct DgluEpilogue {
                                     int64_t row0, const Staging<kBN>& st) {
     static_assert(kBN == kTileN, "dGLU tiles are 128 dH columns");
     const int inter = p.n;
-    const int rows_valid = rows_in_warpgroup(row0, tile.row_end);
-    const float alpha = p.alpha ? __ldg(p.alpha + tile.expert) : p.alpha_scalar;
-    const float beta = p.beta ? __ldg(p.beta + tile.expert) : 1.f;
-    const int ra = st.row_a(), q = st.quad();
-    const float2 pr = row_probs(p, row0 + ra, tile.row_end);
-    const ColumnMap dmap = dc_columns(p, n0);
-    const bool use_tma = rows_valid == 64 && segments_fit(dmap, 2 * inter);
+    const auto [rows_valid, alpha, beta, ra, q, pr, dmap, use_tma] = setup(p, tile, n0, row0, st);
     const ColumnSums<2 * kBN> sums{st.scratch, st.tid, st.barrier_id};
     if (p.red.dbias_partials) sums.begin();
 
