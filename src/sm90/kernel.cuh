@@ -39,13 +39,26 @@ constexpr int saved_tile_cols() {
   else return 0;
 }
 
+/// An epilogue may ask for a staging area wider than the tile (kStagingCols 16-bit columns), e.g. to stage
+/// an f32 tile in one pass.
+template <class Epilogue>
+constexpr int staging_cols() {
+  if constexpr (requires { Epilogue::kStagingCols; }) return Epilogue::kStagingCols;
+  else return 0;
+}
+
+template <int a, int b, int c>
+constexpr int max3() {
+  return a > b ? (a > c ? a : c) : (b > c ? b : c);
+}
+
 template <class Shape, class Scheduler, class Epilogue>
 struct SharedLayout {
   static constexpr int kAOffset = 0;
   static constexpr int kBOffset = kAOffset + Shape::kStages * Shape::kABytes;
   static constexpr int kStagingOffset = kBOffset + Shape::kStages * Shape::kBBytes;
   static constexpr int kStagingBytes =
-      saved_tile_cols<Epilogue>() > Shape::kBN ? Staging<saved_tile_cols<Epilogue>()>::kBytes : Staging<Shape::kBN>::kBytes;
+      Staging<max3<Shape::kBN, saved_tile_cols<Epilogue>(), staging_cols<Epilogue>()>()>::kBytes;
   static constexpr int kScratchBytes = epilogue_scratch_bytes<Epilogue>();
   static constexpr int kScratchOffset = kStagingOffset + 2 * kStagingBytes;
   static constexpr int kBarrierOffset = kScratchOffset + 2 * kScratchBytes;
@@ -140,8 +153,10 @@ __global__ void __launch_bounds__(kKernelThreads, 1) grouped_gemm_kernel(const _
           if (p.saved_tile) {
             // The saved tile goes into the staging area, which the consumers release once they are done
             // with the previous tile; they are past it when the ring has taken kStages of this tile's
-            // k-blocks, so waiting for it there never holds back the tile's first stages.
-            const int first = min(Shape::kStages, plan.k_blocks);
+            // k-blocks, so waiting for it there never holds back the tile's first stages. It is issued
+            // halfway through the tile: at the tile's start its 64 KiB would queue in front of the k-blocks
+            // that refill the ring while the consumers have only kStages loaded.
+            const int first = min(max(Shape::kStages, plan.k_blocks / 2), plan.k_blocks);
             mainloop.load_tile(ps, plan, 0, first);
             mbar_wait(saved_empty, saved_phase ^ 1);
             cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta,

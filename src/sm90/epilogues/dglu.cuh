@@ -137,7 +137,9 @@ struct DgluEpilogue {
   /// One tile from the preact tile in the staging area (p.saved_tile, which the kernel has waited for):
   /// every thread reads the (gate, up) pairs of its own fragment positions and overwrites them with
   /// (d_gate, d_up), then the 64 x 256 dC slice is stored in one go.
-  template <int kBN, int kRegs>
+  /// kPre / kD: the 16-bit types of preact and dC, as template arguments so that the per-element loop has no
+  /// type switch.
+  template <OutType kPre, OutType kD, int kBN, int kRegs>
   __device__ static void run_saved(const float (&acc)[kRegs], const KernelParams& p, const WorkTile& tile, int n0,
                                    int64_t row0, const Staging<kBN>& st) {
     const Staging<2 * kBN> tile_buf{st.buf, st.tid, st.barrier_id, st.scratch};
@@ -145,7 +147,6 @@ struct DgluEpilogue {
     const auto [rows_valid, alpha, beta, ra, q, pr, dmap, use_tma] = setup(p, tile, n0, row0, st);
     const ColumnSums<2 * kBN> sums{st.scratch, st.tid, st.barrier_id};
     if (p.red.dbias_partials) sums.begin();
-    const bool preact_f16 = p.preact.type == OutType::f16;
 
     float row_sum[2] = {0.f, 0.f};
     float amax_gate = 0.f, amax_up = 0.f;
@@ -160,8 +161,8 @@ struct DgluEpilogue {
         const int row = ra + 8 * h;
         const bool ok = col_ok && row < rows_valid;
         const float prob = h ? pr.y : pr.x;
-        const float2 g = tile_buf.read_pair(row, vg, preact_f16);
-        const float2 u = tile_buf.read_pair(row, vu, preact_f16);
+        const float2 g = tile_buf.template read_pair16<kPre>(row, vg);
+        const float2 u = tile_buf.template read_pair16<kPre>(row, vu);
 #pragma unroll
         for (int x = 0; x < 2; ++x) {
           const float dh = alpha * acc[4 * i + 2 * h + x];
@@ -170,8 +171,8 @@ struct DgluEpilogue {
           du[2 * h + x] = ok ? dh * prob * v.d_up : 0.f;
           row_sum[h] += ok ? v.h * dh : 0.f;
         }
-        tile_buf.write_pair(row, vg, p.d.type, dg[2 * h], dg[2 * h + 1]);
-        tile_buf.write_pair(row, vu, p.d.type, du[2 * h], du[2 * h + 1]);
+        tile_buf.template write_pair16<kD>(row, vg, dg[2 * h], dg[2 * h + 1]);
+        tile_buf.template write_pair16<kD>(row, vu, du[2 * h], du[2 * h + 1]);
       }
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
@@ -285,8 +286,13 @@ struct DgluEpilogue {
                                const ColumnMap& cmap, int /*d_col0*/, int64_t row0, const Staging<kBN>& st) {
     if constexpr (kBN != kTileN) {
       __trap();  // never launched: the launcher runs dGLU with BN = 128 and without half tiles
-    } else if (p.saved_tile) {
-      run_saved<kBN>(acc, p, tile, cmap.base[0], row0, st);
+    } else if (p.saved_tile) {  // 16-bit preact and dC (the launcher's condition)
+      constexpr OutType bf16 = OutType::bf16, f16 = OutType::f16;
+      const bool pre_f16 = p.preact.type == f16, d_f16 = p.d.type == f16;
+      if (!pre_f16 && !d_f16) run_saved<bf16, bf16, kBN>(acc, p, tile, cmap.base[0], row0, st);
+      else if (pre_f16 && d_f16) run_saved<f16, f16, kBN>(acc, p, tile, cmap.base[0], row0, st);
+      else if (pre_f16) run_saved<f16, bf16, kBN>(acc, p, tile, cmap.base[0], row0, st);
+      else run_saved<bf16, f16, kBN>(acc, p, tile, cmap.base[0], row0, st);
     } else if (p.d.type == OutType::f32) {
       run_global<kBN, Staging<kBN>::kRowBytes / 4>(acc, p, tile, cmap.base[0], row0, st);
     } else {

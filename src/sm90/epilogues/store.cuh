@@ -83,11 +83,16 @@ struct Staging {
     }
   }
 
-  /// The two adjacent 16-bit values (bf16, or f16 when `f16`) at pass-relative column `col` of `row`.
-  __device__ float2 read_pair(int row, int col, bool f16) const {
-    const uint8_t* p = at(row, col * 2);
-    return f16 ? __half22float2(*reinterpret_cast<const __half2*>(p))
-               : __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
+  /// write_pair / read_pair of 16-bit values whose type is known at compile time (no per-pair type switch).
+  template <OutType kType>
+  __device__ void write_pair16(int row, int col, float v0, float v1) const {
+    *reinterpret_cast<uint32_t*>(at(row, col * 2)) = pack<kType>(v0, v1);
+  }
+  template <OutType kType>
+  __device__ float2 read_pair16(int row, int col) const {
+    const uint32_t v = *reinterpret_cast<const uint32_t*>(at(row, col * 2));
+    if constexpr (kType == OutType::bf16) return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v));
+    else return __half22float2(*reinterpret_cast<const __half2*>(&v));
   }
 
   /// Publishes the staged columns [col_begin, col_begin + cols) of the tile and stores them to rows
@@ -159,42 +164,46 @@ struct Staging {
     stmatrix_x4(a.base[(c & 7) >> 1] + (c >> 3) * 8192, top_c, bottom_c, top_next, bottom_next);
   }
 
-  /// Stages the whole 64 x kBN accumulator tile as 16-bit values: 16 stmatrix for BN = 256 instead of 64
-  /// stores and their address arithmetic.
+  /// Stages the warpgroup's 64 x (2 kRegs) accumulator slice as 16-bit values: 16 stmatrix for 256 columns
+  /// instead of 64 stores and their address arithmetic.
   template <OutType kType, int kRegs>
   __device__ void stage_16bit(const float (&acc)[kRegs]) const {
-    static_assert(kRegs == kBN / 2, "one accumulator register per staged column pair and row half");
+    static_assert(2 * kRegs <= kBN, "the accumulator slice fits the staging width");
     const ChunkAddresses a = chunk_addresses();
 #pragma unroll
-    for (int j = 0; j < kBN / 8; j += 2) {
+    for (int j = 0; j < kRegs / 4; j += 2) {
       put_chunks(a, j, pack<kType>(acc[4 * j], acc[4 * j + 1]), pack<kType>(acc[4 * j + 2], acc[4 * j + 3]),
                  pack<kType>(acc[4 * j + 4], acc[4 * j + 5]), pack<kType>(acc[4 * j + 6], acc[4 * j + 7]));
     }
   }
 
-  /// Stages every register of `acc` at its own column and stores the whole BN-wide tile.
+  /// Stages every register of `acc` (2 kRegs columns, at most kBN) at its own column and stores the slice:
+  /// 16-bit outputs in one pass, f32 in one pass where the staging is twice the slice's width (a wide
+  /// staging area, see WgradEpilogue) and else in two.
   template <int kRegs>
   __device__ void store_tile(const float (&acc)[kRegs], const OutMatrix& out, const CUtensorMap* map,
                              const ColumnMap& cmap, int64_t row0, int rows_valid, bool use_tma) const {
+    constexpr int kCols = 2 * kRegs;
+    static_assert(kCols <= kBN, "the accumulator slice fits the staging width");
     if (out.type != OutType::f32) {  // one pass, by stmatrix
       acquire();
       if (out.type == OutType::bf16) stage_16bit<OutType::bf16>(acc);
       else stage_16bit<OutType::f16>(acc);
-      store(out, map, cmap, 0, kBN, row0, rows_valid, use_tma);
+      store(out, map, cmap, 0, kCols, row0, rows_valid, use_tma);
       return;
     }
-    const int pass_cols = kRowBytes / out_elem_bytes(out.type);  // f32: two passes
+    constexpr int kPassCols = kRowBytes / 4 < kCols ? kRowBytes / 4 : kCols;
     const int ra = row_a();
-    for (int begin = 0; begin < kBN; begin += pass_cols) {
+    for (int begin = 0; begin < kCols; begin += kPassCols) {
       acquire();
 #pragma unroll
-      for (int i = 0; i < kBN / 8; ++i) {
+      for (int i = 0; i < kCols / 8; ++i) {
         const int col = 8 * i + 2 * quad();
-        if (col < begin || col >= begin + pass_cols) continue;
-        write_pair(ra, col - begin, out.type, acc[4 * i], acc[4 * i + 1]);
-        write_pair(ra + 8, col - begin, out.type, acc[4 * i + 2], acc[4 * i + 3]);
+        if (8 * i < begin || 8 * i >= begin + kPassCols) continue;
+        write_pair(ra, col - begin, OutType::f32, acc[4 * i], acc[4 * i + 1]);
+        write_pair(ra + 8, col - begin, OutType::f32, acc[4 * i + 2], acc[4 * i + 3]);
       }
-      store(out, map, cmap, begin, pass_cols, row0, rows_valid, use_tma);
+      store(out, map, cmap, begin, kPassCols, row0, rows_valid, use_tma);
     }
   }
 };

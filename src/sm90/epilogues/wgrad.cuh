@@ -8,7 +8,13 @@
 
 namespace moegemm::sm90 {
 
+/// kWideStagingCols > 0: the kernel's staging area is that many 16-bit columns wide, twice the tile, so an
+/// f32 tile is staged and stored in one pass (its TMA store then overlaps the next tile's mainloop rather
+/// than holding back a second pass).
+template <int kWideStagingCols = 0>
 struct WgradEpilogue {
+  static constexpr int kStagingCols = kWideStagingCols;
+
   __device__ static ColumnMap b_columns(const KernelParams& p, int n_tile, int bn, bool half) {
     return LinearEpilogue::b_columns(p, n_tile, bn, half);
   }
@@ -39,6 +45,13 @@ struct WgradEpilogue {
           acc[4 * i + 2 * h] += w.x;
           acc[4 * i + 2 * h + 1] += w.y;
         }
+      }
+    }
+    if constexpr (kWideStagingCols > kBN) {
+      if (out.type == OutType::f32) {
+        const Staging<kWideStagingCols> wide{st.buf, st.tid, st.barrier_id, st.scratch};
+        wide.store_tile(acc, out, &p.tma_d, cmap, out_row0, rows_valid, use_tma);
+        return;
       }
     }
     st.store_tile(acc, out, &p.tma_d, cmap, out_row0, rows_valid, use_tma);
