@@ -86,7 +86,10 @@ template <class Shape, class Scheduler, class Epilogue>
 __global__ void __launch_bounds__(kKernelThreads, 1) grouped_gemm_kernel(const __grid_constant__ KernelParams p) {
   using Layout = SharedLayout<Shape, Scheduler, Epilogue>;
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  // Aligned by pointer arithmetic on the shared array (not through an integer), so that the compiler still
+  // knows every pointer derived from it is shared and emits LDS/STS rather than generic loads and stores.
+  const uint32_t misalign = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) & 1023u;
+  uint8_t* smem = smem_raw + ((1024u - misalign) & 1023u);
 
   Mainloop<Shape> mainloop{smem + Layout::kAOffset, smem + Layout::kBOffset,
                            reinterpret_cast<uint64_t*>(smem + Layout::kBarrierOffset),

@@ -45,6 +45,13 @@ __device__ __forceinline__ void stmatrix_x4(uint32_t smem_addr, uint32_t r0, uin
                : "memory");
 }
 
+/// 2^x on the SFU with denormal results flushed to zero (ex2.approx.ftz.f32; no CCCL wrapper).
+__device__ __forceinline__ float exp2_approx_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 /// Barrier over `threads` threads on hardware barrier `id` (0 is __syncthreads).
 __device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");

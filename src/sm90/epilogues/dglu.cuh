@@ -15,7 +15,7 @@
 
 namespace moegemm::sm90 {
 
-/// h and its partial derivatives; the formulas of docs/ops.md §2-3 (torch.clamp's boundary convention).
+/// h and its partial derivatives; the formulas of docs/ops.md §2-3 (gradient inclusive at the clamp boundary).
 struct GluGrad {
   float h, d_gate, d_up;
 };
@@ -160,16 +160,16 @@ struct DgluEpilogue {
       for (int h = 0; h < 2; ++h) {
         const int row = ra + 8 * h;
         const bool ok = col_ok && row < rows_valid;
-        const float prob = h ? pr.y : pr.x;
+        const float scale = alpha * (h ? pr.y : pr.x);  // dC = acc * alpha * prob * dact
         const float2 g = tile_buf.template read_pair16<kPre>(row, vg);
         const float2 u = tile_buf.template read_pair16<kPre>(row, vu);
 #pragma unroll
         for (int x = 0; x < 2; ++x) {
-          const float dh = alpha * acc[4 * i + 2 * h + x];
+          const float a = acc[4 * i + 2 * h + x];
           const GluGrad v = glu_grad<kAct>(p, beta * (x ? g.y : g.x), beta * (x ? u.y : u.x));
-          dg[2 * h + x] = ok ? dh * prob * v.d_gate : 0.f;
-          du[2 * h + x] = ok ? dh * prob * v.d_up : 0.f;
-          row_sum[h] += ok ? v.h * dh : 0.f;
+          dg[2 * h + x] = ok ? a * scale * v.d_gate : 0.f;
+          du[2 * h + x] = ok ? a * scale * v.d_up : 0.f;
+          row_sum[h] += ok ? v.h * a : 0.f;  // times alpha below
         }
         tile_buf.template write_pair16<kD>(row, vg, dg[2 * h], dg[2 * h + 1]);
         tile_buf.template write_pair16<kD>(row, vu, du[2 * h], du[2 * h + 1]);
@@ -187,6 +187,8 @@ struct DgluEpilogue {
       }
     }
     tile_buf.store(p.d, &p.tma_d, dmap, 0, 2 * kBN, row0, rows_valid, use_tma);
+    row_sum[0] *= alpha;
+    row_sum[1] *= alpha;
     finish(p, tile, dmap, sums, row0, rows_valid, ra, q, row_sum, amax_gate, amax_up);
   }
 

@@ -12,9 +12,15 @@ namespace moegemm::sm90 {
 
 // Fast-math forms (ex2 and rcp on the SFU, a few ulp): IEEE division and tanhf expand to multi-instruction
 // sequences with slow paths that made up much of the epilogue; bf16 outputs keep 8 bits of mantissa.
-__device__ __forceinline__ float sigmoid_fast(float x) { return __fdividef(1.f, 1.f + __expf(-x)); }
+// e^x is ex2 with flush-to-zero: __expf's ex2 without .ftz adds a range check and two rescaling multiplies
+// per call for results below 2^-126, which only ever meet 1 + e^x here.
+__device__ __forceinline__ float sigmoid_fast(float x) {
+  return __fdividef(1.f, 1.f + exp2_approx_ftz(-1.4426950408889634f * x));
+}
 /// tanh(x) = 1 - 2 / (e^2x + 1): saturates to +-1 through e^2x = inf or 0; absolute error ~1e-7 near 0.
-__device__ __forceinline__ float tanh_fast(float x) { return 1.f - __fdividef(2.f, __expf(2.f * x) + 1.f); }
+__device__ __forceinline__ float tanh_fast(float x) {
+  return 1.f - __fdividef(2.f, exp2_approx_ftz(2.8853900817779268f * x) + 1.f);
+}
 
 /// act(gate, up) without prob; formulas of docs/ops.md §2.
 template <ActKind kAct>
