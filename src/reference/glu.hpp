@@ -42,7 +42,7 @@ struct GluValue {
   T h, d_gate, d_up;
 };
 
-/// The activation of `p` at (gate, up). swiglu_clamped follows torch.clamp's gradient convention: the
+/// The activation of `p` at (gate, up). swiglu_clamped's gradient convention (docs/ops.md §3): the
 /// gradient passes where the clamp is inactive *or at its boundary* (gate <= limit; -limit <= up <= limit),
 /// and is zero strictly beyond it.
 template <class T, bool kGrad>

@@ -12,8 +12,8 @@
 //    alone unless zero_tail, which zeros exactly those rows of d, c, dc and dprob.
 //  - dglu/dsrelu: dH = alpha[g] * dY @ B_g^T (alpha once). dglu evaluates the activation at beta[g] * C
 //    and dC is the gradient with respect to that scaled pre-activation (no extra beta factor).
-//    swiglu_clamped's gradient follows torch.clamp: it passes where gate <= limit and
-//    -limit <= up <= limit (boundaries included) and is zero beyond.
+//    swiglu_clamped's gradient passes where gate <= limit and -limit <= up <= limit (boundaries
+//    included, docs/ops.md §3) and is zero beyond.
 //  - dbias rows of empty experts are written as exact zeros; amax is written even with no rows (0).
 //  - wgrad: empty experts get exact zeros, or are left untouched with accumulate; accumulate adds the
 //    f32 product to the stored value and rounds once.

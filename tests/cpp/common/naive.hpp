@@ -130,7 +130,7 @@ inline double glu(const GluParams& p, double gate, double up) {
 }
 
 /// Partial derivatives of glu() by central differences of the double formula away from the clamp
-/// boundary, and the torch.clamp convention (gradient passes at the boundary, zero beyond) at it.
+/// boundary, and the inclusive convention (gradient passes at the boundary, zero beyond) at it.
 inline void glu_grad(const GluParams& p, double gate, double up, double& d_gate, double& d_up) {
   const double h = 1e-6;
   if (p.activation == Activation::swiglu_clamped) {

@@ -159,7 +159,7 @@ TEST(Cases, C09_WgradOffsetsMultiplesOf8) {
 }
 
 // C10: gate and up below, exactly at and above +-limit. Forward clamps; backward zero beyond the clamp,
-// gradient passing at the boundary (torch.clamp convention).
+// gradient passing at the boundary (docs/ops.md §3).
 TEST(Cases, C10_ClampBoundaries) {
   const double lim = 7.0;
   const std::vector<double> probes{-8.0, -7.0, -6.5, 0.5, 6.5, 7.0, 7.5, 9.0};

@@ -285,7 +285,7 @@ TEST(BackwardGpu, CaseC05ForwardBackwardTwiceOverDirtyBuffers) {
 // ---------------------------------------------------------------------------------------------------------
 // C10: swiglu_clamped with gate and up exactly at, below and above +-limit (values exact in bf16). Forward:
 // the pre-activation G hits the probes exactly (one-hot rows of A). Backward: the saved C holds the probes;
-// the gradient passes at the boundary (torch.clamp convention) and is exactly 0 strictly beyond it.
+// the gradient passes at the boundary (docs/ops.md §3) and is exactly 0 strictly beyond it.
 
 struct ClampProbes {
   float limit;
