@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cuda/ptx>
+#include <algorithm>
 
 #include "sm90/epilogues/store.cuh"
 #include "sm90/mainloop.cuh"
@@ -47,18 +48,13 @@ constexpr int staging_cols() {
   else return 0;
 }
 
-template <int a, int b, int c>
-constexpr int max3() {
-  return a > b ? (a > c ? a : c) : (b > c ? b : c);
-}
-
 template <class Shape, class Scheduler, class Epilogue>
 struct SharedLayout {
   static constexpr int kAOffset = 0;
   static constexpr int kBOffset = kAOffset + Shape::kStages * Shape::kABytes;
   static constexpr int kStagingOffset = kBOffset + Shape::kStages * Shape::kBBytes;
   static constexpr int kStagingBytes =
-      Staging<max3<Shape::kBN, saved_tile_cols<Epilogue>(), staging_cols<Epilogue>()>()>::kBytes;
+      Staging<std::max({Shape::kBN, saved_tile_cols<Epilogue>(), staging_cols<Epilogue>()})>::kBytes;
   static constexpr int kScratchBytes = epilogue_scratch_bytes<Epilogue>();
   static constexpr int kScratchOffset = kStagingOffset + 2 * kStagingBytes;
   static constexpr int kBarrierOffset = kScratchOffset + 2 * kScratchBytes;
