@@ -17,15 +17,19 @@ def weight_operand(w: torch.Tensor, op: str, name: str) -> tuple[torch.Tensor, s
     contiguous, or experts interleaved inside a matrix); the moegemm contract then checks the rest
     (expert stride, 16-byte alignment).
     """
-    if w.dim() != 3:
-        raise ValueError(f"{op}: {name}: expected a 3-D (E, K, N) weight tensor, got shape {tuple(w.shape)}")
-    if w.stride(-1) == 1 and (w.shape[-2] <= 1 or w.stride(-2) >= w.shape[-1]):
+    # One read of shape and strides: each accessor is a separate dispatcher-level call on the eager path.
+    shape = w.shape
+    if len(shape) != 3:
+        raise ValueError(f"{op}: {name}: expected a 3-D (E, K, N) weight tensor, got shape {tuple(shape)}")
+    _, rows, cols = shape
+    _, row_stride, col_stride = w.stride()
+    if col_stride == 1 and (rows <= 1 or row_stride >= cols):
         return w, "kn"
-    if w.stride(-2) == 1 and (w.shape[-1] <= 1 or w.stride(-1) >= w.shape[-2]):
-        return w.transpose(-2, -1), "nk"
+    if row_stride == 1 and (cols <= 1 or col_stride >= rows):
+        return w.mT, "nk"
     raise ValueError(
         f"{op}: {name}: expected an (E, K, N) weight whose N dim is contiguous (stride(-1) == 1) or a "
-        f"transposed view of an (E, N, K) tensor (stride(-2) == 1), got shape {tuple(w.shape)} with strides "
+        f"transposed view of an (E, N, K) tensor (stride(-2) == 1), got shape {tuple(shape)} with strides "
         f"{tuple(w.stride())}; pass w.contiguous() to copy it"
     )
 
