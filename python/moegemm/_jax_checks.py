@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -24,8 +25,16 @@ def check_rank(op: str, name: str, x, rank: int, layout: str) -> None:
                          f"got shape {tuple(np.shape(x))}")
 
 
+def check_array(op: str, name: str, x) -> None:
+    """Raise TypeError unless ``x`` is an array (a Python list or scalar has no dtype to check)."""
+    if not (hasattr(x, "dtype") and hasattr(x, "shape")):
+        raise TypeError(f"moegemm.jax.{op}: {name}: expected an array (jax.Array or numpy.ndarray), "
+                        f"got {type(x).__name__}")
+
+
 def check_dtype(op: str, name: str, x, allowed: Iterable) -> None:
-    """Raise TypeError unless ``x``'s dtype is one of ``allowed``."""
+    """Raise TypeError unless ``x`` is an array whose dtype is one of ``allowed``."""
+    check_array(op, name, x)
     allowed = tuple(np.dtype(d) for d in allowed)
     if np.dtype(x.dtype) not in allowed:
         raise TypeError(f"moegemm.jax.{op}: {name}: expected dtype {dtype_names(allowed)}, "
@@ -57,6 +66,27 @@ def check_aligned(op: str, name: str, x, axis: int, what: str) -> None:
         raise ValueError(
             f"moegemm.jax.{op}: {name}: {what} = {got} is not a multiple of 8; 16-bit operands need "
             f"16-byte aligned rows (shape {tuple(np.shape(x))}, dtype {np.dtype(x.dtype).name})")
+
+
+def check_group_sizes(op: str, group_sizes, groups: int, what: str) -> None:
+    """Raise unless ``group_sizes`` is a (groups,) integer array: TypeError for a non-array or a non-integer
+    dtype, ValueError for the shape."""
+    check_array(op, "group_sizes", group_sizes)
+    check_rank(op, "group_sizes", group_sizes, 1, "(G,)")
+    if not jnp.issubdtype(group_sizes.dtype, jnp.integer):
+        raise TypeError(f"moegemm.jax.{op}: group_sizes: expected an integer dtype, "
+                        f"got {np.dtype(group_sizes.dtype).name}")
+    check_extent(op, "group_sizes", group_sizes, 0, groups, what)
+
+
+def offsets_from_sizes(group_sizes, m: int):
+    """(G,) int32 offsets = cumsum(group_sizes) clamped to [0, M], computed in the traced function (it stays
+    on the device). The clamp is the kernels' own offset clamp, applied before the int32 cast: 64-bit sizes
+    (jax_enable_x64) are summed in 64 bits, so that sizes past 2^31 clamp at M instead of wrapping. Narrower
+    sizes are summed in int32."""
+    dtype = jax.dtypes.canonicalize_dtype(group_sizes.dtype)  # int64 is int32 unless jax_enable_x64
+    ends = jnp.cumsum(group_sizes, dtype=dtype if dtype.itemsize == 8 else jnp.int32)
+    return jnp.clip(ends, 0, m).astype(jnp.int32)
 
 
 def check_choice(op: str, name: str, value: str, choices: Iterable[str]) -> str:

@@ -105,13 +105,19 @@ def moe_mlp(x, w_up, w_down, group_sizes=None, offsets=None, prob=None, activati
     chk.check_extent(_OP, "w_down", w_down, 0, e, "E from w_up")
     chk.check_extent(_OP, "w_down", w_down, 1, w_up.shape[2] // 2, "I from w_up")
     chk.check_extent(_OP, "w_down", w_down, 2, h, "H from x")
+    # Alignment of H and I here, so that an error names x or w_up rather than the inner ops' operands.
+    chk.check_aligned(_OP, "x", x, 1, "H")
+    if (w_up.shape[2] // 2) % 8:
+        raise ValueError(f"moegemm.jax.moe_mlp: w_up: I = {w_up.shape[2] // 2} (half of its last dim) is not a "
+                         f"multiple of 8; the GLU output's 16-bit rows must be 16-byte aligned "
+                         f"(shape {tuple(w_up.shape)})")
     if group_sizes is not None:
-        chk.check_rank(_OP, "group_sizes", group_sizes, 1, "(E,)")
-        chk.check_extent(_OP, "group_sizes", group_sizes, 0, e, "E from w_up")
-        if not jnp.issubdtype(group_sizes.dtype, jnp.integer):
-            raise TypeError(f"moegemm.jax.moe_mlp: group_sizes: expected an integer dtype, "
-                            f"got {np.dtype(group_sizes.dtype).name}")
-        offsets = jnp.cumsum(group_sizes.astype(jnp.int32), dtype=jnp.int32)
+        chk.check_group_sizes(_OP, group_sizes, e, "E from w_up")
+        offsets = chk.offsets_from_sizes(group_sizes, x.shape[0])
+    else:
+        chk.check_dtype(_OP, "offsets", offsets, (jnp.int32,))
+        chk.check_rank(_OP, "offsets", offsets, 1, "(E,)")
+        chk.check_extent(_OP, "offsets", offsets, 0, e, "E from w_up")
     if prob is not None:
         chk.check_rank(_OP, "prob", prob, 1, "(M,)")
         chk.check_extent(_OP, "prob", prob, 0, x.shape[0], "M from x")

@@ -14,11 +14,6 @@ from moegemm.jax import grouped_gemm, grouped_gemm_wgrad
 _OP = "ragged_dot"
 
 
-def _offsets_of(group_sizes):
-    """offsets = cumsum(group_sizes) as int32, computed inside the traced function (stays on device)."""
-    return jnp.cumsum(group_sizes.astype(jnp.int32), dtype=jnp.int32)
-
-
 def _wgrad_as(lhs, dout, offsets, dtype):
     if np.dtype(dtype) == np.dtype(jnp.bfloat16):
         return grouped_gemm_wgrad(lhs, dout, offsets, w_dtype=jnp.bfloat16)
@@ -27,12 +22,12 @@ def _wgrad_as(lhs, dout, offsets, dtype):
 
 @partial(jax.custom_vjp, nondiff_argnums=(3,))
 def _ragged_dot(lhs, rhs, group_sizes, out_dtype):
-    return grouped_gemm(lhs, rhs, _offsets_of(group_sizes), b_layout="kn", d_dtype=out_dtype,
+    return grouped_gemm(lhs, rhs, chk.offsets_from_sizes(group_sizes, lhs.shape[0]), b_layout="kn", d_dtype=out_dtype,
                         zero_tail=True)
 
 
 def _ragged_dot_fwd(lhs, rhs, group_sizes, out_dtype):
-    offsets = _offsets_of(group_sizes)
+    offsets = chk.offsets_from_sizes(group_sizes, lhs.shape[0])
     out = grouped_gemm(lhs, rhs, offsets, b_layout="kn", d_dtype=out_dtype, zero_tail=True)
     return out, (lhs, rhs, offsets)
 
@@ -58,8 +53,9 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
     Args:
       lhs: (M, K) bf16 or f16 (f16 on the CPU backend only: the GPU kernels take bf16).
       rhs: (G, K, N), lhs's dtype. K and N multiples of 8 (16-byte aligned rows).
-      group_sizes: (G,) integer; offsets = cumsum as int32 inside the computation (no host sync).
-        Sizes summing past M are clamped at M, as in jax.lax.ragged_dot.
+      group_sizes: (G,) integer array; offsets = cumsum(group_sizes) clamped to [0, M], as int32, inside
+        the computation (no host sync; 64-bit sizes are summed in 64 bits before the clamp). Sizes summing
+        past M are clamped at M, as in jax.lax.ragged_dot.
       precision: accepted for compatibility and ignored: products accumulate in f32 always.
       preferred_element_type: output dtype, bf16/f16/f32 (default lhs.dtype).
       group_offset: not supported (raises NotImplementedError, as jax's default lowering does).
@@ -68,22 +64,18 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
       d lhs = grouped_gemm(dout, rhs as nk, zero_tail=True), d rhs = grouped_gemm_wgrad(lhs, dout)
       (empty groups get exact zeros). A f32 cotangent is rounded to lhs's dtype first.
     Raises:
-      TypeError for dtypes other than bf16/f16 (use jax.lax.ragged_dot for those) or a non-integer
-      group_sizes; ValueError for shapes, at trace time.
+      TypeError for dtypes other than bf16/f16 (use jax.lax.ragged_dot for those), a non-integer
+      group_sizes or an operand that is not an array (a list); ValueError for shapes, at trace time.
     """
     del precision
     if group_offset is not None:
         raise NotImplementedError("moegemm.jax.ragged_dot: group_offset is not supported")
     chk.check_rank(_OP, "lhs", lhs, 2, "(M, K)")
     chk.check_rank(_OP, "rhs", rhs, 3, "(G, K, N)")
-    chk.check_rank(_OP, "group_sizes", group_sizes, 1, "(G,)")
     chk.check_dtype(_OP, "lhs", lhs, chk.SIXTEEN_BIT)
     chk.check_dtype(_OP, "rhs", rhs, (lhs.dtype,))
-    if not jnp.issubdtype(group_sizes.dtype, jnp.integer):
-        raise TypeError(f"moegemm.jax.ragged_dot: group_sizes: expected an integer dtype, "
-                        f"got {np.dtype(group_sizes.dtype).name}")
     chk.check_extent(_OP, "rhs", rhs, 1, lhs.shape[1], "K from lhs")
-    chk.check_extent(_OP, "group_sizes", group_sizes, 0, rhs.shape[0], "G from rhs")
+    chk.check_group_sizes(_OP, group_sizes, rhs.shape[0], "G from rhs")
     chk.check_aligned(_OP, "lhs", lhs, 1, "K")
     chk.check_aligned(_OP, "rhs", rhs, 2, "N")
     out_dtype = chk.check_output_dtype(_OP, "preferred_element_type", preferred_element_type or lhs.dtype)

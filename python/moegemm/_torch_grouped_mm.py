@@ -4,9 +4,19 @@ from __future__ import annotations
 
 import torch
 
-from ._torch_weights import flipped, weight_grad_like, weight_operand
+from ._torch_weights import dense_grad, flipped, weight_grad_like, weight_operand
 
 _OP = "grouped_mm"
+_OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def _check_offs(offs: torch.Tensor, groups: int | None, what: str = "") -> None:
+    """offs must be an (E,) int32 tensor, E = `groups` (from `what`) when given; checked here so that a wrong
+    length names offs, not b or a."""
+    expected = "E" if groups is None else f"E={groups}"
+    if offs.dim() != 1 or (groups is not None and offs.shape[0] != groups) or offs.dtype != torch.int32:
+        raise ValueError(f"{_OP}: offs: expected an ({expected},) int32 tensor{' with E from ' + what if what else ''}, "
+                         f"got shape {tuple(offs.shape)} and dtype {offs.dtype}")
 
 
 def _segment_column_sums(dout: torch.Tensor, offs: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -37,7 +47,7 @@ class _RaggedRowsMM(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout):
         a, b_op, offs = ctx.saved_tensors
-        dout = dout.to(a.dtype).contiguous()
+        dout = dense_grad(dout, a.dtype)
         da = db = dbias = None
         if ctx.needs_input_grad[0]:
             da, _ = torch.ops.moegemm.grouped_gemm(dout, b_op, offs, b_layout=flipped(ctx.layout),
@@ -106,15 +116,20 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
     of 8 for 16-bit types); NotImplementedError for f16/f32 inputs on CUDA and for unsupported modes.
     Formula source: docs/ops.md §1 and §5; ``torch._grouped_mm`` (torch/_meta_registrations.py).
     """
+    if out_dtype is not None and out_dtype not in _OUT_DTYPES:
+        raise ValueError(f"{_OP}: out_dtype: expected None, torch.bfloat16, torch.float16 or torch.float32, "
+                         f"got {out_dtype}")
     if a.dim() == 2 and b.dim() == 3:
         if offs is None:
             raise ValueError(f"{_OP}: offs: required for 2-D x 3-D inputs (an (E,) int32 tensor), got None")
+        _check_offs(offs, b.shape[0], "b.shape[0]")
         return _rows_mm(a, b, offs, bias, out_dtype, zero_tail)
     if a.dim() == 2 and b.dim() == 2:
         if offs is None:
             raise ValueError(f"{_OP}: offs: required for 2-D x 2-D inputs (an (E,) int32 tensor), got None")
         if bias is not None:
             raise ValueError(f"{_OP}: bias: not supported in the 2-D x 2-D mode, got a tensor")
+        _check_offs(offs, None)
         return _ragged_k_mm(a, b, offs, out_dtype)
     if a.dim() == 3 and b.dim() == 3:
         if offs is not None:

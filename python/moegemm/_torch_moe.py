@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from ._torch_weights import flipped, weight_grad_like, weight_operand
+from ._torch_weights import dense_grad, flipped, weight_grad_like, weight_operand
 
 _OP = "moe_mlp"
 
@@ -48,12 +48,14 @@ class _MoEMLPFunction(torch.autograd.Function):
         activation, glu_layout, zero_tail = ctx.config
         w_up_dtype, w_down_dtype, prob_dtype = ctx.dtypes
         need_x, need_up, need_down, _, need_prob = ctx.needs_input_grad[:5]
-        dy = dy.to(h.dtype).contiguous()
+        dy = dense_grad(dy, h.dtype)
         dx = dw_up = dw_down = dprob = None
         if need_x or need_up or need_prob:
+            # prob's gradient is written on every row: zeros past offsets[-1] (rows that no expert owns)
+            # whatever zero_tail, since it feeds the router.
             dc, dprob32, _, _ = torch.ops.moegemm.grouped_gemm_dglu(
                 dy, down, c, offsets, b_layout=flipped(down_layout), prob=prob32, activation=activation,
-                glu_layout=glu_layout, compute_dprob=bool(need_prob), zero_tail=zero_tail)
+                glu_layout=glu_layout, compute_dprob=bool(need_prob), zero_tail=zero_tail or bool(need_prob))
             if need_prob:
                 dprob = dprob32.to(prob_dtype)
             if need_x:
@@ -70,11 +72,14 @@ class _MoEMLPFunction(torch.autograd.Function):
         return dx, dw_up, dw_down, None, dprob, None, None, None
 
 
-def _check_operands(x: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor) -> None:
-    """Checks the shapes and dtypes of moe_mlp's own operands, so that an error names x, w_up or w_down
-    (the ops it calls would name their internal operands a, b, d instead)."""
+def _check_operands(x: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, offsets: torch.Tensor) -> None:
+    """Checks the shapes, dtypes, strides and alignment of moe_mlp's own operands, so that an error names x,
+    w_up, w_down or offsets (the ops it calls would name their internal operands a, b, d instead)."""
     if x.dim() != 2:
         raise ValueError(f"{_OP}: x: expected a 2-D (M, H) tensor, got shape {tuple(x.shape)}")
+    if x.shape[0] > 1 and x.shape[1] > 1 and x.stride(1) != 1:
+        raise ValueError(f"{_OP}: x: expected a row-major (M, H) tensor (stride(1) == 1), got strides "
+                         f"{tuple(x.stride())}; pass x.contiguous()")
     h = x.shape[1]
     if w_up.dim() != 3:
         raise ValueError(f"{_OP}: w_up: expected a 3-D (E, H, 2I) tensor, got shape {tuple(w_up.shape)}")
@@ -90,6 +95,16 @@ def _check_operands(x: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor) -
     if tuple(w_down.shape) != (e, two_i // 2, h):
         raise ValueError(f"{_OP}: w_down: expected shape (E={e}, I={two_i // 2}, H={h}) with E and I from "
                          f"w_up, H from x, got {tuple(w_down.shape)}")
+    if x.element_size() == 2:  # 16-bit rows must start 16-byte aligned (the kernels' TMA rule, on every backend)
+        if h % 8:
+            raise ValueError(f"{_OP}: x: H = {h} is not a multiple of 8; 16-bit operands need 16-byte aligned "
+                             f"rows (shape {tuple(x.shape)}, dtype {x.dtype})")
+        if (two_i // 2) % 8:
+            raise ValueError(f"{_OP}: w_up: I = {two_i // 2} (half of its last dim) is not a multiple of 8; the "
+                             f"GLU output's 16-bit rows must be 16-byte aligned (shape {tuple(w_up.shape)})")
+    if offsets.dim() != 1 or offsets.shape[0] != e or offsets.dtype != torch.int32:
+        raise ValueError(f"{_OP}: offsets: expected an (E={e},) int32 tensor with E from w_up, got shape "
+                         f"{tuple(offsets.shape)} and dtype {offsets.dtype}")
 
 
 def moe_mlp(x: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, offsets: torch.Tensor,
@@ -111,7 +126,8 @@ def moe_mlp(x: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, offsets: 
         offsets: (E,) int32, cumulative end row of each expert, on x's device (never read on the host).
         prob: optional (M,) router probability per row (any float dtype; used as float32).
         zero_tail: write zeros to rows at or past offsets[-1] of y (and of dx in the backward); by default
-            those rows are not written and their content is unspecified.
+            those rows are not written and their content is unspecified. prob's gradient is zero on those
+            rows either way (written by the dGLU op).
 
     Returns:
         y: (M, H) in x's dtype.
@@ -124,7 +140,7 @@ def moe_mlp(x: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, offsets: 
         ValueError naming the operand (shape, dtype, stride, alignment); NotImplementedError for requests the
         backend cannot serve (f16 or f32 inputs on CUDA).
     """
-    _check_operands(x, w_up, w_down)
+    _check_operands(x, w_up, w_down, offsets)
     return _MoEMLPFunction.apply(x, w_up, w_down, offsets, prob, activation, glu_layout, zero_tail)
 
 

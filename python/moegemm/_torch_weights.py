@@ -34,6 +34,14 @@ def weight_operand(w: torch.Tensor, op: str, name: str) -> tuple[torch.Tensor, s
     )
 
 
+def dense_grad(g: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """An incoming gradient as a row-major operand of `dtype`. Autograd may hand over an empty gradient
+    with all-zero strides, which ``contiguous()`` keeps (nothing to copy) and the ops' stride checks
+    reject; an empty one is replaced by a fresh empty tensor of the same shape (no data, no fill)."""
+    g = g.to(dtype)
+    return g.contiguous() if g.numel() else g.new_empty(g.shape)
+
+
 def flipped(layout: str) -> str:
     """The layout that reads the same storage as the transposed weight (E, N, K) -> used by dgrad."""
     return _FLIP[layout]

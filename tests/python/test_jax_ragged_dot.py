@@ -103,6 +103,29 @@ def test_ragged_dot_rejects_other_dtypes_and_group_offset():
         mj.ragged_dot(lhs.astype(jnp.bfloat16), rhs.astype(jnp.bfloat16), gs, group_offset=jnp.array([0]))
 
 
+def test_64_bit_group_sizes_clamp_instead_of_wrapping():
+    """int64 group sizes (jax_enable_x64) are summed in 64 bits and clamped at M, as jax.lax.ragged_dot
+    treats them, rather than cut to int32 first (2**32 + 10 read as 10, 2**31 as a negative size)."""
+    rng = np.random.default_rng(12)
+    lhs, rhs = rand(rng, (32, 16)), rand(rng, (2, 16, 8))
+    with on_cpu(), jax.enable_x64(True):
+        for sizes in ([2**32 + 10, 22], [2**31, 5], [5, 2**40], [-3, 2**33]):
+            gs = jnp.asarray(sizes, jnp.int64)
+            ours = mj.ragged_dot(lhs, rhs, gs, preferred_element_type=jnp.float32)
+            ref = jax.lax.ragged_dot(f32(lhs), f32(rhs), gs, precision=_HIGHEST)
+            assert_close(ours, ref, f"group sizes {sizes}")
+
+
+def test_operands_that_are_not_arrays_raise_type_error():
+    rng = np.random.default_rng(13)
+    lhs, rhs = rand(rng, (32, 16)), rand(rng, (2, 16, 8))
+    with pytest.raises(TypeError, match=r"ragged_dot: group_sizes: expected an array \(jax.Array or "
+                                        r"numpy.ndarray\), got list"):
+        mj.ragged_dot(lhs, rhs, [10, 22])
+    with pytest.raises(TypeError, match=r"grouped_gemm: offsets: expected an array .*got list"):
+        mj.grouped_gemm(lhs, rhs, [10, 32], b_layout="kn")
+
+
 def test_c06_empty_groups_and_n43_error():
     rng = np.random.default_rng(3)
     _check_value_and_grad(rand(rng, (16, 64)), rand(rng, (4, 64, 32)), np.array([8, 0, 8, 0], np.int32))
@@ -265,3 +288,14 @@ def test_moe_mlp_offsets_argument_and_errors():
         mj.moe_mlp(x, w_up, w_down)
     with pytest.raises(ValueError, match=r"moe_mlp: w_down: expected dim 1 = 16 \(I from w_up\)"):
         mj.moe_mlp(x, w_up, rand(rng, (2, 8, 16)), group_sizes=jnp.array([10, 22]))
+    # Errors name moe_mlp's own operands, not the a, b, d of the ops it calls.
+    with pytest.raises(ValueError, match=r"moe_mlp: offsets: expected dim 0 = 2 \(E from w_up\)"):
+        mj.moe_mlp(x, w_up, w_down, offsets=offsets_of([10, 12, 10]))
+    with pytest.raises(TypeError, match=r"moe_mlp: offsets: expected dtype int32, got"):
+        mj.moe_mlp(x, w_up, w_down, offsets=np.array([10, 32], np.uint32))
+    with pytest.raises(ValueError, match=r"moe_mlp: x: H = 12 is not a multiple of 8"):
+        mj.moe_mlp(rand(rng, (32, 12)), rand(rng, (2, 12, 32)), rand(rng, (2, 16, 12)),
+                   group_sizes=jnp.array([10, 22]))
+    with pytest.raises(ValueError, match=r"moe_mlp: w_up: I = 12 \(half of its last dim\) is not a multiple "
+                                         r"of 8"):
+        mj.moe_mlp(x, rand(rng, (2, 16, 24)), rand(rng, (2, 12, 16)), group_sizes=jnp.array([10, 22]))

@@ -190,6 +190,11 @@ def test_ops_refuse_to_drop_gradients():
     ("w_down_h", r"moe_mlp: w_down: expected shape \(E=4, I=16, H=32\) .*got \(4, 16, 40\)"),
     ("x_rank", r"moe_mlp: x: expected a 2-D \(M, H\) tensor, got shape \(1, 64, 32\)"),
     ("w_up_rank", r"moe_mlp: w_up: expected a 3-D \(E, H, 2I\) tensor, got shape \(32, 32\)"),
+    ("offsets_len", r"moe_mlp: offsets: expected an \(E=4,\) int32 tensor with E from w_up, got shape \(3,\)"),
+    ("offsets_i64", r"moe_mlp: offsets: expected an \(E=4,\) int32 .*got shape \(4,\) and dtype torch\.int64"),
+    ("x_h", r"moe_mlp: x: H = 12 is not a multiple of 8"),
+    ("w_up_i", r"moe_mlp: w_up: I = 12 \(half of its last dim\) is not a multiple of 8"),
+    ("x_transposed", r"moe_mlp: x: expected a row-major \(M, H\) tensor \(stride\(1\) == 1\), got strides \(1, 64\)"),
 ])
 def test_moe_mlp_errors_name_its_own_operands(case, pattern):
     """Shape and dtype errors of moe_mlp name x, w_up or w_down (not the a, b, d of the ops it calls),
@@ -206,10 +211,45 @@ def test_moe_mlp_errors_name_its_own_operands(case, pattern):
         "w_down_h": dict(w_down=randn(4, 16, 40)),
         "x_rank": dict(x=x[None]),
         "w_up_rank": dict(w_up=w_up[0]),
+        "offsets_len": dict(offsets=offsets_of([10, 0, 30])),
+        "offsets_i64": dict(offsets=offsets.long()),
+        "x_h": dict(x=randn(64, 12), w_up=randn(4, 12, 32), w_down=randn(4, 16, 12)),
+        "w_up_i": dict(w_up=randn(4, 32, 24), w_down=randn(4, 12, 32)),
+        "x_transposed": dict(x=randn(32, 64).t()),
     }[case]
-    args = dict(x=x, w_up=w_up, w_down=w_down) | bad
+    args = dict(x=x, w_up=w_up, w_down=w_down, offsets=offsets) | bad
     with pytest.raises(ValueError, match=pattern):
-        mt.moe_mlp(args["x"], args["w_up"], args["w_down"], offsets)
-    grad_args = {k: v.clone().requires_grad_() for k, v in args.items()}
+        mt.moe_mlp(args["x"], args["w_up"], args["w_down"], args["offsets"])
+    grad_args = {k: v.detach().requires_grad_() if v.is_floating_point() else v for k, v in args.items()}
     with pytest.raises(ValueError, match=pattern):
-        mt.moe_mlp(grad_args["x"], grad_args["w_up"], grad_args["w_down"], offsets)
+        mt.moe_mlp(grad_args["x"], grad_args["w_up"], grad_args["w_down"], grad_args["offsets"])
+
+
+def test_empty_batch_backward():
+    """M = 0: autograd hands the backward an empty gradient with all-zero strides; the gradients come out
+    empty (x, a) and exactly zero (weights: no expert has rows)."""
+    offs = offsets_of([0, 0, 0, 0])
+    a = torch.zeros(0, 16, dtype=torch.bfloat16, requires_grad=True)
+    b = randn(4, 16, 8, seed=3).requires_grad_(True)
+    mt.grouped_mm(a, b, offs).float().sum().backward()
+    assert a.grad.shape == (0, 16) and b.grad.shape == b.shape and (b.grad == 0).all()
+    x = torch.zeros(0, 32, dtype=torch.bfloat16, requires_grad=True)
+    w_up, w_down = randn(4, 32, 32, seed=1).requires_grad_(True), randn(4, 16, 32, seed=2).requires_grad_(True)
+    prob = torch.zeros(0, requires_grad=True)
+    mt.moe_mlp(x, w_up, w_down, offs, prob).float().sum().backward()
+    assert x.grad.shape == (0, 32) and prob.grad.shape == (0,)
+    assert (w_up.grad == 0).all() and (w_down.grad == 0).all()
+
+
+def test_prob_grad_is_zero_past_the_last_offset_without_zero_tail():
+    """prob feeds the router: its gradient on rows no expert owns is 0 even with zero_tail=False (where the
+    tail rows of y and dx are left unspecified), over a NaN-poisoned allocator."""
+    sizes, m, h, i = [10, 0, 30, 24], 96, 32, 16
+    offsets = offsets_of(sizes)
+    x, w_up, w_down = randn(m, h, seed=4), randn(4, h, 2 * i, seed=5), randn(4, i, h, seed=6)
+    prob = torch.rand(m, generator=torch.Generator().manual_seed(7)).requires_grad_(True)
+    poison([m * 4, m * 2 * i * 2, m * h * 2])
+    y = mt.moe_mlp(x, w_up, w_down, offsets, prob)
+    y[:64].float().sum().backward()
+    assert torch.isfinite(prob.grad).all() and (prob.grad[64:] == 0).all()
+    assert (prob.grad[:64] != 0).any()
