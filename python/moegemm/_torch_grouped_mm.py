@@ -10,15 +10,6 @@ _OP = "grouped_mm"
 _OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
-def _check_offs(offs: torch.Tensor, groups: int | None, what: str = "") -> None:
-    """offs must be an (E,) int32 tensor, E = `groups` (from `what`) when given; checked here so that a wrong
-    length names offs, not b or a."""
-    expected = "E" if groups is None else f"E={groups}"
-    if offs.dim() != 1 or (groups is not None and offs.shape[0] != groups) or offs.dtype != torch.int32:
-        raise ValueError(f"{_OP}: offs: expected an ({expected},) int32 tensor{' with E from ' + what if what else ''}, "
-                         f"got shape {tuple(offs.shape)} and dtype {offs.dtype}")
-
-
 def _segment_column_sums(dout: torch.Tensor, offs: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Per-expert column sums of the rows each expert owns (the bias gradient), (E, N) in `dtype`."""
     e = offs.shape[0]
@@ -122,14 +113,12 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
     if a.dim() == 2 and b.dim() == 3:
         if offs is None:
             raise ValueError(f"{_OP}: offs: required for 2-D x 3-D inputs (an (E,) int32 tensor), got None")
-        _check_offs(offs, b.shape[0], "b.shape[0]")
         return _rows_mm(a, b, offs, bias, out_dtype, zero_tail)
     if a.dim() == 2 and b.dim() == 2:
         if offs is None:
             raise ValueError(f"{_OP}: offs: required for 2-D x 2-D inputs (an (E,) int32 tensor), got None")
         if bias is not None:
             raise ValueError(f"{_OP}: bias: not supported in the 2-D x 2-D mode, got a tensor")
-        _check_offs(offs, None)
         return _ragged_k_mm(a, b, offs, out_dtype)
     if a.dim() == 3 and b.dim() == 3:
         if offs is not None:
