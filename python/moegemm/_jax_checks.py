@@ -68,6 +68,13 @@ def check_aligned(op: str, name: str, x, axis: int, what: str) -> None:
             f"16-byte aligned rows (shape {tuple(np.shape(x))}, dtype {np.dtype(x.dtype).name})")
 
 
+def check_offsets(op: str, offsets, groups: int, what: str) -> None:
+    """Raise unless ``offsets`` is a (groups,) int32 array (``what`` says where the count comes from)."""
+    check_rank(op, "offsets", offsets, 1, "(E,)")
+    check_dtype(op, "offsets", offsets, (jnp.int32,))
+    check_extent(op, "offsets", offsets, 0, groups, what)
+
+
 def check_group_sizes(op: str, group_sizes, groups: int, what: str) -> None:
     """Raise unless ``group_sizes`` is a (groups,) integer array: TypeError for a non-array or a non-integer
     dtype, ValueError for the shape."""

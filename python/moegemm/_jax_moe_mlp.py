@@ -115,9 +115,7 @@ def moe_mlp(x, w_up, w_down, group_sizes=None, offsets=None, prob=None, activati
         chk.check_group_sizes(_OP, group_sizes, e, "E from w_up")
         offsets = chk.offsets_from_sizes(group_sizes, x.shape[0])
     else:
-        chk.check_dtype(_OP, "offsets", offsets, (jnp.int32,))
-        chk.check_rank(_OP, "offsets", offsets, 1, "(E,)")
-        chk.check_extent(_OP, "offsets", offsets, 0, e, "E from w_up")
+        chk.check_offsets(_OP, offsets, e, "E from w_up")
     if prob is not None:
         chk.check_rank(_OP, "prob", prob, 1, "(M,)")
         chk.check_extent(_OP, "prob", prob, 0, x.shape[0], "M from x")

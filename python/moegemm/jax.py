@@ -92,12 +92,6 @@ def _activations(op, a, name="a"):
     return a.shape[0]
 
 
-def _offsets(op, offsets, e):
-    chk.check_rank(op, "offsets", offsets, 1, "(E,)")
-    chk.check_dtype(op, "offsets", offsets, (jnp.int32,))
-    chk.check_extent(op, "offsets", offsets, 0, e, "E from b")
-
-
 def _optional_vector(op, name, x, n, what, dtypes=(jnp.float32,)):
     if x is None:
         return
@@ -116,7 +110,7 @@ def _grouped_forward(op, a, b, offsets, alpha, prob, bias, b_layout, generate_c,
                      zero_tail, glu):
     m = _activations(op, a)
     e, n, _ = _weights(op, a, b, b_layout)
-    _offsets(op, offsets, e)
+    chk.check_offsets(op, offsets, e, "E from b")
     _optional_vector(op, "alpha", alpha, e, "E")
     _optional_vector(op, "prob", prob, m, "M")
     if bias is not None:
@@ -204,7 +198,7 @@ def _grouped_backward(op, dy, b, c, offsets, alpha, beta, prob, b_layout, c_cols
     chk.check_dtype(op, "c", c, chk.OUTPUT_FLOATS)
     chk.check_extent(op, "c", c, 0, m, "M from dy")
     chk.check_extent(op, "c", c, 1, c_cols_per_n * n, f"{c_cols_per_n} x N from b")
-    _offsets(op, offsets, e)
+    chk.check_offsets(op, offsets, e, "E from b")
     _optional_vector(op, "alpha", alpha, e, "E")
     _optional_vector(op, "beta", beta, e, "E")
     _optional_vector(op, "prob", prob, m, "M")
