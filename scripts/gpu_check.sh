@@ -40,10 +40,16 @@ for stage in "${stages[@]}"; do
       grep -oE 'HGMMA\.[0-9x]+\.[A-Z0-9.]+' "$REPORT/sass.txt" | sort | uniq -c | tee -a "$REPORT/summary.txt"
       ;;
     test)
-      note "GPU tests (ctest -L gpu)"
-      "$BUILD"/tests/cpp/moegemm_gpu_tests --gtest_filter="${MOEGEMM_GTEST_FILTER:-*}" \
-        --gtest_output=xml:"$REPORT/gpu_tests.xml" > "$REPORT/gpu_tests.log" 2>&1 || status=1
-      grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|FAILED  \]" "$REPORT/gpu_tests.log" | tee -a "$REPORT/summary.txt"
+      # Twice: with the tile widths the heuristic picks (mostly BN = 128 at test sizes), then with every
+      # m-grouped op forced to BN = 256 (MOEGEMM_BLOCK_N), so that both widths of every op run.
+      for width in heuristic 256; do
+        note "GPU tests (ctest -L gpu), tile width: $width"
+        [ "$width" = heuristic ] && unset MOEGEMM_BLOCK_N || export MOEGEMM_BLOCK_N=$width
+        "$BUILD"/tests/cpp/moegemm_gpu_tests --gtest_filter="${MOEGEMM_GTEST_FILTER:-*}" \
+          --gtest_output=xml:"$REPORT/gpu_tests_$width.xml" > "$REPORT/gpu_tests_$width.log" 2>&1 || status=1
+        grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|FAILED  \]" "$REPORT/gpu_tests_$width.log" | tee -a "$REPORT/summary.txt"
+      done
+      unset MOEGEMM_BLOCK_N
       ;;
     sanitize)
       note "compute-sanitizer"
@@ -56,6 +62,13 @@ for stage in "${stages[@]}"; do
       compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD"/tests/cpp/moegemm_gpu_tests \
         --gtest_filter='ForwardGpu.CasesC03C04C07:BackwardGpu.DgluReductionsAndWgradSmall' > "$REPORT/sanitize_racecheck.log" 2>&1
       echo "racecheck exit $? : $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$REPORT/sanitize_racecheck.log" | tail -1)" | tee -a "$REPORT/summary.txt"
+      # The 256-column tiles (dGLU: two saved-tile passes through one staging area) on the backward cases.
+      MOEGEMM_BLOCK_N=256 compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD"/tests/cpp/moegemm_gpu_tests \
+        --gtest_filter='BackwardGpu.GarbageOffsets*:BackwardGpu.CasesC03C12EmptyExperts' > "$REPORT/sanitize_memcheck_256.log" 2>&1
+      echo "memcheck (BN = 256) exit $? : $(grep -E 'ERROR SUMMARY' "$REPORT/sanitize_memcheck_256.log" | tail -1)" | tee -a "$REPORT/summary.txt"
+      MOEGEMM_BLOCK_N=256 compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD"/tests/cpp/moegemm_gpu_tests \
+        --gtest_filter='BackwardGpu.DgluReductionsAndWgradSmall' > "$REPORT/sanitize_racecheck_256.log" 2>&1
+      echo "racecheck (BN = 256) exit $? : $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$REPORT/sanitize_racecheck_256.log" | tail -1)" | tee -a "$REPORT/summary.txt"
       ;;
     pytest)
       note "Python tests on the GPU"

@@ -26,16 +26,18 @@ void launch_glu_act(const KernelParams& p, int block_n, BLayout layout, int grid
   });
 }
 
-/// dGLU runs with BN = 128 only (a tile stages 256 dC columns) and 4 stages: its staging area holds the
-/// whole 128 x 256 pre-activation tile.
+/// dGLU tiles: BN = 128 with 4 stages (one saved-tile pass, or preact read from global memory), or, with a
+/// saved tile only, BN = 256 with 3 stages (two passes through the same 64 KiB staging area).
 template <ActKind kAct>
-void launch_dglu_act(const KernelParams& p, BLayout layout, int grid, cudaStream_t stream) {
+void launch_dglu_act(const KernelParams& p, int block_n, BLayout layout, int grid, cudaStream_t stream) {
   with_pairing(p.pairing, [&]<PairKind kPair>() {
     using Epilogue = DgluEpilogue<kAct, kPair>;
     if (layout == BLayout::nk) {
-      launch_kernel<TileShape<128, Major::k, Major::k, 4>, MGroupedScheduler, Epilogue>(p, grid, stream);
+      if (block_n == 256) launch_kernel<TileShape<256, Major::k>, MGroupedScheduler, Epilogue>(p, grid, stream);
+      else launch_kernel<TileShape<128, Major::k, Major::k, 4>, MGroupedScheduler, Epilogue>(p, grid, stream);
     } else {
-      launch_kernel<TileShape<128, Major::mn, Major::k, 4>, MGroupedScheduler, Epilogue>(p, grid, stream);
+      if (block_n == 256) launch_kernel<TileShape<256, Major::mn>, MGroupedScheduler, Epilogue>(p, grid, stream);
+      else launch_kernel<TileShape<128, Major::mn, Major::k, 4>, MGroupedScheduler, Epilogue>(p, grid, stream);
     }
   });
 }

@@ -34,10 +34,47 @@ constexpr int epilogue_scratch_bytes() {
 /// An epilogue that reads a saved tile (kSavedTileCols columns of the tile's rows, e.g. dGLU's
 /// pre-activation) gets it in its staging area, loaded by the producer: the staging area is then
 /// kSavedTileCols 16-bit columns wide (the 128B-swizzled layout a TMA box of 64 columns x 64 rows gives).
+/// One load covers kSavedPassCols accumulator columns; a wider tile takes several passes through the area.
 template <class Epilogue>
 constexpr int saved_tile_cols() {
   if constexpr (requires { Epilogue::kSavedTileCols; }) return Epilogue::kSavedTileCols;
   else return 0;
+}
+
+/// Whether an epilogue takes half tiles (an expert's last <= 64 rows as two 64 x BN/2 slices). The
+/// backward epilogues do not (kHalfTiles = false): their per-warpgroup row partials need whole tiles, and
+/// their kernels then carry no half-tile code.
+template <class Epilogue>
+constexpr bool half_tiles_allowed() {
+  if constexpr (requires { Epilogue::kHalfTiles; }) return Epilogue::kHalfTiles;
+  else return true;
+}
+
+/// Accumulator columns one saved-tile pass covers (0 without a saved tile).
+template <class Epilogue>
+constexpr int saved_pass_cols() {
+  if constexpr (requires { Epilogue::kSavedPassCols; }) return Epilogue::kSavedPassCols;
+  else return 0;
+}
+
+/// Saved-tile passes of a tile of kBN accumulator columns (0 without a saved tile).
+template <class Epilogue, int kBN>
+constexpr int saved_passes() {
+  return saved_pass_cols<Epilogue>() ? kBN / saved_pass_cols<Epilogue>() : 0;
+}
+
+/// Whether saved-tile pass `pass` of n-tile `n_tile` has columns inside the GEMM's N (a 256-column tile
+/// over the last 128 or fewer columns has no second pass).
+template <class Epilogue, int kBN>
+__device__ __forceinline__ bool saved_pass_exists(const KernelParams& p, int n_tile, int pass) {
+  return n_tile * kBN + pass * saved_pass_cols<Epilogue>() < p.n;
+}
+
+/// Moves registers [kFrom, kN) of acc down to [0, kN - kFrom): the next saved-tile pass's columns.
+template <int kFrom, int kN>
+__device__ __forceinline__ void shift_registers(float (&acc)[kN]) {
+#pragma unroll
+  for (int i = 0; i + kFrom < kN; ++i) acc[i] = acc[i + kFrom];
 }
 
 /// An epilogue may ask for a staging area wider than the tile (kStagingCols 16-bit columns), e.g. to stage
@@ -91,6 +128,7 @@ __global__ void __launch_bounds__(kKernelThreads, 1) grouped_gemm_kernel(const _
                            reinterpret_cast<uint64_t*>(smem + Layout::kBarrierOffset),
                            reinterpret_cast<uint64_t*>(smem + Layout::kBarrierOffset) + Shape::kStages};
   constexpr bool kSavedTile = saved_tile_cols<Epilogue>() > 0;
+  constexpr int kSavedPasses = saved_passes<Epilogue, Shape::kBN>();
   uint64_t* saved_full = reinterpret_cast<uint64_t*>(smem + Layout::kBarrierOffset) + 2 * Shape::kStages;
   uint64_t* saved_empty = saved_full + 1;
   if (threadIdx.x == 0) {
@@ -117,9 +155,32 @@ __global__ void __launch_bounds__(kKernelThreads, 1) grouped_gemm_kernel(const _
       PipeState ps;
       uint32_t saved_phase = 0;
       int acquired_expert = -1;
+      int pending_row0 = -1, pending_n_tile = 0;  // a tile whose second saved-tile pass is still to load
+      // Waits until the consumers have released the staging area, then loads saved-tile pass `pass` of the
+      // tile (rows from row0, n-tile n_tile) into it: 64 rows of each warpgroup, kSavedTileCols columns.
+      auto load_saved = [&](int row0, int n_tile, int pass) {
+        if constexpr (kSavedTile) {
+          mbar_wait(saved_empty, saved_phase ^ 1);
+          cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta, cuda::ptx::space_shared,
+                                               saved_full, 2 * Layout::kStagingBytes);
+          const ColumnMap saved =
+              Epilogue::saved_columns(p, n_tile * Shape::kBN + pass * saved_pass_cols<Epilogue>());
+#pragma unroll
+          for (int w = 0; w < 2; ++w) {
+#pragma unroll
+            for (int seg = 0; seg < saved_tile_cols<Epilogue>() / 64; ++seg) {
+              const int32_t coord[2] = {saved.base[seg], row0 + 64 * w};
+              cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global,
+                                              smem + Layout::kStagingOffset + w * Layout::kStagingBytes + seg * 8192,
+                                              &p.tma_c, coord, saved_full);
+            }
+          }
+          saved_phase ^= 1;
+        }
+      };
       for (int t = blockIdx.x; t < total; t += gridDim.x) {
         const WorkTile tile = sched.tile(t);
-        const bool half = p.half_tiles && tile.row_end - tile.row0 <= 64;
+        const bool half = half_tiles_allowed<Epilogue>() && p.half_tiles && tile.row_end - tile.row0 <= 64;
         const ColumnMap cols = Epilogue::b_columns(p, tile.n_tile, Shape::kBN, half);
         LoadPlan plan;
 #pragma unroll
@@ -150,35 +211,33 @@ __global__ void __launch_bounds__(kKernelThreads, 1) grouped_gemm_kernel(const _
         bool loaded = false;
         if constexpr (kSavedTile) {
           if (p.saved_tile) {
-            // The saved tile goes into the staging area, which the consumers release once they are done
-            // with the previous tile; they are past it when the ring has taken kStages of this tile's
-            // k-blocks, so waiting for it there never holds back the tile's first stages. It is issued
-            // halfway through the tile: at the tile's start its 64 KiB would queue in front of the k-blocks
-            // that refill the ring while the consumers have only kStages loaded.
+            // A saved-tile pass goes into the staging area, which the consumers release once they are done
+            // with the previous pass. The tile's first pass is issued halfway through its k-blocks: the
+            // consumers are past the previous tile's epilogue once the ring has taken kStages of this
+            // tile's k-blocks, and at the tile's start its 64 KiB would queue in front of the k-blocks that
+            // refill the ring. A second pass (of the previous tile) is issued as soon as the consumers have
+            // stored the first, after the ring has been refilled for this tile.
             const int first = min(max(Shape::kStages, plan.k_blocks / 2), plan.k_blocks);
-            mainloop.load_tile(ps, plan, 0, first);
-            mbar_wait(saved_empty, saved_phase ^ 1);
-            cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta,
-                                                 cuda::ptx::space_shared, saved_full, 2 * Layout::kStagingBytes);
-            const ColumnMap saved = Epilogue::saved_columns(p, tile.n_tile);
-#pragma unroll
-            for (int w = 0; w < 2; ++w) {
-#pragma unroll
-              for (int seg = 0; seg < saved_tile_cols<Epilogue>() / 64; ++seg) {
-                const int32_t coord[2] = {saved.base[seg], tile.row0 + 64 * w};
-                cuda::ptx::cp_async_bulk_tensor(
-                    cuda::ptx::space_cluster, cuda::ptx::space_global,
-                    smem + Layout::kStagingOffset + w * Layout::kStagingBytes + seg * 8192, &p.tma_c, coord,
-                    saved_full);
-              }
+            int done = 0;
+            if (kSavedPasses > 1 && pending_row0 >= 0) {
+              done = min(Shape::kStages, first);
+              mainloop.load_tile(ps, plan, 0, done);
+              load_saved(pending_row0, pending_n_tile, 1);
             }
-            saved_phase ^= 1;
+            mainloop.load_tile(ps, plan, done, first);
+            load_saved(tile.row0, tile.n_tile, 0);
             mainloop.load_tile(ps, plan, first, plan.k_blocks);
+            pending_row0 = -1;
+            if (kSavedPasses > 1 && saved_pass_exists<Epilogue, Shape::kBN>(p, tile.n_tile, 1)) {
+              pending_row0 = tile.row0;
+              pending_n_tile = tile.n_tile;
+            }
             loaded = true;
           }
         }
         if (!loaded) mainloop.load_tile(ps, plan, 0, plan.k_blocks);
       }
+      if (kSavedPasses > 1 && pending_row0 >= 0) load_saved(pending_row0, pending_n_tile, 1);
     }
   } else {
     setmaxnreg_inc<232>();
@@ -191,7 +250,7 @@ __global__ void __launch_bounds__(kKernelThreads, 1) grouped_gemm_kernel(const _
     uint32_t saved_phase = 0;
     for (int t = blockIdx.x; t < total; t += gridDim.x) {
       const WorkTile tile = sched.tile(t);
-      const bool half = p.half_tiles && tile.row_end - tile.row0 <= 64;
+      const bool half = half_tiles_allowed<Epilogue>() && p.half_tiles && tile.row_end - tile.row0 <= 64;
       float acc[kBN / 2];
       if (half) {
         // The first kBN/4 accumulators of the same registers hold the warpgroup's 64 x kBN/2 slice.
@@ -208,15 +267,25 @@ __global__ void __launch_bounds__(kKernelThreads, 1) grouped_gemm_kernel(const _
         if (!Scheduler::kUniformK && tile.k_blocks == 0) zero_registers(acc);
         // Column maps are derived after the mainloop so that nothing but the accumulators lives across it.
         const ColumnMap cols = Epilogue::b_columns(p, tile.n_tile, kBN, false);
-        // Saved tiles are waited for and released here only: their epilogues run without half tiles (the
-        // launcher turns half tiles off for the backward epilogues).
-        if (kSavedTile && p.saved_tile) mbar_wait(saved_full, saved_phase);
-        Epilogue::template apply<kBN>(acc, p, tile, cols, tile.n_tile * (kBN / 2),
-                                      static_cast<int64_t>(tile.row0) + 64 * cw, staging);
-        if (kSavedTile && p.saved_tile) {
-          staging.release(saved_empty);
-          saved_phase ^= 1;
+        const int64_t row0 = static_cast<int64_t>(tile.row0) + 64 * cw;
+        bool saved_done = false;
+        if constexpr (kSavedTile) {
+          // Saved tiles are waited for and released here only: their epilogues run without half tiles (the
+          // launcher turns half tiles off for the backward epilogues).
+          if (p.saved_tile) {
+#pragma unroll 1
+            for (int pass = 0; pass < kSavedPasses && saved_pass_exists<Epilogue, kBN>(p, tile.n_tile, pass);
+                 ++pass) {
+              mbar_wait(saved_full, saved_phase);
+              Epilogue::template apply_saved<kBN>(acc, p, tile, pass, row0, staging);
+              staging.release(saved_empty);
+              saved_phase ^= 1;
+              shift_registers<saved_pass_cols<Epilogue>() / 2>(acc);
+            }
+            saved_done = true;
+          }
         }
+        if (!saved_done) Epilogue::template apply<kBN>(acc, p, tile, cols, tile.n_tile * (kBN / 2), row0, staging);
       }
     }
     staging.drain();

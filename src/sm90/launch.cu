@@ -52,7 +52,7 @@ CUtensorMap make_map(const void* base, int rank, const cuuint64_t* dims, const c
 }
 
 /// MOEGEMM_BLOCK_N=128 or 256 replaces the tile width choose_tile() picks (for measuring the heuristic;
-/// dGLU always runs 128); 0 when unset or anything else.
+/// dGLU without a saved tile always runs 128); 0 when unset or anything else.
 int block_n_override() {
   static const int value = [] {
     const char* env = std::getenv("MOEGEMM_BLOCK_N");
@@ -195,10 +195,16 @@ void launch_forward(const ForwardProblem& f, cudaStream_t stream) {
   p.red.dbias_partials = dbias_partials;
 
   const int sms = sm_count();
-  // dGLU tiles are 128 dH columns (256 dC columns through the staging buffer).
-  const int block_n = f.epilogue == EpilogueKind::dglu ? 128
-                      : block_n_override()           ? block_n_override()
-                                                     : choose_tile(f.m, f.n, f.num_experts, sms).block_n;
+  // dGLU with 16-bit preact and dC: the producer loads each tile's preact columns by TMA (16-byte aligned
+  // rows), and the epilogue writes dC over them in shared memory; otherwise it reads preact from global.
+  p.saved_tile = f.epilogue == EpilogueKind::dglu && p.preact.type != OutType::f32 && p.d.type != OutType::f32 &&
+                 p.preact.ld % 8 == 0 && reinterpret_cast<uintptr_t>(p.preact.ptr) % 16 == 0;
+  // dGLU without a saved tile runs 128 dH columns per tile; with one, the width the heuristic picks (a
+  // 256-column tile takes two 128-column passes through the staging area).
+  const bool fixed_128 = f.epilogue == EpilogueKind::dglu && !p.saved_tile;
+  const int block_n = fixed_128            ? 128
+                      : block_n_override() ? block_n_override()
+                                           : choose_tile(f.m, f.n, f.num_experts, sms).block_n;
   // Half tiles split columns between the warpgroups; a 128-wide halves GLU tile has only one gate box, and
   // the backward epilogues' per-warpgroup row partials need whole tiles.
   p.half_tiles = !backward && !(glu && f.glu.layout == GluLayout::halves && block_n == 128);
@@ -207,8 +213,10 @@ void launch_forward(const ForwardProblem& f, cudaStream_t stream) {
   } else {
     p.n_tiles = static_cast<int>((f.n + block_n - 1) / block_n);
   }
+  // Row sums come in one slot per n-tile, or per 128 dH columns for dGLU (one per epilogue pass).
+  const int row_sum_slots = f.epilogue == EpilogueKind::dglu ? static_cast<int>((f.n + 127) / 128) : p.n_tiles;
   if (f.dprob.defined()) {
-    if (p.n_tiles == 1) p.red.dprob = static_cast<float*>(f.dprob.data);
+    if (row_sum_slots == 1) p.red.dprob = static_cast<float*>(f.dprob.data);
     else p.red.dprob_partials = dprob_partials;
   }
 
@@ -236,13 +244,7 @@ void launch_forward(const ForwardProblem& f, cudaStream_t stream) {
   const int64_t d_cols = f.d.size(1);
   p.tma_d = output_map(p.d, f.m, d_cols, "d");
   if (p.c.ptr) p.tma_c = output_map(p.c, f.m, f.n, "c");
-  // dGLU with 16-bit preact and dC: the producer loads each tile's preact columns by TMA (16-byte aligned
-  // rows), and the epilogue writes dC over them in shared memory; otherwise it reads preact from global.
-  if (f.epilogue == EpilogueKind::dglu && p.preact.type != OutType::f32 && p.d.type != OutType::f32 &&
-      p.preact.ld % 8 == 0 && reinterpret_cast<uintptr_t>(p.preact.ptr) % 16 == 0) {
-    p.tma_c = output_map(p.preact, f.m, f.preact.size(1), "preact");
-    p.saved_tile = true;
-  }
+  if (p.saved_tile) p.tma_c = output_map(p.preact, f.m, f.preact.size(1), "preact");
 
   // Persistent grid: at most one CTA per SM, never more CTAs than the largest possible tile count.
   const int64_t max_tiles = ((f.m + 127) / 128 + std::min<int64_t>(f.num_experts, f.m)) * p.n_tiles;
@@ -250,7 +252,7 @@ void launch_forward(const ForwardProblem& f, cudaStream_t stream) {
   launch_m_grouped(f.epilogue, p, block_n, f.b_layout, grid, stream);
 
   if (p.red.dprob_partials) {
-    launch_dprob_finish(p.red.dprob_partials, p.n_tiles, static_cast<float*>(f.dprob.data), f.offsets,
+    launch_dprob_finish(p.red.dprob_partials, row_sum_slots, static_cast<float*>(f.dprob.data), f.offsets,
                         p.num_experts, p.m, stream);
   }
   if (f.dbias.defined()) {

@@ -21,8 +21,8 @@ struct OutMatrix {
 /// The reductions of the backward epilogues (docs/ops.md §7). Per-tile partials go to the workspace and a
 /// finish kernel sums them in a fixed order, so results are bitwise reproducible.
 struct Reductions {
-  float* dprob = nullptr;           // (M,) f32 row sums, written directly when the GEMM has one n-tile
-  float* dprob_partials = nullptr;  // else [n_tile][M] partial row sums
+  float* dprob = nullptr;           // (M,) f32 row sums, written directly when there is one column slot
+  float* dprob_partials = nullptr;  // else [slot][M] partial row sums (slot: n-tile, or dGLU 128-column pass)
   float* dbias_partials = nullptr;  // [m_index * 2 + warpgroup][cols] partial column sums
   float* amax = nullptr;            // max |value| per output kind, by integer atomicMax (exact, order-free)
 };

@@ -2,9 +2,11 @@
 // dH (M, I); per element, with (gate, up) = beta * C at the paired columns and h = act(gate, up):
 //   d_gate = alpha dH prob dact/dgate,  d_up = alpha dH prob dact/dup   (written in C's column layout),
 //   dprob[r] = sum_i h alpha dH,  dbias = per-expert column sums of dC,  amax = [max|d_gate|, max|d_up|].
-// Tiles are 128 dH columns (kBN = 128), i.e. 256 dC columns in 4 "virtual" 64-column segments; with 16-bit
-// preact and dC the segments arrive in shared memory with the tile (run_saved), otherwise they are read from
-// global memory and staged in passes (run_global):
+// The epilogue works on 128 dH columns at a time (kTileN), i.e. 256 dC columns in 4 "virtual" 64-column
+// segments. With 16-bit preact and dC the segments arrive in shared memory (run_saved): a tile of 256 dH
+// columns takes two such passes, the producer loading the second pass's preact once the first has been
+// stored. Otherwise (f32 preact or dC; tiles of 128 dH columns) preact is read from global memory and dC
+// staged in passes (run_global):
 //  - halves: [gate n0..n0+127 | up I+n0..I+n0+127];
 //  - interleaved32 / _up_first: the contiguous dC columns 2 n0 .. 2 n0 + 255.
 #pragma once
@@ -49,12 +51,14 @@ __device__ __forceinline__ GluGrad glu_grad(const KernelParams& p, float gate, f
 /// Activation and pairing are template parameters, as in GluEpilogue: one variant's code per kernel.
 template <ActKind kAct, PairKind kPair>
 struct DgluEpilogue {
-  static constexpr int kTileN = 128;  // dH columns per tile (the launcher picks BN = 128)
+  static constexpr int kTileN = 128;  // dH columns per epilogue pass (run_global: per tile, BN = 128)
   static constexpr int kScratchBytes = ColumnSums<2 * kTileN>::kBytes;  // dbias column sums
   static constexpr int kBatch = 4;  // chunks whose C loads are in flight together (run_global)
-  // With 16-bit preact and dC (p.saved_tile) the producer loads the tile's 256 preact columns into the
+  // With 16-bit preact and dC (p.saved_tile) the producer loads the 256 preact columns of each pass into the
   // staging area, and the epilogue overwrites them in place with dC (same columns, same layout).
   static constexpr int kSavedTileCols = 2 * kTileN;
+  static constexpr int kSavedPassCols = kTileN;  // accumulator (dH) columns one saved-tile pass covers
+  static constexpr bool kHalfTiles = false;  // row sums per warpgroup need whole tiles
 
   /// dH columns of B sub-box j: contiguous, limited by I.
   __device__ static ColumnMap b_columns(const KernelParams& p, int n_tile, int bn, bool half) {
@@ -83,11 +87,12 @@ struct DgluEpilogue {
     return m;
   }
 
-  /// The columns the producer loads for n-tile `n_tile` (p.saved_tile).
-  __device__ static ColumnMap saved_columns(const KernelParams& p, int n_tile) { return dc_columns(p, n_tile * kTileN); }
+  /// The columns the producer loads for the saved-tile pass whose first dH column is n0 (p.saved_tile).
+  __device__ static ColumnMap saved_columns(const KernelParams& p, int n0) { return dc_columns(p, n0); }
 
-  /// The tile's reductions once its values are done: dbias partials, dprob row sums, amax.
-  __device__ static void finish(const KernelParams& p, const WorkTile& tile, const ColumnMap& dmap,
+  /// The reductions of the 128 dH columns from n0 once their values are done: dbias partials, dprob row
+  /// sums (slot n0 / kTileN), amax.
+  __device__ static void finish(const KernelParams& p, const WorkTile& tile, int n0, const ColumnMap& dmap,
                                 const ColumnSums<2 * kTileN>& sums, int64_t row0, int rows_valid, int ra, int q,
                                 float (&row_sum)[2], float amax_gate, float amax_up) {
     if (p.red.dbias_partials) {
@@ -100,7 +105,7 @@ struct DgluEpilogue {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const float total = quad_sum(row_sum[h]);
-        if (q == 0 && ra + 8 * h < rows_valid) write_row_sum(p, tile.n_tile, row0 + ra + 8 * h, total);
+        if (q == 0 && ra + 8 * h < rows_valid) write_row_sum(p, n0 / kTileN, row0 + ra + 8 * h, total);
       }
     }
     if (p.red.amax) {
@@ -142,10 +147,16 @@ struct DgluEpilogue {
   template <OutType kPre, OutType kD, int kBN, int kRegs>
   __device__ static void run_saved(const float (&acc)[kRegs], const KernelParams& p, const WorkTile& tile, int n0,
                                    int64_t row0, const Staging<kBN>& st) {
-    const Staging<2 * kBN> tile_buf{st.buf, st.tid, st.barrier_id, st.scratch};
+    // The thread's shared-memory addresses derive from its index. Made opaque here, they are computed per
+    // tile instead of being hoisted out of the tile loop, where they would hold registers the 256-column
+    // tile's accumulators need.
+    int tid = st.tid;
+    asm volatile("" : "+r"(tid));
+    const Staging<kBN> pst{st.buf, tid, st.barrier_id, st.scratch};
+    const Staging<2 * kBN> tile_buf{st.buf, tid, st.barrier_id, st.scratch};
     const int inter = p.n;
-    const auto [rows_valid, alpha, beta, ra, q, pr, dmap, use_tma] = setup(p, tile, n0, row0, st);
-    const ColumnSums<2 * kBN> sums{st.scratch, st.tid, st.barrier_id};
+    const auto [rows_valid, alpha, beta, ra, q, pr, dmap, use_tma] = setup(p, tile, n0, row0, pst);
+    const ColumnSums<2 * kBN> sums{st.scratch, tid, st.barrier_id};
     if (p.red.dbias_partials) sums.begin();
 
     float row_sum[2] = {0.f, 0.f};
@@ -189,7 +200,7 @@ struct DgluEpilogue {
     tile_buf.store(p.d, &p.tma_d, dmap, 0, 2 * kBN, row0, rows_valid, use_tma);
     row_sum[0] *= alpha;
     row_sum[1] *= alpha;
-    finish(p, tile, dmap, sums, row0, rows_valid, ra, q, row_sum, amax_gate, amax_up);
+    finish(p, tile, n0, dmap, sums, row0, rows_valid, ra, q, row_sum, amax_gate, amax_up);
   }
 
   /// One tile from preact in global memory (f32 preact or dC), pass by pass: a pass computes (d_gate, d_up)
@@ -280,21 +291,33 @@ struct DgluEpilogue {
       st.store(p.d, &p.tma_d, dmap, begin, kPassCols, row0, rows_valid, use_tma);
     }
 
-    finish(p, tile, dmap, sums, row0, rows_valid, ra, q, row_sum, amax_gate, amax_up);
+    finish(p, tile, n0, dmap, sums, row0, rows_valid, ra, q, row_sum, amax_gate, amax_up);
   }
 
+  /// Saved-tile pass `pass` of a tile of kBN dH columns (p.saved_tile: 16-bit preact and dC, which the kernel
+  /// has waited for): the pass's 128 dH columns are the first kTileN / 2 registers of `acc` (the kernel moves
+  /// the next pass's registers down between passes).
+  template <int kBN, int kRegs>
+  __device__ static void apply_saved(const float (&acc)[kRegs], const KernelParams& p, const WorkTile& tile,
+                                     int pass, int64_t row0, const Staging<kBN>& st) {
+    static_assert(kBN % kTileN == 0 && kRegs == kBN / 2, "whole passes of a 64 x kBN accumulator slice");
+    const float(&part)[kTileN / 2] = *reinterpret_cast<const float(*)[kTileN / 2]>(&acc[0]);
+    const Staging<kTileN> pass_st{st.buf, st.tid, st.barrier_id, st.scratch};
+    const int n0 = tile.n_tile * kBN + pass * kTileN;
+    constexpr OutType bf16 = OutType::bf16, f16 = OutType::f16;
+    const bool pre_f16 = p.preact.type == f16, d_f16 = p.d.type == f16;
+    if (!pre_f16 && !d_f16) run_saved<bf16, bf16, kTileN>(part, p, tile, n0, row0, pass_st);
+    else if (pre_f16 && d_f16) run_saved<f16, f16, kTileN>(part, p, tile, n0, row0, pass_st);
+    else if (pre_f16) run_saved<f16, bf16, kTileN>(part, p, tile, n0, row0, pass_st);
+    else run_saved<bf16, f16, kTileN>(part, p, tile, n0, row0, pass_st);
+  }
+
+  /// Without a saved tile (f32 preact or dC): tiles of 128 dH columns, preact read from global memory.
   template <int kBN, int kRegs>
   __device__ static void apply(float (&acc)[kRegs], const KernelParams& p, const WorkTile& tile,
                                const ColumnMap& cmap, int /*d_col0*/, int64_t row0, const Staging<kBN>& st) {
     if constexpr (kBN != kTileN) {
-      __trap();  // never launched: the launcher runs dGLU with BN = 128 and without half tiles
-    } else if (p.saved_tile) {  // 16-bit preact and dC (the launcher's condition)
-      constexpr OutType bf16 = OutType::bf16, f16 = OutType::f16;
-      const bool pre_f16 = p.preact.type == f16, d_f16 = p.d.type == f16;
-      if (!pre_f16 && !d_f16) run_saved<bf16, bf16, kBN>(acc, p, tile, cmap.base[0], row0, st);
-      else if (pre_f16 && d_f16) run_saved<f16, f16, kBN>(acc, p, tile, cmap.base[0], row0, st);
-      else if (pre_f16) run_saved<f16, bf16, kBN>(acc, p, tile, cmap.base[0], row0, st);
-      else run_saved<bf16, f16, kBN>(acc, p, tile, cmap.base[0], row0, st);
+      __trap();  // never launched: without a saved tile the launcher runs dGLU with BN = 128, no half tiles
     } else if (p.d.type == OutType::f32) {
       run_global<kBN, Staging<kBN>::kRowBytes / 4>(acc, p, tile, cmap.base[0], row0, st);
     } else {

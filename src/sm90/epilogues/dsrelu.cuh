@@ -10,6 +10,7 @@ namespace moegemm::sm90 {
 
 struct DsreluEpilogue {
   static constexpr int kScratchBytes = ColumnSums<256>::kBytes;  // dbias column sums of the widest tile
+  static constexpr bool kHalfTiles = false;  // row sums per warpgroup need whole tiles
 
   __device__ static ColumnMap b_columns(const KernelParams& p, int n_tile, int bn, bool half) {
     return LinearEpilogue::b_columns(p, n_tile, bn, half);

@@ -22,10 +22,11 @@ __device__ __forceinline__ void warp_amax(float* dst, float v) {
   if ((threadIdx.x & 31) == 0 && bits != 0) atomicMax(reinterpret_cast<unsigned*>(dst), bits);
 }
 
-/// Row `row`'s sum over the tile's columns: the final value when the GEMM has one n-tile, else its slot.
-__device__ __forceinline__ void write_row_sum(const KernelParams& p, int n_tile, int64_t row, float v) {
-  if (p.n_tiles == 1) p.red.dprob[row] = v;
-  else p.red.dprob_partials[static_cast<int64_t>(n_tile) * p.m + row] = v;
+/// Row `row`'s sum over one column slot (an n-tile, or a dGLU pass): the final value when the launcher set
+/// p.red.dprob (a single slot), else the slot's partial.
+__device__ __forceinline__ void write_row_sum(const KernelParams& p, int slot, int64_t row, float v) {
+  if (p.red.dprob) p.red.dprob[row] = v;
+  else p.red.dprob_partials[static_cast<int64_t>(slot) * p.m + row] = v;
 }
 
 /// Column sums of a warpgroup's 64 rows into slot (m_index * 2 + warpgroup) of the dbias partials, over
