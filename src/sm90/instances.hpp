@@ -10,7 +10,7 @@ namespace moegemm::sm90 {
 
 enum class EpilogueKind : uint8_t { linear, glu, srelu, dglu, dsrelu };
 
-/// m-grouped kernels (tiles over each expert's rows). dglu runs only with block_n = 128.
+/// m-grouped kernels (tiles over each expert's rows); block_n is 128 or 256 (dglu: 256 only with a saved tile).
 void launch_linear(const KernelParams& p, int block_n, BLayout layout, int grid, cudaStream_t stream);
 void launch_glu(const KernelParams& p, int block_n, BLayout layout, int grid, cudaStream_t stream);
 void launch_srelu(const KernelParams& p, int block_n, BLayout layout, int grid, cudaStream_t stream);

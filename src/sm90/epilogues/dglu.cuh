@@ -210,7 +210,7 @@ struct DgluEpilogue {
   template <int kBN, int kPassCols, int kRegs>
   __device__ static void run_global(const float (&acc)[kRegs], const KernelParams& p, const WorkTile& tile, int n0,
                                     int64_t row0, const Staging<kBN>& st) {
-    static_assert(kBN == kTileN, "dGLU tiles are 128 dH columns");
+    static_assert(kBN == kTileN, "without a saved tile, dGLU tiles are 128 dH columns");
     const int inter = p.n;
     const auto [rows_valid, alpha, beta, ra, q, pr, dmap, use_tma] = setup(p, tile, n0, row0, st);
     const ColumnSums<2 * kBN> sums{st.scratch, st.tid, st.barrier_id};
