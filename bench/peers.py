@@ -53,6 +53,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # suites.py, tables.py, plot.py next to this file
 import suites as training  # noqa: E402
+import timing  # noqa: E402
 
 QUICK_WORKLOADS = ("seed-2k", "seed-16k", "qwen3-up", "dsv3-down")
 FRONT_END_BENCHMARKS = ("jax_dispatch.py", "torch_bench.py", "jax_ragged_dot.py")
@@ -107,25 +108,6 @@ class Torch:
         props = self.torch.cuda.get_device_properties(0)
         return props.name, int(getattr(props, "L2_cache_size", 50 << 20))
 
-    def time_us(self, calls, warmup: int, iters: int) -> float:
-        torch = self.torch
-        for i in range(warmup):
-            calls[i % len(calls)]()
-        if self.device == "cpu":
-            samples = []
-            for i in range(iters):
-                t0 = time.perf_counter()
-                calls[i % len(calls)]()
-                samples.append(1e6 * (time.perf_counter() - t0))
-            return median_us(samples)
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
-        for i, (start, end) in enumerate(events):
-            start.record()
-            calls[i % len(calls)]()
-            end.record()
-        torch.cuda.synchronize()
-        return median_us([1e3 * s.elapsed_time(e) for s, e in events])
-
     def operands(self, m, n, k, e, copies, b_layout="kn"):
         torch = self.torch
         shape = (e, k, n) if b_layout == "kn" else (e, n, k)
@@ -147,21 +129,23 @@ def measure_torch_systems(tw: Torch, wl, sizes, copies, args) -> dict:
     offs = torch.tensor(np.cumsum(sizes), dtype=torch.int32, device=tw.device)
     ops = tw.operands(m, n, k, e, copies)
     dense_b = [b.reshape(-1)[: k * n].view(k, n) for _, b in ops]
-    out["cublas_dense_same_flops"] = tw.time_us(
-        [lambda a=a, b=b: torch.matmul(a, b) for (a, _), b in zip(ops, dense_b)], args.warmup, args.iters)
+    calls = {"cublas_dense_same_flops": [lambda a=a, b=b: torch.matmul(a, b) for (a, _), b in zip(ops, dense_b)]}
     if hasattr(torch, "_grouped_mm"):
-        out["torch_grouped_mm"] = tw.time_us(
-            [lambda a=a, b=b: torch._grouped_mm(a, b, offs=offs) for a, b in ops], args.warmup, args.iters)
+        calls["torch_grouped_mm"] = [lambda a=a, b=b: torch._grouped_mm(a, b, offs=offs) for a, b in ops]
     else:
         out["torch_grouped_mm"] = f"not available: torch {torch.__version__} has no _grouped_mm"
     try:
         mt = importlib.import_module("moegemm.torch")
-        out["moegemm_torch"] = tw.time_us(
-            [lambda a=a, b=b: mt.grouped_mm(a, b, offs=offs) for a, b in ops], args.warmup, args.iters)
+        calls["moegemm_torch"] = [lambda a=a, b=b: mt.grouped_mm(a, b, offs=offs) for a, b in ops]
     except ImportError as err:
         out["moegemm_torch"] = f"not available: moegemm.torch not importable ({err})"
-    except Exception as err:  # a kernel that does not exist yet, or a failure: report it in the row
-        out["moegemm_torch"] = f"failed: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+
+    def failed(name, err):  # a kernel that does not exist yet, or a failure: reported in the row
+        first = str(err).splitlines()[0] if str(err) else ""
+        return f"failed: {type(err).__name__}: {first}"
+
+    # Interleaved (bench/timing.py): the three share the GPU's clock states instead of running one after the other.
+    out.update(timing.interleaved_us(torch, tw.device, calls, args.warmup, args.iters, on_error=failed))
     del ops, dense_b
     tw.release()
     return out
@@ -483,10 +467,12 @@ def main(argv=None) -> int:
           f"seed {args.seed}" + (" (tiny shapes: a smoke run)" if args.tiny else ""))
 
     doc = {"schema": "moegemm-peers/1", "gpu": gpu_name, "date": date, "seed": args.seed, "iters": args.iters,
-           "warmup": args.warmup, "timing": {"torch": "median of CUDA-event-timed calls",
-                                             "moegemm_cpp": "median of CUDA-event-timed calls",
+           "warmup": args.warmup, "timing": {"torch": "median of CUDA-event-timed calls, the torch systems of a row "
+                                                      "interleaved (5 rounds, rotating order)",
+                                             "moegemm_cpp": "median of CUDA-event-timed calls (its own process)",
                                              "jax": "median host wall time of synchronised jitted calls",
-                                             "suites": "median of CUDA-event-timed calls (torch, one process)"},
+                                             "suites": "median of CUDA-event-timed calls (torch, one process, the "
+                                                       "systems of a row interleaved)"},
            "rows": [], "suites": suites, "quick": args.quick, "tiny": args.tiny, "device": args.device,
            "routings": routings, "suite_seconds": {},
            "targets": {suite: {name: {"ratio": f"time({num}) / time({den})",

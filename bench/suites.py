@@ -3,7 +3,7 @@ forward+backward, and the fused-versus-unfused GLU forward. PyTorch only (the mo
 torch.ops.moegemm, the peers through torch._grouped_mm, torch.mm and torch elementwise ops).
 
 Suites (each row: one case x one routing, every system of the row measured in the same process, on the same
-group sizes, one after the other):
+group sizes, interleaved: bench/timing.py):
 
   wgrad  W_g = X_g^T dY_g per expert (ragged K = the expert's rows), for every GEMM of the workloads file:
          X (M, K), dY (M, N) -> (E, K, N).
@@ -57,8 +57,8 @@ from __future__ import annotations
 
 import importlib
 import math
-import statistics
-import time
+
+import timing
 
 SUITES = ("wgrad", "dglu", "mlp", "glu", "ksweep")
 
@@ -223,25 +223,11 @@ class Bench:
     def copies(self, nbytes: int, cap: int = 8) -> int:
         return int(min(cap, max(1, math.ceil(2 * self.l2_bytes / max(nbytes, 1)))))
 
-    def time_us(self, calls) -> float:
-        torch = self.torch
-        for i in range(self.warmup):
-            calls[i % len(calls)]()
-        if self.device != "cuda":
-            samples = []
-            for i in range(self.iters):
-                t0 = time.perf_counter()
-                calls[i % len(calls)]()
-                samples.append(1e6 * (time.perf_counter() - t0))
-            return float(statistics.median(samples))
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                  for _ in range(self.iters)]
-        for i, (start, end) in enumerate(events):
-            start.record()
-            calls[i % len(calls)]()
-            end.record()
-        torch.cuda.synchronize()
-        return float(statistics.median([1e3 * s.elapsed_time(e) for s, e in events]))
+    def times_us(self, systems: dict) -> dict:
+        """{name: median µs} of {name: calls}, interleaved (bench/timing.py); a system that raises gets its
+        status."""
+        return timing.interleaved_us(self.torch, self.device, systems, self.warmup, self.iters,
+                                     on_error=status_of)
 
     def release(self) -> None:
         if self.device == "cuda":
@@ -266,19 +252,24 @@ def status_of(system: str, err: BaseException) -> str:
 
 
 def measure(bench: Bench, systems: dict) -> dict:
-    """{name: time_us or status} for {name: factory returning the list of calls to time}; a factory or call
-    that raises gives its status and the next system runs."""
-    out = {}
+    """{name: time_us or status} for {name: factory returning the list of calls to time}. The systems are
+    timed interleaved (bench/timing.py): a few calls of each per round, the order rotating, so that they share
+    the GPU's clock states. A factory or call that raises gives its status and the other systems go on."""
+    out, calls = {}, {}
     for name, make in systems.items():
         try:
-            out[name] = bench.time_us(make())
+            calls[name] = make()
         except Exception as err:  # noqa: BLE001 - a missing kernel or a failure is reported in the row
             out[name] = status_of(name, err)
-        try:
-            bench.release()
-        except Exception as err:  # noqa: BLE001 - a sticky device error: every later system reports it too
-            out[name] = out[name] if isinstance(out[name], str) else status_of(name, err)
-    return out
+    try:
+        out.update(bench.times_us(calls))
+    except Exception as err:  # noqa: BLE001 - a sticky device error: every system still to be read reports it
+        out.update({name: status_of(name, err) for name in calls if name not in out})
+    try:
+        bench.release()
+    except Exception as err:  # noqa: BLE001 - as above
+        out.update({name: status_of(name, err) for name in calls if not isinstance(out.get(name), str)})
+    return {name: out[name] for name in systems}
 
 
 def system_flops(suite: str, system: str, c: dict) -> float:

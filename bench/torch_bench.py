@@ -7,6 +7,10 @@
      graph  : the same for a CUDA-graph replay of the call
      kernel : CUDA-event time of the call on the stream (median)
      +host  : host - kernel, the overhead a user sees beyond the kernel (same for graph).
+     enqueue: host time per call of 30 calls issued back to back without synchronisation: the CPU cost of a
+              call, which a GPU busy with earlier work hides (same for graph: the cost of one replay)
+     b2b    : wall time per call of those 30 calls until the last has finished; b2b - kernel is the gap per
+              call on the GPU (launch latency, or the host not keeping up with short kernels)
 2. Throughput on the workloads file (default bench/workloads/moe_workloads.json): for every GEMM and for
    uniform and zipf routing (numpy default_rng(0), unaligned group sizes), the median of >= 30 CUDA-event
    timed calls after warm-up, rotating through copies of the inputs whose total exceeds the L2 cache:
@@ -85,6 +89,25 @@ def host_times(fn, iters: int, warmup: int = 5) -> list[float]:
     return out
 
 
+def enqueue_times(fn, calls: int = 30, repeats: int = 5, warmup: int = 5) -> tuple[float, float]:
+    """(median host µs per call to issue `calls` calls back to back, median wall µs per call until they have
+    all finished), over `repeats` batches; the GPU is idle at the start of each batch."""
+    for _ in range(warmup):
+        fn(0)
+    issue, total = [], []
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for i in range(calls):
+            fn(i)
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        t2 = time.perf_counter()
+        issue.append((t1 - t0) * 1e6 / calls)
+        total.append((t2 - t0) * 1e6 / calls)
+    return statistics.median(issue), statistics.median(total)
+
+
 def graph_of(fn):
     """A CUDA graph of fn(0) and a callable replaying it."""
     side = torch.cuda.Stream()
@@ -116,15 +139,19 @@ def dispatch_rows(iters: int, quick: bool) -> list[dict]:
             try:
                 kernel = statistics.median(event_times(fn, iters))
                 host = statistics.median(host_times(fn, iters))
+                enqueue, b2b = enqueue_times(fn)
                 replay = graph_of(fn)
                 graph = statistics.median(host_times(replay, iters))
+                graph_enqueue, graph_b2b = enqueue_times(replay)
             except Exception as err:  # noqa: BLE001 - no kernel yet, or a capture failure: the row says so
                 torch.cuda.synchronize()
                 first = str(err).strip().splitlines()[0] if str(err).strip() else ""
                 rows.append({"shape": f"{m}x{n}x{k}", "call": name, "error": f"{type(err).__name__}: {first}"})
                 continue
             rows.append({"shape": f"{m}x{n}x{k}", "call": name, "kernel_us": kernel, "host_us": host,
-                         "graph_us": graph, "host_overhead_us": host - kernel, "graph_overhead_us": graph - kernel})
+                         "graph_us": graph, "host_overhead_us": host - kernel, "graph_overhead_us": graph - kernel,
+                         "enqueue_us": enqueue, "graph_enqueue_us": graph_enqueue,
+                         "back_to_back_us": b2b, "graph_back_to_back_us": graph_b2b})
         del a, w
         torch.cuda.empty_cache()
     return rows
@@ -186,13 +213,16 @@ def print_tables(dispatch: list[dict], workloads: list[dict]) -> None:
 
 
 def print_dispatch(dispatch: list[dict]) -> None:
-    print(f"{'shape':>18} {'call':>26} {'kernel':>9} {'host':>9} {'+host':>8} {'graph':>9} {'+graph':>8}  (us)")
+    print(f"{'shape':>18} {'call':>26} {'kernel':>9} {'host':>9} {'+host':>8} {'graph':>9} {'+graph':>8} "
+          f"{'enqueue':>8} {'g.enq':>8} {'b2b':>9} {'g.b2b':>9}  (us)")
     for r in dispatch:
         if "error" in r:
             print(f"{r['shape']:>18} {r['call']:>26}  error: {r['error']}")
             continue
         print(f"{r['shape']:>18} {r['call']:>26} {r['kernel_us']:9.1f} {r['host_us']:9.1f} "
-              f"{r['host_overhead_us']:8.1f} {r['graph_us']:9.1f} {r['graph_overhead_us']:8.1f}")
+              f"{r['host_overhead_us']:8.1f} {r['graph_us']:9.1f} {r['graph_overhead_us']:8.1f} "
+              f"{r['enqueue_us']:8.1f} {r['graph_enqueue_us']:8.1f} {r['back_to_back_us']:9.1f} "
+              f"{r['graph_back_to_back_us']:9.1f}")
     print()
 
 

@@ -1,0 +1,82 @@
+"""Interleaved timing of several systems in one process, shared by peers.py and suites.py.
+
+The GPU's clock follows its power and temperature, which a long run of one system changes: timing systems one
+after the other lets the first ones run on a cooler, faster GPU than the last (cuBLAS read 371 and 656 TFLOP/s
+on one shape on one day). Every system here is therefore timed in `rounds` rounds; each round times a few
+calls of every system, in an order that rotates from round to round, so that every system sees the same mix
+of clock states. A system's time is the median of all its calls (microseconds).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from typing import Callable
+
+ROUNDS = 5
+
+
+def rotated(names: list[str], r: int) -> list[str]:
+    """`names` starting at position r (mod len): round r's order."""
+    if not names:
+        return []
+    r %= len(names)
+    return names[r:] + names[:r]
+
+
+def interleaved_us(torch, device: str, systems: dict[str, list[Callable[[], object]]], warmup: int, iters: int,
+                   rounds: int = ROUNDS, on_error: Callable[[str, BaseException], object] | None = None
+                   ) -> dict[str, object]:
+    """{name: median µs per call} of every system of {name: its calls (one per input copy, rotated)}.
+
+    `warmup` calls of each system first, then `rounds` rounds of ceil(iters / rounds) calls of each system
+    (at least `iters` calls in all), each round in the order `rotated(names, round)`. On a CUDA device each
+    call is timed by CUDA events on the current stream and the samples are read after one synchronisation
+    per round; elsewhere (CPU smoke runs) by the host clock. A system whose call raises gets
+    on_error(name, error) as its value (the error itself without on_error) and drops out of later rounds.
+    """
+    out: dict[str, object] = {}
+    live = [name for name, calls in systems.items() if calls]
+    for name in list(live):
+        calls = systems[name]
+        try:
+            for i in range(warmup):
+                calls[i % len(calls)]()
+        except Exception as err:  # noqa: BLE001 - reported in the row, the other systems go on
+            out[name] = on_error(name, err) if on_error else err
+            live.remove(name)
+    samples: dict[str, list[float]] = {name: [] for name in live}
+    per_round = max(1, math.ceil(iters / max(rounds, 1)))
+    counters = {name: warmup for name in live}
+    for r in range(max(rounds, 1)):
+        events: list[tuple[str, object, object]] = []
+        for name in rotated(list(live), r):
+            calls = systems[name]
+            try:
+                for _ in range(per_round):
+                    call = calls[counters[name] % len(calls)]
+                    counters[name] += 1
+                    if device == "cuda":
+                        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                        start.record()
+                        call()
+                        end.record()
+                        events.append((name, start, end))
+                    else:
+                        t0 = time.perf_counter()
+                        call()
+                        samples[name].append(1e6 * (time.perf_counter() - t0))
+            except Exception as err:  # noqa: BLE001 - as above
+                out[name] = on_error(name, err) if on_error else err
+                live.remove(name)
+                samples.pop(name, None)
+                events = [e for e in events if e[0] != name]
+        if device == "cuda":
+            torch.cuda.synchronize()
+            for name, start, end in events:
+                if name in samples:
+                    samples[name].append(1e3 * start.elapsed_time(end))
+    for name, values in samples.items():
+        out[name] = float(statistics.median(values))
+    return out
