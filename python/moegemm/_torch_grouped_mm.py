@@ -132,7 +132,8 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
             raise ValueError(f"{_OP}: a: expected a 3-D tensor viewable as (E*M, K), got strides "
                              f"{tuple(a.stride())}") from None
         ends = torch.arange(1, e + 1, device=a.device, dtype=torch.int32) * m
-        return _rows_mm(rows, b, ends, bias, out_dtype, zero_tail).view(e, m, -1)
+        out = _rows_mm(rows, b, ends, bias, out_dtype, zero_tail)
+        return out.view(e, m, out.shape[-1])  # not -1: M = 0 gives 0 elements, which -1 cannot size
     if a.dim() in (2, 3) and b.dim() in (2, 3):
         raise NotImplementedError(f"{_OP}: the 3-D x 2-D mode is not supported by moegemm")
     raise ValueError(f"{_OP}: expected 2-D or 3-D operands, got a of rank {a.dim()} and b of rank {b.dim()}")

@@ -55,6 +55,18 @@ def _weights_n(op: str, b: torch.Tensor, b_layout: str) -> int:
     return b.shape[-2] if b_layout == "nk" else b.shape[-1]
 
 
+def _same_device(op: str, **tensors) -> None:
+    """The C++ ops' rule that every operand (None: not given) is on the device of the first, checked here
+    too: a call with an operand on the meta device reaches the fake kernel instead of the C++ op, and would
+    otherwise come back as an uninitialised result on the other operands' device. Raises ValueError."""
+    anchor = next(iter(tensors))
+    device = tensors[anchor].device
+    for name, t in tensors.items():
+        if isinstance(t, torch.Tensor) and t.device != device:
+            raise ValueError(f"{op}: {name}: expected a tensor on {device} (the device of {anchor}), got one on "
+                             f"{t.device}")
+
+
 def _absent(like: torch.Tensor) -> torch.Tensor:
     return like.new_empty((0,))
 
@@ -65,6 +77,7 @@ def _absent(like: torch.Tensor) -> torch.Tensor:
 @torch.library.register_fake("moegemm::grouped_gemm")
 def _grouped_gemm_fake(a, b, offsets, *, b_layout="nk", alpha=None, prob=None, bias=None, generate_c=False,
                        out_dtype=None, zero_tail=False, validate=False):
+    _same_device("grouped_gemm", a=a, b=b, offsets=offsets, alpha=alpha, prob=prob, bias=bias)
     n = _weights_n("grouped_gemm", b, b_layout)
     d = a.new_empty((a.shape[0], n), dtype=out_dtype or a.dtype)
     return d, (d.new_empty((a.shape[0], n)) if generate_c else _absent(d))
@@ -75,6 +88,7 @@ def _grouped_gemm_glu_fake(a, b, offsets, *, b_layout="nk", alpha=None, prob=Non
                            activation="swiglu", glu_layout="halves", limit=7.0, act_alpha=1.702,
                            linear_offset=1.0, generate_c=False, out_dtype=None, zero_tail=False,
                            validate=False):
+    _same_device("grouped_gemm_glu", a=a, b=b, offsets=offsets, alpha=alpha, prob=prob, bias=bias)
     _check_choice("grouped_gemm_glu", "activation", activation, _ACTIVATIONS)
     _check_choice("grouped_gemm_glu", "glu_layout", glu_layout, _GLU_LAYOUTS)
     n = _weights_n("grouped_gemm_glu", b, b_layout)
@@ -85,6 +99,7 @@ def _grouped_gemm_glu_fake(a, b, offsets, *, b_layout="nk", alpha=None, prob=Non
 @torch.library.register_fake("moegemm::grouped_gemm_srelu")
 def _grouped_gemm_srelu_fake(a, b, offsets, *, b_layout="nk", alpha=None, prob=None, bias=None,
                              generate_c=False, out_dtype=None, zero_tail=False, validate=False):
+    _same_device("grouped_gemm_srelu", a=a, b=b, offsets=offsets, alpha=alpha, prob=prob, bias=bias)
     n = _weights_n("grouped_gemm_srelu", b, b_layout)
     d = a.new_empty((a.shape[0], n), dtype=out_dtype or a.dtype)
     return d, (d.new_empty((a.shape[0], n)) if generate_c else _absent(d))
@@ -105,6 +120,7 @@ def _grouped_gemm_dglu_fake(a, b, c, offsets, *, b_layout="nk", alpha=None, beta
                             activation="swiglu", glu_layout="halves", limit=7.0, act_alpha=1.702,
                             linear_offset=1.0, compute_dprob=False, compute_dbias=False, compute_amax=False,
                             dc_dtype=None, dbias_dtype=None, zero_tail=False, validate=False):
+    _same_device("grouped_gemm_dglu", a=a, b=b, c=c, offsets=offsets, alpha=alpha, beta=beta, prob=prob)
     _check_choice("grouped_gemm_dglu", "activation", activation, _ACTIVATIONS)
     _check_choice("grouped_gemm_dglu", "glu_layout", glu_layout, _GLU_LAYOUTS)
     n = _weights_n("grouped_gemm_dglu", b, b_layout)
@@ -116,6 +132,7 @@ def _grouped_gemm_dglu_fake(a, b, c, offsets, *, b_layout="nk", alpha=None, beta
 def _grouped_gemm_dsrelu_fake(a, b, c, offsets, *, b_layout="nk", alpha=None, prob=None, compute_dprob=False,
                               compute_dbias=False, compute_amax=False, dc_dtype=None, dbias_dtype=None,
                               zero_tail=False, validate=False):
+    _same_device("grouped_gemm_dsrelu", a=a, b=b, c=c, offsets=offsets, alpha=alpha, prob=prob)
     n = _weights_n("grouped_gemm_dsrelu", b, b_layout)
     return _backward_outputs(a, c, offsets, n, 1, compute_dprob, compute_dbias, compute_amax, dc_dtype,
                              dbias_dtype)
@@ -123,6 +140,7 @@ def _grouped_gemm_dsrelu_fake(a, b, c, offsets, *, b_layout="nk", alpha=None, pr
 
 @torch.library.register_fake("moegemm::grouped_gemm_wgrad")
 def _grouped_gemm_wgrad_fake(x, dy, offsets, *, transpose_output=False, out_dtype=None, validate=False):
+    _same_device("grouped_gemm_wgrad", x=x, dy=dy, offsets=offsets)
     e, h, n = offsets.shape[0], x.shape[1], dy.shape[1]
     dtype = out_dtype or (torch.float64 if x.dtype == torch.float64 else torch.float32)
     return x.new_empty((e, n, h) if transpose_output else (e, h, n), dtype=dtype)
@@ -130,12 +148,14 @@ def _grouped_gemm_wgrad_fake(x, dy, offsets, *, transpose_output=False, out_dtyp
 
 @torch.library.register_fake("moegemm::grouped_gemm_wgrad.accumulate")
 def _grouped_gemm_wgrad_accumulate_fake(x, dy, offsets, w, *, transpose_output=False, validate=False):
+    _same_device("grouped_gemm_wgrad", x=x, dy=dy, offsets=offsets, w=w)
     return None
 
 
 @torch.library.register_fake("moegemm::gemm_swiglu")
 def _gemm_swiglu_fake(a, b, *, b_layout="nk", alpha=1.0, glu_layout="interleaved32_up_first", ab12_dtype=None,
                       out_dtype=None):
+    _same_device("gemm_swiglu", a=a, b=b)
     _check_choice("gemm_swiglu", "glu_layout", glu_layout, _GLU_LAYOUTS)
     n = _weights_n("gemm_swiglu", b, b_layout)
     return (a.new_empty((a.shape[0], n), dtype=ab12_dtype or a.dtype),
@@ -144,12 +164,14 @@ def _gemm_swiglu_fake(a, b, *, b_layout="nk", alpha=1.0, glu_layout="interleaved
 
 @torch.library.register_fake("moegemm::gemm_amax")
 def _gemm_amax_fake(a, b, *, b_layout="nk", out_dtype=None):
+    _same_device("gemm_amax", a=a, b=b)
     n = _weights_n("gemm_amax", b, b_layout)
     return a.new_empty((a.shape[0], n), dtype=out_dtype or a.dtype), a.new_empty((1,), dtype=torch.float32)
 
 
 @torch.library.register_fake("moegemm::gemm_srelu")
 def _gemm_srelu_fake(a, b, *, b_layout="nk", alpha=1.0, prob=None, generate_c=False, out_dtype=None):
+    _same_device("gemm_srelu", a=a, b=b, prob=prob)
     n = _weights_n("gemm_srelu", b, b_layout)
     d = a.new_empty((a.shape[0], n), dtype=out_dtype or a.dtype)
     return d, (d.new_empty((a.shape[0], n)) if generate_c else _absent(d))
@@ -157,6 +179,7 @@ def _gemm_srelu_fake(a, b, *, b_layout="nk", alpha=1.0, prob=None, generate_c=Fa
 
 @torch.library.register_fake("moegemm::gemm_dsrelu")
 def _gemm_dsrelu_fake(a, b, c, *, b_layout="nk", alpha=1.0, prob=None, compute_dprob=False, out_dtype=None):
+    _same_device("gemm_dsrelu", a=a, b=b, c=c, prob=prob)
     n = _weights_n("gemm_dsrelu", b, b_layout)
     dc = a.new_empty((a.shape[0], n), dtype=out_dtype or c.dtype)
     return dc, (a.new_empty((a.shape[0],), dtype=torch.float32) if compute_dprob else _absent(dc))

@@ -146,6 +146,13 @@ def test_3d_3d_matches_torch(device):
     assert_close(mt.grouped_mm(a, b), torch_grouped_mm(a, b))
 
 
+def test_3d_3d_with_empty_groups_has_the_output_shape():
+    # M = 0 rows per group: (G, 0, N) as torch._grouped_mm gives, not a reshape error.
+    a, b = randn(G, 0, K, seed=16), make_b(False, False, "cpu")
+    out = mt.grouped_mm(a, b)
+    assert out.shape == (G, 0, N) and out.dtype == a.dtype
+
+
 def test_c13_unusual_weight_stride_orders():
     a, offs = randn(M * G, K, seed=11), offsets_of([M] * G)
     experts_inner = randn(K, N, G, seed=12).permute(2, 0, 1)  # (G, K, N) with experts innermost

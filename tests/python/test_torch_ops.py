@@ -192,6 +192,25 @@ def test_errors_name_the_operand():
         ops.grouped_gemm_wgrad.accumulate(a, randn(8, 8), offsets, torch.empty(3, 16, 8))
 
 
+def test_operands_on_the_meta_device_are_rejected():
+    # A meta operand sends the call to the fake kernel; it must raise like the C++ op, not return an
+    # uninitialised tensor on the other operands' device.
+    a, b, offsets = randn(8, 16), weights(2, 16, 8, "nk"), offsets_of([3, 5])
+    with pytest.raises(ValueError, match=r"grouped_gemm: offsets: expected a tensor on cpu \(the device of a\), "
+                                         r"got one on meta"):
+        ops.grouped_gemm(a, b, offsets.to("meta"))
+    with pytest.raises(ValueError, match=r"grouped_gemm_glu: b: expected a tensor on cpu"):
+        ops.grouped_gemm_glu(a, b.to("meta"), offsets)
+    with pytest.raises(ValueError, match=r"grouped_gemm_wgrad: dy: .*got one on meta"):
+        ops.grouped_gemm_wgrad(a, randn(8, 8).to("meta"), offsets)
+    module = moegemm.torch.MoEMLP(2, 16, 16, dtype=torch.bfloat16, device="meta")
+    with pytest.raises(ValueError, match=r"grouped_gemm_glu: b: .*got one on meta"):
+        module(a, offsets)
+    # every operand on meta: shapes only, as torch's meta kernels do
+    d, c = ops.grouped_gemm(a.to("meta"), b.to("meta"), offsets.to("meta"), generate_c=True)
+    assert d.device.type == "meta" and d.shape == (8, 8) and c.shape == (8, 8)
+
+
 def test_validate_reports_bad_offsets():
     a, b = randn(8, 16), weights(2, 16, 8, "nk")
     with pytest.raises(ValueError, match="offsets"):
