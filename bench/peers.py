@@ -140,12 +140,8 @@ def measure_torch_systems(tw: Torch, wl, sizes, copies, args) -> dict:
     except ImportError as err:
         out["moegemm_torch"] = f"not available: moegemm.torch not importable ({err})"
 
-    def failed(name, err):  # a kernel that does not exist yet, or a failure: reported in the row
-        first = str(err).splitlines()[0] if str(err) else ""
-        return f"failed: {type(err).__name__}: {first}"
-
     # Interleaved (bench/timing.py): the three share the GPU's clock states instead of running one after the other.
-    out.update(timing.interleaved_us(torch, tw.device, calls, args.warmup, args.iters, on_error=failed))
+    out.update(timing.interleaved_us(torch, tw.device, calls, args.warmup, args.iters, on_error=training.status_of))
     del ops, dense_b
     tw.release()
     return out

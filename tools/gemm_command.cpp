@@ -16,11 +16,34 @@
 #include "routing.hpp"
 #include "tensor_store.hpp"
 #include "timing.hpp"
+#include "usage_error.hpp"
 
 namespace moegemm::cli {
 
+namespace {
+
+/// grouped_gemm's contract on the shapes alone, through a workspace query (which reads no data): a shape the op
+/// rejects is a usage error on every machine, with or without a GPU.
+void check_shapes(const GemmOptions& o) {
+  GroupedGemmArgs g;
+  g.a = TensorView::contiguous(nullptr, DType::bf16, {o.m, o.k});
+  g.b.dense = o.layout == BLayout::kn ? TensorView::contiguous(nullptr, DType::bf16, {o.e, o.k, o.n})
+                                      : TensorView::contiguous(nullptr, DType::bf16, {o.e, o.n, o.k});
+  g.b.layout = o.layout;
+  g.offsets = TensorView::contiguous(nullptr, DType::i32, {o.e});
+  g.d = TensorView::contiguous(nullptr, DType::bf16, {o.m, o.n});
+  try {
+    grouped_gemm_workspace_bytes(g);
+  } catch (const Error& e) {
+    throw UsageError(std::string("gemm: the shapes of --m, --n, --k and --e: ") + e.what());
+  }
+}
+
+}  // namespace
+
 int gemm_command(const std::vector<std::string>& args) {
   const GemmOptions o = parse_gemm_options(args);
+  check_shapes(o);
   const std::vector<int64_t> sizes =
       o.group_sizes.empty() ? group_sizes(o.routing, o.m, o.e, o.seed) : o.group_sizes;
   nlohmann::ordered_json doc = {{"schema", "moegemm-gemm/1"}, {"M", o.m}, {"N", o.n}, {"K", o.k}, {"E", o.e},

@@ -64,9 +64,9 @@ moegemm_cli_test(json_is_directory COMMAND ${_expect_2} ${_cli} run --json ${_ou
 moegemm_cli_test(json_missing_folder COMMAND ${_expect_2} ${_cli} run --json /nonexistent/dir/x.json
                  REGEX "folder '/nonexistent/dir' does not exist")
 moegemm_cli_test(gemm_unaligned_n COMMAND ${_expect_2} ${_cli} gemm --m 64 --n 33 --k 64 --e 2
-                 REGEX "--n and --k: expected multiples of 8 \\(16-byte rows of bf16\\), got N=33 and K=64")
+                 REGEX "grouped_gemm: b: expected N \\* sizeof\\(bf16\\) a multiple of 16 bytes.*got N=33")
 moegemm_cli_test(gemm_too_many_experts COMMAND ${_expect_2} ${_cli} gemm --m 4096 --n 64 --k 64 --e 2000
-                 REGEX "--e: expected at most 1024 experts, got 2000")
+                 REGEX "grouped_gemm: offsets: expected 1 <= E <= 1024 experts, got E=2000")
 moegemm_cli_test(unknown_flag COMMAND ${_expect_2} ${_cli} run --frobnicate 1 REGEX "unknown option '--frobnicate'")
 moegemm_cli_test(unknown_routing COMMAND ${_expect_2} ${_cli} run --routing pareto REGEX "unknown routing 'pareto'")
 moegemm_cli_test(missing_value COMMAND ${_expect_2} ${_cli} run --model REGEX "--model: missing value")
