@@ -37,4 +37,19 @@ MOEGEMM_HOST_DEVICE constexpr uint32_t stmatrix_chunk_base(int warp, int lane, i
   return static_cast<uint32_t>(row * 128) + ((static_cast<uint32_t>(2 * q) << 4) ^ x);
 }
 
+/// The per-thread part of fragment_pair_offset for the thread whose fragment rows are `row` and row + 8
+/// (row % 16 < 8) and whose pairs start at 16-bit column 2 * quad of every 8-column chunk: the row, the
+/// pair's bytes, and row % 8 in bits 4-6 (the swizzle), where row * 128 + 4 * quad has zeros.
+MOEGEMM_HOST_DEVICE constexpr uint32_t fragment_pair_base(int row, int quad) {
+  return static_cast<uint32_t>(row * 128 + 4 * quad + ((row & 7) << 4));
+}
+
+/// staging_offset(row + 8 h, 2 (col + 2 quad)) for a chunk-aligned 16-bit column col (a multiple of 8), from
+/// base = fragment_pair_base(row, quad): the chunk's swizzle is one XOR of bits 4-6, and rows + 8 h keep
+/// row % 8. With col and h known at compile time this is one instruction per chunk, where staging_offset
+/// of a run-time row and column takes a dozen.
+MOEGEMM_HOST_DEVICE constexpr uint32_t fragment_pair_offset(uint32_t base, int col, int h) {
+  return (base ^ (static_cast<uint32_t>((col >> 3) & 7) << 4)) + static_cast<uint32_t>((col >> 6) * 8192 + h * 1024);
+}
+
 }  // namespace moegemm::sm90

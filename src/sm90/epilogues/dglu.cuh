@@ -59,6 +59,9 @@ struct DgluEpilogue {
   static constexpr int kSavedTileCols = 2 * kTileN;
   static constexpr int kSavedPassCols = kTileN;  // accumulator (dH) columns one saved-tile pass covers
   static constexpr bool kHalfTiles = false;  // row sums per warpgroup need whole tiles
+  // Whether run_saved has a second copy of its loop for whole passes. Not for the clamped SwiGLU: its clamps
+  // leave too few registers for it.
+  static constexpr bool kWholePassPath = kAct != ActKind::swiglu_clamped;
 
   /// dH columns of B sub-box j: contiguous, limited by I.
   __device__ static ColumnMap b_columns(const KernelParams& p, int n_tile, int bn, bool half) {
@@ -161,44 +164,54 @@ struct DgluEpilogue {
 
     float row_sum[2] = {0.f, 0.f};
     float amax_gate = 0.f, amax_up = 0.f;
+    const uint32_t fragment = tile_buf.fragment_base();
+    // kWhole: every row of the slice and every column of the pass lie inside the expert and N, and beta = 1
+    // (most passes). The per-element bounds selects and the beta products then drop out, the values being
+    // the same. Otherwise elements out of bounds give zeros and add nothing.
+    auto chunks = [&]<bool kWhole>() {
 #pragma unroll
-    for (int i = 0; i < kBN / 8; ++i) {
-      const int vg = virtual_column<kBN>(i, false) + 2 * q;
-      const int vu = virtual_column<kBN>(i, true) + 2 * q;
-      const bool col_ok = n0 + 8 * i + 2 * q < inter;
-      float dg[4], du[4];
+      for (int i = 0; i < kBN / 8; ++i) {
+        const int vg = virtual_column<kBN>(i, false) + 2 * q;
+        const int vu = virtual_column<kBN>(i, true) + 2 * q;
+        const bool col_ok = kWhole || n0 + 8 * i + 2 * q < inter;
+        float dg[4], du[4];
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = ra + 8 * h;
-        const bool ok = col_ok && row < rows_valid;
-        const float scale = alpha * (h ? pr.y : pr.x);  // dC = acc * alpha * prob * dact
-        const float2 g = tile_buf.template read_pair16<kPre>(row, vg);
-        const float2 u = tile_buf.template read_pair16<kPre>(row, vu);
+        for (int h = 0; h < 2; ++h) {
+          const bool ok = kWhole || (col_ok && ra + 8 * h < rows_valid);
+          const float scale = alpha * (h ? pr.y : pr.x);  // dC = acc * alpha * prob * dact
+          const uint32_t at_g = fragment_pair_offset(fragment, virtual_column<kBN>(i, false), h);
+          const uint32_t at_u = fragment_pair_offset(fragment, virtual_column<kBN>(i, true), h);
+          const float2 g = tile_buf.template read_pair16<kPre>(at_g);
+          const float2 u = tile_buf.template read_pair16<kPre>(at_u);
 #pragma unroll
-        for (int x = 0; x < 2; ++x) {
-          const float a = acc[4 * i + 2 * h + x];
-          const GluGrad v = glu_grad<kAct>(p, beta * (x ? g.y : g.x), beta * (x ? u.y : u.x));
-          dg[2 * h + x] = ok ? a * scale * v.d_gate : 0.f;
-          du[2 * h + x] = ok ? a * scale * v.d_up : 0.f;
-          row_sum[h] += ok ? v.h * a : 0.f;  // times alpha below
+          for (int x = 0; x < 2; ++x) {
+            const float a = acc[4 * i + 2 * h + x];
+            const float gate = x ? g.y : g.x, up = x ? u.y : u.x;
+            const GluGrad v = kWhole ? glu_grad<kAct>(p, gate, up) : glu_grad<kAct>(p, beta * gate, beta * up);
+            dg[2 * h + x] = ok ? a * scale * v.d_gate : 0.f;
+            du[2 * h + x] = ok ? a * scale * v.d_up : 0.f;
+            row_sum[h] += ok ? v.h * a : 0.f;  // times alpha below
+          }
+          tile_buf.template write_pair16<kD>(at_g, dg[2 * h], dg[2 * h + 1]);
+          tile_buf.template write_pair16<kD>(at_u, du[2 * h], du[2 * h + 1]);
         }
-        tile_buf.template write_pair16<kD>(row, vg, dg[2 * h], dg[2 * h + 1]);
-        tile_buf.template write_pair16<kD>(row, vu, du[2 * h], du[2 * h + 1]);
-      }
-      if (p.red.amax) {  // amax is for FP8 scaling: without it these instructions are branched over
+        if (p.red.amax) {  // amax is for FP8 scaling: without it these instructions are branched over
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          amax_gate = fmaxf(amax_gate, fabsf(dg[e]));
-          amax_up = fmaxf(amax_up, fabsf(du[e]));
+          for (int e = 0; e < 4; ++e) {
+            amax_gate = fmaxf(amax_gate, fabsf(dg[e]));
+            amax_up = fmaxf(amax_up, fabsf(du[e]));
+          }
+        }
+        if (p.red.dbias_partials) {
+          sums.put(vg - 2 * q, 0, dg[0] + dg[2]);
+          sums.put(vg - 2 * q, 1, dg[1] + dg[3]);
+          sums.put(vu - 2 * q, 0, du[0] + du[2]);
+          sums.put(vu - 2 * q, 1, du[1] + du[3]);
         }
       }
-      if (p.red.dbias_partials) {
-        sums.put(vg - 2 * q, 0, dg[0] + dg[2]);
-        sums.put(vg - 2 * q, 1, dg[1] + dg[3]);
-        sums.put(vu - 2 * q, 0, du[0] + du[2]);
-        sums.put(vu - 2 * q, 1, du[1] + du[3]);
-      }
-    }
+    };
+    if (kWholePassPath && rows_valid == 64 && n0 + kBN <= inter && beta == 1.f) chunks.template operator()<true>();
+    else chunks.template operator()<false>();
     tile_buf.store(p.d, &p.tma_d, dmap, 0, 2 * kBN, row0, rows_valid, use_tma);
     row_sum[0] *= alpha;
     row_sum[1] *= alpha;

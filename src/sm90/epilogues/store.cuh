@@ -83,15 +83,21 @@ struct Staging {
     }
   }
 
-  /// write_pair / read_pair of 16-bit values whose type is known at compile time (no per-pair type switch).
+  /// The thread's fragment_pair_base (staging_layout.hpp): with fragment_pair_offset, the offsets of its
+  /// accumulator-fragment pairs.
+  __device__ uint32_t fragment_base() const { return fragment_pair_base(row_a(), quad()); }
+
+  /// Two 16-bit values of a type known at compile time (no per-pair type switch) at byte offset `offset`
+  /// of the area (fragment_pair_offset), written from and read as floats.
   template <OutType kType>
-  __device__ void write_pair16(int row, int col, float v0, float v1) const {
-    *reinterpret_cast<uint32_t*>(at(row, col * 2)) = pack<kType>(v0, v1);
+  __device__ void write_pair16(uint32_t offset, float v0, float v1) const {
+    *reinterpret_cast<uint32_t*>(buf + offset) = pack<kType>(v0, v1);
   }
   template <OutType kType>
-  __device__ float2 read_pair16(int row, int col) const {
-    const uint32_t v = *reinterpret_cast<const uint32_t*>(at(row, col * 2));
-    if constexpr (kType == OutType::bf16) return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v));
+  __device__ float2 read_pair16(uint32_t offset) const {
+    const uint32_t v = *reinterpret_cast<const uint32_t*>(buf + offset);
+    // bf16 -> f32 is the 16 bits moved up: one instruction per value
+    if constexpr (kType == OutType::bf16) return make_float2(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u));
     else return __half22float2(*reinterpret_cast<const __half2*>(&v));
   }
 

@@ -38,5 +38,22 @@ TEST(StagingLayout, EveryChunkOfTheAreaHasItsOwnPlace) {
   }
 }
 
+// The dGLU epilogue's addressing of its accumulator-fragment pairs (rows r and r + 8, columns 2q, 2q + 1 of
+// each 8-column chunk) against the layout itself, over a 256-column (512-byte) staging row.
+TEST(StagingLayout, FragmentPairOffsetsMatchTheSwizzledLayout) {
+  for (int warp = 0; warp < 4; ++warp) {
+    for (int lane = 0; lane < 32; ++lane) {
+      const int row = warp * 16 + lane / 4, quad = lane % 4;
+      const uint32_t base = fragment_pair_base(row, quad);
+      for (int col = 0; col < 256; col += 8) {
+        for (int h = 0; h < 2; ++h) {
+          EXPECT_EQ(fragment_pair_offset(base, col, h), staging_offset(row + 8 * h, 2 * (col + 2 * quad)))
+              << "warp " << warp << " lane " << lane << " column " << col << " h " << h;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace moegemm::sm90
