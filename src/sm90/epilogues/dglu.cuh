@@ -171,16 +171,15 @@ struct DgluEpilogue {
     auto chunks = [&]<bool kWhole>() {
 #pragma unroll
       for (int i = 0; i < kBN / 8; ++i) {
-        const int vg = virtual_column<kBN>(i, false) + 2 * q;
-        const int vu = virtual_column<kBN>(i, true) + 2 * q;
+        const int vg = virtual_column<kBN>(i, false), vu = virtual_column<kBN>(i, true);
         const bool col_ok = kWhole || n0 + 8 * i + 2 * q < inter;
         float dg[4], du[4];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const bool ok = kWhole || (col_ok && ra + 8 * h < rows_valid);
           const float scale = alpha * (h ? pr.y : pr.x);  // dC = acc * alpha * prob * dact
-          const uint32_t at_g = fragment_pair_offset(fragment, virtual_column<kBN>(i, false), h);
-          const uint32_t at_u = fragment_pair_offset(fragment, virtual_column<kBN>(i, true), h);
+          const uint32_t at_g = fragment_pair_offset(fragment, vg, h);
+          const uint32_t at_u = fragment_pair_offset(fragment, vu, h);
           const float2 g = tile_buf.template read_pair16<kPre>(at_g);
           const float2 u = tile_buf.template read_pair16<kPre>(at_u);
 #pragma unroll
@@ -203,10 +202,10 @@ struct DgluEpilogue {
           }
         }
         if (p.red.dbias_partials) {
-          sums.put(vg - 2 * q, 0, dg[0] + dg[2]);
-          sums.put(vg - 2 * q, 1, dg[1] + dg[3]);
-          sums.put(vu - 2 * q, 0, du[0] + du[2]);
-          sums.put(vu - 2 * q, 1, du[1] + du[3]);
+          sums.put(vg, 0, dg[0] + dg[2]);
+          sums.put(vg, 1, dg[1] + dg[3]);
+          sums.put(vu, 0, du[0] + du[2]);
+          sums.put(vu, 1, du[1] + du[3]);
         }
       }
     };
