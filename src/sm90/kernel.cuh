@@ -270,8 +270,8 @@ __global__ void __launch_bounds__(kKernelThreads, 1) grouped_gemm_kernel(const _
         const int64_t row0 = static_cast<int64_t>(tile.row0) + 64 * cw;
         bool saved_done = false;
         if constexpr (kSavedTile) {
-          // Saved tiles are waited for and released here only: their epilogues run without half tiles (the
-          // launcher turns half tiles off for the backward epilogues).
+          // Saved tiles are waited for and released here only: their epilogues run without half tiles
+          // (kHalfTiles = false).
           if (p.saved_tile) {
 #pragma unroll 1
             for (int pass = 0; pass < kSavedPasses && saved_pass_exists<Epilogue, kBN>(p, tile.n_tile, pass);

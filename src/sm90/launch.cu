@@ -155,7 +155,6 @@ void launch_forward(const ForwardProblem& f, cudaStream_t stream) {
                "cudaMemsetAsync(amax)");
   }
   const bool glu = f.epilogue == EpilogueKind::glu;
-  const bool backward = f.epilogue == EpilogueKind::dglu || f.epilogue == EpilogueKind::dsrelu;
   Carver carve{static_cast<uint8_t*>(f.workspace) + (f.b_ptrs ? expert_maps_bytes(f.num_experts) : 0)};
   float* dprob_partials = static_cast<float*>(carve.take(dprob_partial_bytes(f)));
   float* dbias_partials = static_cast<float*>(carve.take(dbias_partial_bytes(f)));
@@ -205,9 +204,9 @@ void launch_forward(const ForwardProblem& f, cudaStream_t stream) {
   const int block_n = fixed_128            ? 128
                       : block_n_override() ? block_n_override()
                                            : choose_tile(f.m, f.n, f.num_experts, sms).block_n;
-  // Half tiles split columns between the warpgroups; a 128-wide halves GLU tile has only one gate box, and
-  // the backward epilogues' per-warpgroup row partials need whole tiles.
-  p.half_tiles = !backward && !(glu && f.glu.layout == GluLayout::halves && block_n == 128);
+  // Half tiles split columns between the warpgroups; a 128-wide halves GLU tile has only one gate box. The
+  // backward epilogues take none whatever this says (their kHalfTiles is false).
+  p.half_tiles = !(glu && f.glu.layout == GluLayout::halves && block_n == 128);
   if (glu && f.glu.layout == GluLayout::halves) {
     p.n_tiles = static_cast<int>((f.n / 2 + block_n / 2 - 1) / (block_n / 2));
   } else {
