@@ -88,6 +88,7 @@ template <class T> inline T gelu_tanh_grad(T x) {
   return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * dinner;
 }
 
-template <class T> inline T relu(T x) { return x > T(0) ? x : T(0); }
+/// max(x, 0) that keeps NaN, as torch.relu and jax.nn.relu do.
+template <class T> inline T relu(T x) { return x < T(0) ? T(0) : x; }
 
 }  // namespace moegemm::reference

@@ -8,6 +8,7 @@
 #include "moegemm/error.hpp"
 #include "sm90/instances.hpp"
 #include "sm90/kernel.cuh"
+#include "sm90/kernel_pingpong.cuh"
 #include "sm90/scheduler_ragged_k.cuh"
 
 namespace moegemm::sm90 {
@@ -15,22 +16,35 @@ namespace moegemm::sm90 {
 using MGroupedScheduler = ExpertTileScheduler<kKernelThreads, kSchedulerMaxExperts>;
 using KGroupedScheduler = RaggedKScheduler<kKernelThreads, kSchedulerMaxExperts>;
 
-template <class Shape, class Scheduler, class Epilogue>
-void launch_kernel(const KernelParams& p, int grid, cudaStream_t stream) {
-  using Layout = SharedLayout<Shape, Scheduler, Epilogue>;
-  auto kernel = grouped_gemm_kernel<Shape, Scheduler, Epilogue>;
+/// Launches persistent kernel kKernel with kSmemBytes of dynamic shared memory (the attribute is set once
+/// per kernel).
+template <auto kKernel, int kSmemBytes>
+void launch_persistent(const KernelParams& p, int grid, cudaStream_t stream) {
   static std::once_flag once;
   std::call_once(once, [&] {
-    const cudaError_t err =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Layout::kAllocBytes);
+    const cudaError_t err = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
     if (err != cudaSuccess) {
       throw Error(ErrorCode::cuda_error,
                   std::string("cudaFuncSetAttribute(max dynamic shared memory): ") + cudaGetErrorString(err));
     }
   });
-  kernel<<<grid, kKernelThreads, Layout::kAllocBytes, stream>>>(p);
+  kKernel<<<grid, kKernelThreads, kSmemBytes, stream>>>(p);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) throw Error(ErrorCode::cuda_error, std::string("grouped GEMM kernel launch: ") + cudaGetErrorString(err));
+}
+
+/// The cooperative kernel (kernel.cuh) of one (tile shape, scheduler, epilogue).
+template <class Shape, class Scheduler, class Epilogue>
+void launch_kernel(const KernelParams& p, int grid, cudaStream_t stream) {
+  launch_persistent<grouped_gemm_kernel<Shape, Scheduler, Epilogue>,
+                    SharedLayout<Shape, Scheduler, Epilogue>::kAllocBytes>(p, grid, stream);
+}
+
+/// The ping-pong kernel (kernel_pingpong.cuh) of one (tile shape, scheduler, epilogue).
+template <class Shape, class Scheduler, class Epilogue>
+void launch_pingpong_kernel(const KernelParams& p, int grid, cudaStream_t stream) {
+  launch_persistent<grouped_gemm_pingpong_kernel<Shape, Scheduler, Epilogue>,
+                    PingPongLayout<Shape, Scheduler, Epilogue>::kAllocBytes>(p, grid, stream);
 }
 
 /// m-grouped launch of `Epilogue` with BN = block_n (128 or 256) and B's layout.

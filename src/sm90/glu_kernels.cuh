@@ -27,17 +27,24 @@ void launch_glu_act(const KernelParams& p, int block_n, BLayout layout, int grid
 }
 
 /// dGLU tiles: BN = 128 with 4 stages (one saved-tile pass, or preact read from global memory), or, with a
-/// saved tile only, BN = 256 with 3 stages (two passes through the same 64 KiB staging area).
+/// saved tile only, BN = 256 with 3 stages (two passes through the same 64 KiB staging area), or, with a
+/// saved tile only, ping-pong 128 x 128 tiles with 4 stages.
 template <ActKind kAct>
-void launch_dglu_act(const KernelParams& p, int block_n, BLayout layout, int grid, cudaStream_t stream) {
+void launch_dglu_act(const KernelParams& p, int block_n, Schedule schedule, BLayout layout, int grid,
+                     cudaStream_t stream) {
   with_pairing(p.pairing, [&]<PairKind kPair>() {
     using Epilogue = DgluEpilogue<kAct, kPair>;
-    if (layout == BLayout::nk) {
+    using NK128 = TileShape<128, Major::k, Major::k, 4>;
+    using KN128 = TileShape<128, Major::mn, Major::k, 4>;
+    if (schedule == Schedule::pingpong) {
+      if (layout == BLayout::nk) launch_pingpong_kernel<NK128, MGroupedScheduler, Epilogue>(p, grid, stream);
+      else launch_pingpong_kernel<KN128, MGroupedScheduler, Epilogue>(p, grid, stream);
+    } else if (layout == BLayout::nk) {
       if (block_n == 256) launch_kernel<TileShape<256, Major::k>, MGroupedScheduler, Epilogue>(p, grid, stream);
-      else launch_kernel<TileShape<128, Major::k, Major::k, 4>, MGroupedScheduler, Epilogue>(p, grid, stream);
+      else launch_kernel<NK128, MGroupedScheduler, Epilogue>(p, grid, stream);
     } else {
       if (block_n == 256) launch_kernel<TileShape<256, Major::mn>, MGroupedScheduler, Epilogue>(p, grid, stream);
-      else launch_kernel<TileShape<128, Major::mn, Major::k, 4>, MGroupedScheduler, Epilogue>(p, grid, stream);
+      else launch_kernel<KN128, MGroupedScheduler, Epilogue>(p, grid, stream);
     }
   });
 }

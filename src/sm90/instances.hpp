@@ -10,11 +10,16 @@ namespace moegemm::sm90 {
 
 enum class EpilogueKind : uint8_t { linear, glu, srelu, dglu, dsrelu };
 
+/// How the two consumer warpgroups share the work: both on one tile (cooperative), or each on its own tiles,
+/// one's epilogue under the other's mainloop (pingpong: dGLU with a saved tile, 128 x 128 tiles).
+enum class Schedule : uint8_t { cooperative, pingpong };
+
 /// m-grouped kernels (tiles over each expert's rows); block_n is 128 or 256 (dglu: 256 only with a saved tile).
 void launch_linear(const KernelParams& p, int block_n, BLayout layout, int grid, cudaStream_t stream);
 void launch_glu(const KernelParams& p, int block_n, BLayout layout, int grid, cudaStream_t stream);
 void launch_srelu(const KernelParams& p, int block_n, BLayout layout, int grid, cudaStream_t stream);
-void launch_dglu(const KernelParams& p, int block_n, BLayout layout, int grid, cudaStream_t stream);
+void launch_dglu(const KernelParams& p, int block_n, Schedule schedule, BLayout layout, int grid,
+                 cudaStream_t stream);
 void launch_dsrelu(const KernelParams& p, int block_n, BLayout layout, int grid, cudaStream_t stream);
 
 /// The k-grouped weight-gradient kernel (A and B MN-major, per-expert maps).

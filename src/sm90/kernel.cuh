@@ -115,6 +115,41 @@ __device__ __forceinline__ void zero_registers(float (&acc)[kN]) {
   for (int i = 0; i < kN; ++i) acc[i] = 0.f;
 }
 
+/// What the producer loads for one tile: A's rows, B's columns (of a half tile where the epilogue takes
+/// them) and the tensor maps. Acquires a per-expert map the first time a run of that expert's tiles needs it.
+template <class Shape, class Scheduler, class Epilogue>
+__device__ __forceinline__ LoadPlan load_plan(const KernelParams& p, const WorkTile& tile, int& acquired_expert) {
+  const bool half = half_tiles_allowed<Epilogue>() && p.half_tiles && tile.row_end - tile.row0 <= 64;
+  const ColumnMap cols = Epilogue::b_columns(p, tile.n_tile, Shape::kBN, half);
+  LoadPlan plan;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) plan.b_col[j] = cols.base[j];
+  plan.a_row = tile.row0;
+  if constexpr (Scheduler::kUniformK) {
+    // m-grouped: the one map of A; B's map, or the expert's own (pointer-mode weights).
+    plan.a_map = &p.tma_a;
+    plan.b_map = p.b_maps ? p.b_maps + tile.expert : &p.tma_b;
+    plan.b_expert = p.b_maps ? 0 : tile.expert;
+    plan.k_blocks = p.k_blocks;
+    if (p.b_maps && tile.expert != acquired_expert) {
+      acquire_map(p.b_maps + tile.expert);
+      acquired_expert = tile.expert;
+    }
+  } else {
+    // k-grouped: both operands through the expert's own maps (row extent = the expert's rows).
+    plan.a_map = p.a_maps + tile.expert;
+    plan.b_map = p.b_maps + tile.expert;
+    plan.b_expert = 0;
+    plan.k_blocks = tile.k_blocks;
+    if (plan.k_blocks > 0 && tile.expert != acquired_expert) {
+      acquire_map(p.a_maps + tile.expert);
+      acquire_map(p.b_maps + tile.expert);
+      acquired_expert = tile.expert;
+    }
+  }
+  return plan;
+}
+
 template <class Shape, class Scheduler, class Epilogue>
 __global__ void __launch_bounds__(kKernelThreads, 1) grouped_gemm_kernel(const __grid_constant__ KernelParams p) {
   using Layout = SharedLayout<Shape, Scheduler, Epilogue>;
@@ -180,34 +215,7 @@ __global__ void __launch_bounds__(kKernelThreads, 1) grouped_gemm_kernel(const _
       };
       for (int t = blockIdx.x; t < total; t += gridDim.x) {
         const WorkTile tile = sched.tile(t);
-        const bool half = half_tiles_allowed<Epilogue>() && p.half_tiles && tile.row_end - tile.row0 <= 64;
-        const ColumnMap cols = Epilogue::b_columns(p, tile.n_tile, Shape::kBN, half);
-        LoadPlan plan;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) plan.b_col[j] = cols.base[j];
-        plan.a_row = tile.row0;
-        if constexpr (Scheduler::kUniformK) {
-          // m-grouped: the one map of A; B's map, or the expert's own (pointer-mode weights).
-          plan.a_map = &p.tma_a;
-          plan.b_map = p.b_maps ? p.b_maps + tile.expert : &p.tma_b;
-          plan.b_expert = p.b_maps ? 0 : tile.expert;
-          plan.k_blocks = p.k_blocks;
-          if (p.b_maps && tile.expert != acquired_expert) {
-            acquire_map(p.b_maps + tile.expert);
-            acquired_expert = tile.expert;
-          }
-        } else {
-          // k-grouped: both operands through the expert's own maps (row extent = the expert's rows).
-          plan.a_map = p.a_maps + tile.expert;
-          plan.b_map = p.b_maps + tile.expert;
-          plan.b_expert = 0;
-          plan.k_blocks = tile.k_blocks;
-          if (plan.k_blocks > 0 && tile.expert != acquired_expert) {
-            acquire_map(p.a_maps + tile.expert);
-            acquire_map(p.b_maps + tile.expert);
-            acquired_expert = tile.expert;
-          }
-        }
+        const LoadPlan plan = load_plan<Shape, Scheduler, Epilogue>(p, tile, acquired_expert);
         bool loaded = false;
         if constexpr (kSavedTile) {
           if (p.saved_tile) {

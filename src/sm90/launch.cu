@@ -62,6 +62,35 @@ int block_n_override() {
   return value;
 }
 
+/// MOEGEMM_DGLU_SCHEDULE=pingpong or cooperative replaces the launcher's choice of the dGLU kernel with a
+/// saved tile (for measuring and testing both); "" when unset or anything else.
+std::string dglu_schedule_override() {
+  static const std::string value = [] {
+    const char* env = std::getenv("MOEGEMM_DGLU_SCHEDULE");
+    const std::string v = env ? env : "";
+    return v == "pingpong" || v == "cooperative" ? v : std::string();
+  }();
+  return value;
+}
+
+/// MOEGEMM_MAX_CTAS=N (N > 0) caps the persistent grid at N CTAs, so that tests run many tiles per CTA on
+/// small problems; 0 (no cap) when unset or anything else.
+int max_ctas_override() {
+  static const int value = [] {
+    const char* env = std::getenv("MOEGEMM_MAX_CTAS");
+    const int v = env ? std::atoi(env) : 0;
+    return v > 0 ? v : 0;
+  }();
+  return value;
+}
+
+/// The persistent grid: one CTA per SM at most, never more CTAs than `ctas_with_work`.
+int persistent_grid(int sms, int64_t ctas_with_work) {
+  int64_t grid = std::max<int64_t>(1, std::min<int64_t>(sms, ctas_with_work));
+  if (max_ctas_override()) grid = std::min<int64_t>(grid, max_ctas_override());
+  return static_cast<int>(grid);
+}
+
 /// SM count of the current device. Also makes the device's primary context current on this thread: the
 /// driver's tensor-map encoder needs one, and a thread that has only selected a device (e.g. torch's
 /// autograd worker) may not have it yet.
@@ -131,13 +160,13 @@ std::size_t dbias_partial_bytes(const ForwardProblem& f) {
   return static_cast<std::size_t>(m_tiles * 2 * f.dbias.size(1)) * 4;
 }
 
-void launch_m_grouped(EpilogueKind kind, const KernelParams& p, int block_n, BLayout layout, int grid,
-                      cudaStream_t stream) {
+void launch_m_grouped(EpilogueKind kind, const KernelParams& p, int block_n, Schedule schedule, BLayout layout,
+                      int grid, cudaStream_t stream) {
   switch (kind) {
     case EpilogueKind::linear: return launch_linear(p, block_n, layout, grid, stream);
     case EpilogueKind::glu: return launch_glu(p, block_n, layout, grid, stream);
     case EpilogueKind::srelu: return launch_srelu(p, block_n, layout, grid, stream);
-    case EpilogueKind::dglu: return launch_dglu(p, block_n, layout, grid, stream);
+    case EpilogueKind::dglu: return launch_dglu(p, block_n, schedule, layout, grid, stream);
     case EpilogueKind::dsrelu: return launch_dsrelu(p, block_n, layout, grid, stream);
   }
 }
@@ -200,7 +229,16 @@ void launch_forward(const ForwardProblem& f, cudaStream_t stream) {
                  p.preact.ld % 8 == 0 && reinterpret_cast<uintptr_t>(p.preact.ptr) % 16 == 0;
   // dGLU without a saved tile runs 128 dH columns per tile; with one, the width the heuristic picks (a
   // 256-column tile takes two 128-column passes through the staging area).
-  const bool fixed_128 = f.epilogue == EpilogueKind::dglu && !p.saved_tile;
+  // With a saved tile and enough 128 x 128 tiles for each consumer warpgroup of the grid to have its own
+  // (ping-pong), one warpgroup's epilogue runs under the other's mainloop (docs/kernels.md).
+  const std::string forced_schedule = dglu_schedule_override();
+  const int64_t tiles_128 = ((f.m + 127) / 128 + std::min<int64_t>(f.num_experts, f.m) / 2) * ((f.n + 127) / 128);
+  const Schedule schedule =
+      p.saved_tile && (forced_schedule == "pingpong" ||
+                       (forced_schedule.empty() && !block_n_override() && tiles_128 >= 2 * static_cast<int64_t>(sms)))
+          ? Schedule::pingpong
+          : Schedule::cooperative;
+  const bool fixed_128 = f.epilogue == EpilogueKind::dglu && (!p.saved_tile || schedule == Schedule::pingpong);
   const int block_n = fixed_128            ? 128
                       : block_n_override() ? block_n_override()
                                            : choose_tile(f.m, f.n, f.num_experts, sms).block_n;
@@ -245,10 +283,11 @@ void launch_forward(const ForwardProblem& f, cudaStream_t stream) {
   if (p.c.ptr) p.tma_c = output_map(p.c, f.m, f.n, "c");
   if (p.saved_tile) p.tma_c = output_map(p.preact, f.m, f.preact.size(1), "preact");
 
-  // Persistent grid: at most one CTA per SM, never more CTAs than the largest possible tile count.
+  // Persistent grid: at most one CTA per SM, never more CTAs than the largest possible tile count (ping-pong:
+  // than half of it, since each CTA runs two tiles at a time).
   const int64_t max_tiles = ((f.m + 127) / 128 + std::min<int64_t>(f.num_experts, f.m)) * p.n_tiles;
-  const int grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(sms, max_tiles)));
-  launch_m_grouped(f.epilogue, p, block_n, f.b_layout, grid, stream);
+  const int grid = persistent_grid(sms, schedule == Schedule::pingpong ? (max_tiles + 1) / 2 : max_tiles);
+  launch_m_grouped(f.epilogue, p, block_n, schedule, f.b_layout, grid, stream);
 
   if (p.red.dprob_partials) {
     launch_dprob_finish(p.red.dprob_partials, row_sum_slots, static_cast<float*>(f.dprob.data), f.offsets,
@@ -318,8 +357,7 @@ void launch_wgrad(const WgradProblem& w, cudaStream_t stream) {
     p.tma_d = output_map(p.d, w.num_experts * m, n, "w");
   }
   const int64_t tiles = w.num_experts * ((m + 127) / 128) * p.n_tiles;
-  const int grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(sms, tiles)));
-  launch_wgrad_kernel(p, block_n, grid, stream);
+  launch_wgrad_kernel(p, block_n, persistent_grid(sms, tiles), stream);
 }
 
 }  // namespace moegemm::sm90

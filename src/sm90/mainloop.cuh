@@ -6,6 +6,7 @@
 #include <cuda/ptx>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "sm90/params.cuh"
 #include "sm90/ptx.cuh"
@@ -53,6 +54,13 @@ struct PipeState {
       stage = 0;
       phase ^= 1;
     }
+  }
+  /// Moves past n positions of the ring (the k-blocks of a tile another warpgroup consumes).
+  template <int kStages>
+  __device__ void skip(int n) {
+    const int to = stage + n;
+    phase ^= static_cast<uint32_t>(to / kStages) & 1u;
+    stage = to % kStages;
   }
 };
 
@@ -106,18 +114,47 @@ struct Mainloop {
     }
   }
 
-  /// Consumer warpgroup: acc (64 x kN) = A[64 rows at a_offset] x B[kN columns at b_offset] over all
-  /// k-blocks of one tile. A full tile gives each warpgroup its own 64 rows and all BN columns
-  /// (a_offset = 64 rows x wg, b_offset = 0, kN = BN); a half tile (an expert's last <= 64 rows) gives both
-  /// warpgroups the same rows and half of the columns each (a_offset = 0, b_offset = BN/2 columns x wg).
-  /// Keeps one wgmma batch in flight and releases each stage as soon as its batch has retired.
-  /// With no k-blocks `acc` is left as it was (the caller zeroes it). The A offset of rows 64..127 is 8192
-  /// bytes in both A layouts.
+  /// One k-block of one m64 x kN accumulator: A (64 rows at a_stage) x B (kN columns at b_stage), four k16
+  /// steps; `accumulate` = false starts the accumulator from zero.
+  template <int kN>
+  __device__ static void mma_k_block(const uint8_t* a_stage, const uint8_t* b_stage, bool accumulate,
+                                     float (&acc)[kN / 2]) {
+#pragma unroll
+    for (int kk = 0; kk < Shape::kBK / 16; ++kk) {
+      // K-major: +32 B per k16 (SBO 1024 between 8-row groups). MN-major: +2048 B per k16 (16 rows of
+      // 128 B), LBO 8192 between 64-column boxes (hopper-verified-facts §1-2).
+      uint64_t da;
+      if constexpr (Shape::kAMajor == Major::k) {
+        da = make_smem_desc(a_stage + kk * 32, 16, 1024);
+      } else {
+        da = make_smem_desc(a_stage + kk * 2048, 8192, 1024);
+      }
+      uint64_t db;
+      if constexpr (Shape::kBMajor == Major::k) {
+        db = make_smem_desc(b_stage + kk * 32, 16, 1024);
+      } else {
+        db = make_smem_desc(b_stage + kk * 2048, 8192, 1024);
+      }
+      const int scale_d = (accumulate || kk > 0) ? 1 : 0;
+      wgmma_m64k16<kN, Shape::kAMajor == Major::k ? 0 : 1, Shape::kBMajor == Major::k ? 0 : 1>(acc, da, db, scale_d);
+    }
+  }
+
+  /// Consumer warpgroup: each accumulator (64 x kN) = A[64 rows] x B[kN columns at b_offset] over all
+  /// k-blocks of one tile, the i-th accumulator's rows at a_offset + 64 i (8192 bytes per 64 rows in both A
+  /// layouts). A full tile of the cooperative kernel gives each warpgroup one accumulator, its own 64 rows
+  /// and all BN columns (a_offset = 64 rows x wg, b_offset = 0, kN = BN); a half tile (an expert's last
+  /// <= 64 rows) gives both warpgroups the same rows and half of the columns each (a_offset = 0,
+  /// b_offset = BN/2 columns x wg). A ping-pong warpgroup takes all 128 rows as two accumulators that share
+  /// each B k16 step.
+  /// Keeps one wgmma batch in flight and releases each stage as soon as its batch has retired (one arrival
+  /// per warpgroup). With no k-blocks the accumulators are left as they were (the caller zeroes them).
   /// kUniformK: every tile runs p.k_blocks, read from the kernel parameters where needed rather than held
   /// in a register (which the 64x256 tile cannot spare); else the tile's own `tile_k_blocks`.
-  template <int kN, bool kUniformK>
+  template <int kN, bool kUniformK, class... Acc>
   __device__ void mma_tile(const KernelParams& p, PipeState& ps, int tile_k_blocks, int a_offset, int b_offset,
-                           float (&acc)[kN / 2]) {
+                           Acc&... acc) {
+    static_assert(sizeof...(Acc) >= 1 && (std::is_same_v<Acc, float[kN / 2]> && ...), "m64 x kN f32 accumulators");
     const bool releaser = (threadIdx.x % 128) == 0;
     int prev_stage = -1;
     for (int kb = 0; kb < (kUniformK ? p.k_blocks : tile_k_blocks); ++kb) {
@@ -125,36 +162,18 @@ struct Mainloop {
       const uint8_t* a_stage = a + ps.stage * Shape::kABytes + a_offset;
       const uint8_t* b_stage = b + ps.stage * Shape::kBBytes + b_offset;
       wgmma_fence();
-      fence_registers(acc);
-#pragma unroll
-      for (int kk = 0; kk < Shape::kBK / 16; ++kk) {
-        // K-major: +32 B per k16 (SBO 1024 between 8-row groups). MN-major: +2048 B per k16 (16 rows of
-        // 128 B), LBO 8192 between 64-column boxes (hopper-verified-facts §1-2).
-        uint64_t da;
-        if constexpr (Shape::kAMajor == Major::k) {
-          da = make_smem_desc(a_stage + kk * 32, 16, 1024);
-        } else {
-          da = make_smem_desc(a_stage + kk * 2048, 8192, 1024);
-        }
-        uint64_t db;
-        if constexpr (Shape::kBMajor == Major::k) {
-          db = make_smem_desc(b_stage + kk * 32, 16, 1024);
-        } else {
-          db = make_smem_desc(b_stage + kk * 2048, 8192, 1024);
-        }
-        const int scale_d = (kb > 0 || kk > 0) ? 1 : 0;
-        wgmma_m64k16<kN, Shape::kAMajor == Major::k ? 0 : 1, Shape::kBMajor == Major::k ? 0 : 1>(acc, da, db,
-                                                                                               scale_d);
-      }
+      (fence_registers(acc), ...);
+      int rows = 0;
+      ((mma_k_block<kN>(a_stage + rows, b_stage, kb > 0, acc), rows += 8192), ...);
       wgmma_commit();
-      fence_registers(acc);
+      (fence_registers(acc), ...);
       wgmma_wait<1>();
       if (prev_stage >= 0 && releaser) cuda::ptx::mbarrier_arrive(&empty[prev_stage]);
       prev_stage = ps.stage;
       ps.advance<Shape::kStages>();
     }
     wgmma_wait<0>();
-    fence_registers(acc);
+    (fence_registers(acc), ...);
     if (prev_stage >= 0 && releaser) cuda::ptx::mbarrier_arrive(&empty[prev_stage]);
   }
 };

@@ -40,6 +40,9 @@ __device__ __forceinline__ void apply_alpha_bias(float (&acc)[kRegs], const Kern
   }
 }
 
+/// max(x, 0) that keeps NaN, as torch.relu and jax.nn.relu do (fmaxf(NaN, 0) would give 0).
+__device__ __forceinline__ float relu(float x) { return x < 0.f ? 0.f : x; }
+
 /// Rows of a warpgroup's 64-row slice that belong to the expert (0..64).
 __device__ __forceinline__ int rows_in_warpgroup(int64_t row0, int row_end) {
   const int64_t rows = static_cast<int64_t>(row_end) - row0;

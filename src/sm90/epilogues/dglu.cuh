@@ -99,7 +99,7 @@ struct DgluEpilogue {
                                 const ColumnSums<2 * kTileN>& sums, int64_t row0, int rows_valid, int ra, int q,
                                 float (&row_sum)[2], float amax_gate, float amax_up) {
     if (p.red.dbias_partials) {
-      sums.finish(p, tile, 2 * p.n, [&](int v) {
+      sums.finish(p, tile, row0, 2 * p.n, [&](int v) {
         const int col = pick(dmap.base, v >> 6) + (v & 63);
         return col < pick(dmap.limit, v >> 6) ? col : -1;
       });

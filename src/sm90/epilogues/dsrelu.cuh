@@ -38,7 +38,7 @@ struct DsreluEpilogue {
         for (int x = 0; x < 2; ++x) {
           const int r = 4 * i + 2 * h + x;
           const float dh = alpha * acc[r];
-          const float s = fmaxf(x ? c.y : c.x, 0.f);
+          const float s = relu(x ? c.y : c.x);
           const float d = ok ? 2.f * s * dh * prob : 0.f;
           row_sum[h] += ok ? s * s * dh : 0.f;
           acc[r] = d;
@@ -62,7 +62,7 @@ struct DsreluEpilogue {
         sums.put(8 * i, 0, acc[4 * i] + acc[4 * i + 2]);
         sums.put(8 * i, 1, acc[4 * i + 1] + acc[4 * i + 3]);
       }
-      sums.finish(p, tile, p.n, [&](int v) {
+      sums.finish(p, tile, row0, p.n, [&](int v) {
         const int col = pick(cmap.base, v >> 6) + (v & 63);
         return col < pick(cmap.limit, v >> 6) ? col : -1;
       });

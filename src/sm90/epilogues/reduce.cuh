@@ -29,7 +29,7 @@ __device__ __forceinline__ void write_row_sum(const KernelParams& p, int slot, i
   else p.red.dprob_partials[static_cast<int64_t>(slot) * p.m + row] = v;
 }
 
-/// Column sums of a warpgroup's 64 rows into slot (m_index * 2 + warpgroup) of the dbias partials, over
+/// Column sums of one 64-row slice of a tile into slot (m_index * 2 + slice) of the dbias partials, over
 /// kCols "virtual" columns (chunk-major: chunk c covers 8c..8c+7), through the epilogue's shared scratch
 /// ([warp][kCols] floats, kBytes). Streaming, so that no array of sums competes with the accumulators for
 /// registers: begin() waits until the previous tile's finish() has read the scratch, put() takes the sum of
@@ -53,12 +53,14 @@ struct ColumnSums {
     if (lane < 4) scratch[(tid / 32) * kCols + vcol0 + 2 * lane + x] = v;
   }
 
-  /// `column_of(v)` maps virtual column v to its global column, or -1 when it is past the limit.
+  /// `column_of(v)` maps virtual column v to its global column, or -1 when it is past the limit. The slice's
+  /// first row is row0 (tile.row0 or tile.row0 + 64).
   template <class ColumnOf>
-  __device__ void finish(const KernelParams& p, const WorkTile& tile, int width, ColumnOf&& column_of) const {
+  __device__ void finish(const KernelParams& p, const WorkTile& tile, int64_t row0, int width,
+                         ColumnOf&& column_of) const {
     named_barrier_sync(barrier_id, 128);
-    const int warpgroup = static_cast<int>(barrier_id) - 1;
-    float* slot = p.red.dbias_partials + (static_cast<int64_t>(tile.m_index) * 2 + warpgroup) * width;
+    const int slice = row0 > tile.row0 ? 1 : 0;
+    float* slot = p.red.dbias_partials + (static_cast<int64_t>(tile.m_index) * 2 + slice) * width;
     for (int c = tid; c < kCols; c += 128) {
       const float total = ((scratch[c] + scratch[kCols + c]) + scratch[2 * kCols + c]) + scratch[3 * kCols + c];
       const int col = column_of(c);

@@ -22,7 +22,7 @@ struct SreluEpilogue {
     for (int i = 0; i < kBN / 8; ++i) {
 #pragma unroll
       for (int x = 0; x < 4; ++x) {
-        const float s = fmaxf(acc[4 * i + x], 0.f);
+        const float s = relu(acc[4 * i + x]);
         acc[4 * i + x] = (x < 2 ? pr.x : pr.y) * s * s;
       }
     }

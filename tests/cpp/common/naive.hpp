@@ -101,7 +101,7 @@ inline double silu(double x) { return x / (1.0 + std::exp(-x)); }
 inline double gelu_tanh(double x) {
   return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
 }
-inline double relu(double x) { return x > 0 ? x : 0; }
+inline double relu(double x) { return x < 0 ? 0 : x; }  // keeps NaN, as torch.relu does
 
 /// Pre-activation columns of output column j for a GLU layout (I output columns).
 inline void glu_pair(GluLayout layout, int64_t I, int64_t j, int64_t& gate, int64_t& up) {

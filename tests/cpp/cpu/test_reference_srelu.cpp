@@ -113,6 +113,46 @@ TEST(SreluReference, GroupedBackward) {
   }
 }
 
+// A NaN pre-activation stays NaN through relu, as in torch.relu and jax.nn.relu: an upstream overflow must
+// not reach the outputs as a plausible 0. Row 3's pre-activation is NaN (through a NaN in A, or in the saved C).
+TEST(SreluReference, NanPreactivationPropagates) {
+  const std::vector<int64_t> sizes{8};
+  const int64_t M = 8, N = 16, K = 16;
+  HostTensor a = random_tensor(DType::bf16, {M, K}, 95);
+  a.set({3, 5}, std::nan(""));
+  naive::Weights b(BMode::dense_nk, DType::bf16, 1, N, K, 96, 0.25);
+  HostTensor offsets = offsets_from_sizes(sizes);
+  HostTensor d(DType::bf16, {M, N}), c(DType::bf16, {M, N});
+  GroupedGemmSreluArgs fwd;
+  fwd.a = a.view();
+  fwd.b = b.ew;
+  fwd.offsets = offsets.view();
+  fwd.d = d.view();
+  fwd.c = c.view();
+  reference::run(fwd);
+  for (int64_t n = 0; n < N; ++n) {
+    EXPECT_TRUE(std::isnan(d(3, n))) << "d column " << n;
+    EXPECT_FALSE(std::isnan(d(2, n))) << "d column " << n;
+  }
+
+  HostTensor dy = random_tensor(DType::bf16, {M, K}, 97);
+  HostTensor saved = random_tensor(DType::bf16, {M, N}, 98, -2.0, 2.0);
+  saved.set({3, 7}, std::nan(""));
+  HostTensor dc(DType::bf16, {M, N}), dprob(DType::f32, {M});
+  GroupedGemmDsreluArgs bwd;
+  bwd.a = dy.view();
+  bwd.b = b.ew;
+  bwd.c = saved.view();
+  bwd.offsets = offsets.view();
+  bwd.dc = dc.view();
+  bwd.dprob = dprob.view();
+  reference::run(bwd);
+  EXPECT_TRUE(std::isnan(dc(3, 7)));
+  EXPECT_FALSE(std::isnan(dc(3, 6)));
+  EXPECT_TRUE(std::isnan(dprob(3)));
+  EXPECT_FALSE(std::isnan(dprob(2)));
+}
+
 TEST(SreluReference, DenseForwardAndBackward) {
   const int64_t M = 70, N = 24, K = 32;
   for (BLayout layout : {BLayout::nk, BLayout::kn}) {
