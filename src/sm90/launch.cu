@@ -229,13 +229,17 @@ void launch_forward(const ForwardProblem& f, cudaStream_t stream) {
                  p.preact.ld % 8 == 0 && reinterpret_cast<uintptr_t>(p.preact.ptr) % 16 == 0;
   // dGLU without a saved tile runs 128 dH columns per tile; with one, the width the heuristic picks (a
   // 256-column tile takes two 128-column passes through the staging area).
-  // With a saved tile and enough 128 x 128 tiles for each consumer warpgroup of the grid to have its own
-  // (ping-pong), one warpgroup's epilogue runs under the other's mainloop (docs/kernels.md).
+  // Ping-pong dGLU (one warpgroup's epilogue under the other's mainloop, 128 x 128 tiles; docs/kernels.md):
+  // with a saved tile, enough tiles for each consumer warpgroup of the grid to have its own, and K <=
+  // kPingPongMaxK. Past that the mainloop outweighs the epilogue, and the 128 x 256 tile's fewer operand
+  // bytes per FLOP win (H200: qwen3-30b-a3b, K = 2048, 485 -> 444 us; gpt-oss-120b, K = 2880,
+  // 1314 -> 1253 us; mixtral-8x7b, K = 4096, 2942 -> 3136 us; deepseek-v3, K = 7168, 3612 -> 3830 us).
+  constexpr int64_t kPingPongMaxK = 3072;
   const std::string forced_schedule = dglu_schedule_override();
   const int64_t tiles_128 = ((f.m + 127) / 128 + std::min<int64_t>(f.num_experts, f.m) / 2) * ((f.n + 127) / 128);
+  const bool pingpong_pays = !block_n_override() && f.k <= kPingPongMaxK && tiles_128 >= 2 * static_cast<int64_t>(sms);
   const Schedule schedule =
-      p.saved_tile && (forced_schedule == "pingpong" ||
-                       (forced_schedule.empty() && !block_n_override() && tiles_128 >= 2 * static_cast<int64_t>(sms)))
+      p.saved_tile && (forced_schedule == "pingpong" || (forced_schedule.empty() && pingpong_pays))
           ? Schedule::pingpong
           : Schedule::cooperative;
   const bool fixed_128 = f.epilogue == EpilogueKind::dglu && (!p.saved_tile || schedule == Schedule::pingpong);
