@@ -89,9 +89,15 @@ def check_group_sizes(op: str, group_sizes, groups: int, what: str) -> None:
 def offsets_from_sizes(group_sizes, m: int):
     """(G,) int32 offsets = cumsum(group_sizes) clamped to [0, M], computed in the traced function (it stays
     on the device). The clamp is the kernels' own offset clamp, applied before the int32 cast: 64-bit sizes
-    (jax_enable_x64) are summed in 64 bits, so that sizes past 2^31 clamp at M instead of wrapping. Narrower
-    sizes are summed in int32."""
+    (jax_enable_x64) are summed in 64 bits, so that sizes past 2^31 clamp at M instead of wrapping. Unsigned
+    sizes are summed with saturation at M, narrower signed ones in int32."""
     dtype = jax.dtypes.canonicalize_dtype(group_sizes.dtype)  # int64 is int32 unless jax_enable_x64
+    if jnp.issubdtype(dtype, jnp.unsignedinteger) and dtype.itemsize <= 4:
+        # Unsigned sizes are never negative, so the running sum saturates at M: each step adds two values
+        # <= M < 2^31 in uint32, which cannot wrap (a uint32 size of 3e9 would wrap an int32 sum).
+        capped = jnp.minimum(group_sizes.astype(jnp.uint32), jnp.uint32(m))
+        ends = jax.lax.associative_scan(lambda a, b: jnp.minimum(a + b, jnp.uint32(m)), capped)
+        return ends.astype(jnp.int32)
     ends = jnp.cumsum(group_sizes, dtype=dtype if dtype.itemsize == 8 else jnp.int32)
     return jnp.clip(ends, 0, m).astype(jnp.int32)
 

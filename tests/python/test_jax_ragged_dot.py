@@ -116,6 +116,23 @@ def test_64_bit_group_sizes_clamp_instead_of_wrapping():
             assert_close(ours, ref, f"group sizes {sizes}")
 
 
+def test_unsigned_group_sizes_past_2_31_clamp_instead_of_wrapping():
+    """uint32 group sizes of 2**31 and more clamp at M, as in jax.lax.ragged_dot, rather than wrapping an int32
+    running sum negative (every row would then fall in the tail); uint8 and uint16 sizes agree too. The sums
+    stay inside each type's range: past it jax.lax.ragged_dot's own running sum wraps, where ours saturates."""
+    rng = np.random.default_rng(14)
+    lhs, rhs = rand(rng, (32, 16)), rand(rng, (4, 16, 8))
+    with on_cpu():
+        for sizes, dtype in (([3_000_000_000, 0, 0, 0], np.uint32), ([2**31, 7, 2**32 - 1, 1], np.uint32),
+                             ([5, 2**31 - 1, 9, 0], np.uint32), ([10, 0, 200, 3], np.uint8),
+                             ([7, 60000, 1, 0], np.uint16)):
+            gs = jnp.asarray(np.array(sizes, dtype))
+            ours = mj.ragged_dot(lhs, rhs, gs, preferred_element_type=jnp.float32)
+            ref = jax.lax.ragged_dot(f32(lhs), f32(rhs), gs, precision=_HIGHEST)
+            assert np.abs(np.asarray(ref)).sum() > 0
+            assert_close(ours, ref, f"group sizes {sizes} ({np.dtype(dtype).name})")
+
+
 def test_operands_that_are_not_arrays_raise_type_error():
     rng = np.random.default_rng(13)
     lhs, rhs = rand(rng, (32, 16)), rand(rng, (2, 16, 8))
