@@ -52,7 +52,42 @@ class _RaggedRowsMM(torch.autograd.Function):
         return da, db, None, dbias, None, None
 
 
+def _check_no_groups(a, b, offs, k_a, k_b, where):
+    """What the ops would check of a call with no groups, which runs none of them."""
+    if offs.dtype != torch.int32 or offs.shape != (0,):
+        raise ValueError(f"{_OP}: offs: expected an int32 tensor of shape (0,) for 0 groups, got {offs.dtype} of "
+                         f"shape {tuple(offs.shape)}")
+    if b.dtype != a.dtype:
+        raise ValueError(f"{_OP}: b: expected a's dtype {a.dtype}, got {b.dtype}")
+    if k_a != k_b:
+        raise ValueError(f"{_OP}: b: expected {where} = {k_a} (from a), got {k_b}")
+
+
+class _NoGroupsMM(torch.autograd.Function):
+    """2-D x 3-D with no groups: every row is past the last offset, so nothing is computed (torch._grouped_mm
+    returns an uninitialised tensor too); zero_tail writes zeros to all of them, and to dA in the backward."""
+
+    @staticmethod
+    def forward(ctx, a, b, bias, out_dtype, zero_tail):
+        ctx.zero_tail = zero_tail
+        ctx.shapes = (a.shape, b.shape, None if bias is None else bias.shape)
+        make = a.new_zeros if zero_tail else a.new_empty
+        return make((a.shape[0], b.shape[2]), dtype=out_dtype or a.dtype)
+
+    @staticmethod
+    def backward(ctx, dout):
+        a_shape, b_shape, bias_shape = ctx.shapes
+        make = dout.new_zeros if ctx.zero_tail else dout.new_empty
+        da = make(a_shape) if ctx.needs_input_grad[0] else None
+        db = dout.new_zeros(b_shape) if ctx.needs_input_grad[1] else None  # 0 elements: no fill
+        dbias = dout.new_zeros(bias_shape) if ctx.needs_input_grad[2] else None
+        return da, db, dbias, None, None
+
+
 def _rows_mm(a, b, offs, bias, out_dtype, zero_tail):
+    if b.shape[0] == 0:
+        _check_no_groups(a, b, offs, a.shape[1], b.shape[1], "b.shape[1]")
+        return _NoGroupsMM.apply(a, b, bias, out_dtype, zero_tail)
     needs_grad = torch.is_grad_enabled() and (
         a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad))
     if needs_grad:
@@ -73,6 +108,9 @@ def _ragged_k_mm(a, b, offs, out_dtype):
             f"{_OP}: a: the 2-D x 2-D mode reads a as the transpose of a row-major (T, H) tensor, i.e. "
             f"a.stride(0) == 1 (pass x.t() for x of shape (T, H)); got shape {tuple(a.shape)} with strides "
             f"{tuple(a.stride())}")
+    if offs.dim() == 1 and offs.shape[0] == 0:  # no groups, no output (as torch._grouped_mm)
+        _check_no_groups(a, b, offs, a.shape[1], b.shape[0], "b.shape[0]")
+        return a.new_empty((0, a.shape[0], b.shape[1]), dtype=out_dtype or a.dtype)
     return torch.ops.moegemm.grouped_gemm_wgrad(a.t(), b, offs, out_dtype=out_dtype or a.dtype)
 
 
@@ -96,6 +134,9 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
     - 3-D x 3-D (batched): ``a`` (E, M, K), ``b`` (E, K, N), ``offs=None`` -> (E, M, N). ``a`` must be
       viewable as (E*M, K).
     - 3-D x 2-D: NotImplementedError.
+
+    E = 0 (no groups) is accepted in every mode, as by ``torch._grouped_mm``: 2-D x 3-D gives (M, N) rows that
+    are all past the last offset; the other modes give (0, ., .).
 
     Rows at or past ``offs[-1]`` (2-D x 3-D): not written, content unspecified, as ``torch._grouped_mm``
     (whose output is an uninitialised ``empty`` there, on CPU and CUDA); ``zero_tail=True`` (an extension)
@@ -131,6 +172,9 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
         except RuntimeError:
             raise ValueError(f"{_OP}: a: expected a 3-D tensor viewable as (E*M, K), got strides "
                              f"{tuple(a.stride())}") from None
+        if e == 0:  # no groups, no output (as torch._grouped_mm)
+            _check_no_groups(a, b, a.new_empty((0,), dtype=torch.int32), k, b.shape[1], "b.shape[1]")
+            return a.new_empty((0, m, b.shape[2]), dtype=out_dtype or a.dtype)
         ends = torch.arange(1, e + 1, device=a.device, dtype=torch.int32) * m
         out = _rows_mm(rows, b, ends, bias, out_dtype, zero_tail)
         return out.view(e, m, out.shape[-1])  # not -1: M = 0 gives 0 elements, which -1 cannot size

@@ -36,13 +36,16 @@ std::string dtype_list(std::initializer_list<DType> ts) {
 
 std::string format_shape(const TensorView& t) {
   if (!t.defined()) return "none";
+  if (t.rank > TensorView::kMaxRank) return "rank " + std::to_string(t.rank);
   std::string s = "(";
+  bool negative = false;
   for (int i = 0; i < t.rank; ++i) {
     if (i > 0) s += ", ";
     s += std::to_string(t.shape[i]);
+    negative = negative || t.shape[i] < 0;
   }
   if (t.rank == 1) s += ",";
-  return s + ")";
+  return s + ")" + (negative ? " (a negative extent)" : "");
 }
 
 std::string format_dims(std::initializer_list<Dim> dims) {
@@ -68,6 +71,10 @@ std::string format_dims(std::initializer_list<Dim> dims) {
 
 void Rules::place(const char* name, const TensorView& t) {
   if (!t.defined()) return;
+  if (t.rank > TensorView::kMaxRank) {  // before anything reads its shape: a view holds at most 4 extents
+    fail(ErrorCode::invalid_argument, name, "a tensor of rank 1 to " + std::to_string(TensorView::kMaxRank),
+         "rank " + std::to_string(t.rank));
+  }
   if (count_ == kMaxOperands) {
     throw Error(ErrorCode::internal, std::string(op_) + ": more operands than the contract check holds");
   }

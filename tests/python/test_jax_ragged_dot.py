@@ -133,6 +133,21 @@ def test_unsigned_group_sizes_past_2_31_clamp_instead_of_wrapping():
             assert_close(ours, ref, f"group sizes {sizes} ({np.dtype(dtype).name})")
 
 
+def test_zero_groups_give_zeros_like_jax():
+    """G = 0, which jax.lax.ragged_dot accepts: every row is past the groups, so the output is zero, and so
+    are the gradients (rhs's has no element)."""
+    rng = np.random.default_rng(15)
+    lhs, rhs = rand(rng, (24, 16)), rand(rng, (0, 16, 8))
+    gs = jnp.zeros((0,), jnp.int32)
+    with on_cpu():
+        ours = mj.ragged_dot(lhs, rhs, gs)
+        ref = jax.lax.ragged_dot(lhs, rhs, gs)
+        assert ours.shape == ref.shape == (24, 8) and ours.dtype == ref.dtype
+        assert (np.asarray(ours, np.float32) == 0).all()
+        dl, dr = jax.grad(lambda l, r: mj.ragged_dot(l, r, gs).astype(jnp.float32).sum(), (0, 1))(lhs, rhs)
+        assert dl.shape == lhs.shape and (np.asarray(dl, np.float32) == 0).all() and dr.shape == (0, 16, 8)
+
+
 def test_operands_that_are_not_arrays_raise_type_error():
     rng = np.random.default_rng(13)
     lhs, rhs = rand(rng, (32, 16)), rand(rng, (2, 16, 8))

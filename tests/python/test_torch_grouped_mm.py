@@ -153,6 +153,31 @@ def test_3d_3d_with_empty_groups_has_the_output_shape():
     assert out.shape == (G, 0, N) and out.dtype == a.dtype
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_zero_groups_give_torchs_shapes(device):
+    """No groups at all, in each mode, as torch._grouped_mm accepts them: 2-D x 3-D gives (M, N), every row past
+    the last offset (zeros with zero_tail, also in dA); the other modes give (0, ., .). A K mismatch or a
+    wrong offs is still an error."""
+    no_offs = torch.zeros(0, dtype=torch.int32, device=device)
+    a = randn(M, K, device=device, seed=30).requires_grad_()
+    b = randn(0, K, N, device=device, seed=31).requires_grad_()
+    out = mt.grouped_mm(a, b, no_offs)
+    ref = torch_grouped_mm(a.detach(), b.detach(), offs=no_offs)
+    assert out.shape == ref.shape == (M, N) and out.dtype == ref.dtype
+    out = mt.grouped_mm(a, b, no_offs, zero_tail=True)
+    assert (out == 0).all()
+    out.float().sum().backward()
+    assert a.grad.shape == a.shape and (a.grad == 0).all() and b.grad.shape == (0, K, N)
+    at, bt = randn(32, K, device=device, seed=32).t(), randn(32, N, device=device, seed=33)
+    assert mt.grouped_mm(at, bt, no_offs).shape == torch_grouped_mm(at, bt, offs=no_offs).shape == (0, K, N)
+    a3 = randn(0, M, K, device=device, seed=34)
+    assert mt.grouped_mm(a3, b.detach()).shape == torch_grouped_mm(a3, b.detach()).shape == (0, M, N)
+    with pytest.raises(ValueError, match=r"grouped_mm: b: expected b.shape\[1\] = 64 \(from a\), got 32"):
+        mt.grouped_mm(a.detach(), randn(0, 32, N, device=device, seed=35), no_offs)
+    with pytest.raises(ValueError, match=r"grouped_mm: offs: expected an int32 tensor of shape \(0,\)"):
+        mt.grouped_mm(a.detach(), b.detach(), no_offs.long())
+
+
 def test_c13_unusual_weight_stride_orders():
     a, offs = randn(M * G, K, seed=11), offsets_of([M] * G)
     experts_inner = randn(K, N, G, seed=12).permute(2, 0, 1)  # (G, K, N) with experts innermost

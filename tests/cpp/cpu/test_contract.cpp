@@ -180,6 +180,19 @@ TEST(Contract, MessageFormatIsOpOperandExpectedGot) {
   }
 }
 
+// A hand-built view of rank > 4 is rejected before its shape is read (it holds 4 extents), and a negative
+// extent is named as such.
+TEST(Contract, RankAboveFourAndNegativeExtentsAreNamed) {
+  Maker m{Device::cuda};
+  auto x = grouped_gemm_args(m);
+  x.a.rank = 7;
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: a: expected a tensor of rank 1 to 4", "got rank 7"});
+  auto y = grouped_gemm_args(m);
+  y.a.shape[0] = -16;
+  expect_error([&] { contract::check(y); }, ErrorCode::invalid_argument, {"grouped_gemm: a:", "(a negative extent)"});
+}
+
 // ---- dtypes --------------------------------------------------------------------------------------------
 
 TEST(Contract, InputsMustBe16BitOnDevice) {
