@@ -207,7 +207,7 @@ def _grouped_backward(op, dy, b, c, offsets, alpha, beta, prob, b_layout, c_cols
     if compute_dprob:
         outputs.append(_spec((m,), jnp.float32))
     if compute_dbias:
-        outputs.append(_spec((e, cols), chk.check_output_dtype(op, "dbias_dtype", dbias_dtype,
+        outputs.append(_spec((e, cols), chk.check_output_dtype(op, "dbias_dtype", dbias_dtype or jnp.float32,
                                                                (jnp.float32, jnp.bfloat16))))
     if compute_amax:
         outputs.append(_spec((amax_len,), jnp.float32))
@@ -243,7 +243,7 @@ def grouped_gemm_dglu(dy, b, c, offsets, *, alpha=None, beta=None, prob=None, b_
       offsets, alpha, prob: as grouped_gemm. beta: optional (E,) f32 scale of c.
       activation, glu_layout, limit, act_alpha, linear_offset: as in the forward.
       compute_dprob / compute_dbias / compute_amax: also return dprob (M,) f32, dbias (E, 2I)
-        (dbias_dtype f32/bf16), amax (2,) f32.
+        (dbias_dtype f32/bf16; None means f32, as in the torch ops), amax (2,) f32.
       dc_dtype: bf16/f16/f32 (default c.dtype). zero_tail: zero dC and dprob rows >= offsets[-1].
     Returns:
       GroupedBackward(dc, dprob, dbias, amax) with None for what was not requested.

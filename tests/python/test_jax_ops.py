@@ -100,6 +100,10 @@ def test_grouped_gemm_dglu_matches_autodiff_of_forward():
     dbias_ref = np.stack([dc_ref[owner == g].sum(0) for g in range(E)])
     assert_close(out.dbias, dbias_ref, "dbias")
     assert_close(out.amax, [np.abs(dc_ref[:, :i]).max(), np.abs(dc_ref[:, i:]).max()], "amax")
+    # dbias_dtype=None is the f32 default, as in the torch op
+    again = mj.grouped_gemm_dglu(dy, w, c, off, prob=prob, compute_dbias=True, dbias_dtype=None)
+    assert again.dbias.dtype == jnp.float32
+    assert_close(again.dbias, dbias_ref, "dbias (dbias_dtype=None)")
 
 
 @on_device_for("grouped_gemm_dsrelu")
