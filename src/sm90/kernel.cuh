@@ -85,22 +85,30 @@ constexpr int staging_cols() {
   else return 0;
 }
 
-template <class Shape, class Scheduler, class Epilogue>
-struct SharedLayout {
+/// Shared memory of a persistent kernel: the stage ring (A, then B), a staging area and a scratch area per
+/// consumer warpgroup, kBarriers mbarriers, the scheduler's table.
+template <class Shape, class Scheduler, int kStagingBytes_, int kScratchBytes_, int kBarriers>
+struct SmemLayout {
   static constexpr int kAOffset = 0;
   static constexpr int kBOffset = kAOffset + Shape::kStages * Shape::kABytes;
   static constexpr int kStagingOffset = kBOffset + Shape::kStages * Shape::kBBytes;
-  static constexpr int kStagingBytes =
-      Staging<std::max({Shape::kBN, saved_tile_cols<Epilogue>(), staging_cols<Epilogue>()})>::kBytes;
-  static constexpr int kScratchBytes = epilogue_scratch_bytes<Epilogue>();
+  static constexpr int kStagingBytes = kStagingBytes_;
+  static constexpr int kScratchBytes = kScratchBytes_;
   static constexpr int kScratchOffset = kStagingOffset + 2 * kStagingBytes;
   static constexpr int kBarrierOffset = kScratchOffset + 2 * kScratchBytes;
-  // full/empty per stage, then the saved tile's full/empty pair
-  static constexpr int kSchedulerOffset = kBarrierOffset + (2 * Shape::kStages + 2) * 8;
+  static constexpr int kSchedulerOffset = kBarrierOffset + kBarriers * 8;
   static constexpr int kBytes = kSchedulerOffset + static_cast<int>(sizeof(typename Scheduler::Storage));
   static constexpr int kAllocBytes = kBytes + 1024;  // room to align the dynamic base to 1024 B
   static_assert(kAllocBytes <= 232448, "shared memory budget of an sm_90 CTA");
 };
+
+/// The cooperative kernel's: staging as wide as the tile, the saved tile or the epilogue asks; barriers
+/// full/empty per stage, then the saved tile's full/empty pair.
+template <class Shape, class Scheduler, class Epilogue>
+using SharedLayout =
+    SmemLayout<Shape, Scheduler,
+               Staging<std::max({Shape::kBN, saved_tile_cols<Epilogue>(), staging_cols<Epilogue>()})>::kBytes,
+               epilogue_scratch_bytes<Epilogue>(), 2 * Shape::kStages + 2>;
 
 /// Makes a per-expert tensor map (written by a prologue kernel) visible to this thread's TMA loads.
 __device__ __forceinline__ void acquire_map(const CUtensorMap* map) {

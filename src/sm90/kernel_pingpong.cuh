@@ -15,21 +15,11 @@
 
 namespace moegemm::sm90 {
 
+/// Staging for one 64-row slice of the saved tile per warpgroup; barriers full/empty per stage, then per
+/// consumer warpgroup: saved tile full, saved tile empty, turn.
 template <class Shape, class Scheduler, class Epilogue>
-struct PingPongLayout {
-  static constexpr int kAOffset = 0;
-  static constexpr int kBOffset = kAOffset + Shape::kStages * Shape::kABytes;
-  static constexpr int kStagingOffset = kBOffset + Shape::kStages * Shape::kBBytes;
-  static constexpr int kStagingBytes = Staging<saved_tile_cols<Epilogue>()>::kBytes;  // one 64-row slice
-  static constexpr int kScratchBytes = epilogue_scratch_bytes<Epilogue>();
-  static constexpr int kScratchOffset = kStagingOffset + 2 * kStagingBytes;
-  static constexpr int kBarrierOffset = kScratchOffset + 2 * kScratchBytes;
-  // full/empty per stage, then per consumer warpgroup: saved tile full, saved tile empty, turn
-  static constexpr int kSchedulerOffset = kBarrierOffset + (2 * Shape::kStages + 6) * 8;
-  static constexpr int kBytes = kSchedulerOffset + static_cast<int>(sizeof(typename Scheduler::Storage));
-  static constexpr int kAllocBytes = kBytes + 1024;  // room to align the dynamic base to 1024 B
-  static_assert(kAllocBytes <= 232448, "shared memory budget of an sm_90 CTA");
-};
+using PingPongLayout = SmemLayout<Shape, Scheduler, Staging<saved_tile_cols<Epilogue>()>::kBytes,
+                                  epilogue_scratch_bytes<Epilogue>(), 2 * Shape::kStages + 6>;
 
 template <class Shape, class Scheduler, class Epilogue>
 __global__ void __launch_bounds__(kKernelThreads, 1)
