@@ -23,8 +23,10 @@ int64_t parse_int(const std::string& flag, const std::string& text, int64_t min)
 
 using Handler = std::function<void(const std::string&)>;
 
-// Walks `args` as "--flag value" or "--flag=value" pairs and hands each value to its flag's handler.
+// Walks `args` as "--flag value" or "--flag=value" pairs and hands each value to its flag's handler. A flag
+// given twice is an error: which of its values counts would otherwise be a silent guess.
 void parse_flags(const std::vector<std::string>& args, const std::map<std::string, Handler>& handlers) {
+  std::map<std::string, int> seen;
   for (size_t i = 0; i < args.size(); ++i) {
     std::string flag = args[i], value;
     const bool inline_value = flag.find('=') != std::string::npos;
@@ -39,6 +41,7 @@ void parse_flags(const std::vector<std::string>& args, const std::map<std::strin
       if (i + 1 >= args.size()) throw UsageError(flag + ": missing value");
       value = args[++i];
     }
+    if (++seen[flag] > 1) throw UsageError(flag + ": given more than once");
     h->second(value);
   }
 }
@@ -52,8 +55,12 @@ void check_writable_path(const std::string& path) {
   if (fs::is_directory(path, ec)) throw UsageError("--json: '" + path + "' is a directory, not a file path");
   fs::path parent = fs::path(path).parent_path();
   if (parent.empty()) parent = ".";
-  if (!fs::is_directory(parent, ec))
-    throw UsageError("--json: cannot write '" + path + "': folder '" + parent.string() + "' does not exist");
+  if (!fs::is_directory(parent, ec)) {
+    const bool exists = fs::exists(parent, ec);
+    throw UsageError("--json: cannot write '" + path + "': " +
+                     (exists ? "'" + parent.string() + "' is not a folder"
+                             : "folder '" + parent.string() + "' does not exist"));
+  }
   if (::access(parent.c_str(), W_OK) != 0)
     throw UsageError("--json: cannot write '" + path + "': folder '" + parent.string() + "' is not writable");
   if (fs::exists(path, ec) && ::access(path.c_str(), W_OK) != 0)
@@ -95,6 +102,7 @@ RunOptions parse_run_options(const std::vector<std::string>& args) {
 
 GemmOptions parse_gemm_options(const std::vector<std::string>& args) {
   GemmOptions o;
+  bool routing_given = false;
   parse_flags(args, {
       {"--m", [&](const std::string& v) { o.m = parse_int("--m", v, 1); }},
       {"--n", [&](const std::string& v) { o.n = parse_int("--n", v, 1); }},
@@ -110,7 +118,11 @@ GemmOptions parse_gemm_options(const std::vector<std::string>& args) {
            start = comma + 1;
          }
        }},
-      {"--routing", [&](const std::string& v) { o.routing = parse_routing(v); }},
+      {"--routing",
+       [&](const std::string& v) {
+         o.routing = parse_routing(v);
+         routing_given = true;
+       }},
       {"--seed", [&](const std::string& v) { o.seed = static_cast<uint64_t>(parse_int("--seed", v, 0)); }},
       {"--layout",
        [&](const std::string& v) {
@@ -123,6 +135,8 @@ GemmOptions parse_gemm_options(const std::vector<std::string>& args) {
       {"--json", [&](const std::string& v) { if (v != "-") check_writable_path(v); o.json = v; }},
   });
   if (o.m == 0 || o.n == 0 || o.k == 0 || o.e == 0) throw UsageError("gemm: --m, --n, --k and --e are required");
+  if (!o.group_sizes.empty() && routing_given)
+    throw UsageError("--routing: not used with --group-sizes, which gives the sizes itself");
   if (!o.group_sizes.empty()) {
     if (static_cast<int64_t>(o.group_sizes.size()) != o.e)
       throw UsageError("--group-sizes: expected " + std::to_string(o.e) + " sizes (--e), got " +

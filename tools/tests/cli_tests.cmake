@@ -63,6 +63,12 @@ moegemm_cli_test(non_numeric_tokens COMMAND ${_expect_2} ${_cli} run --tokens ma
 moegemm_cli_test(json_is_directory COMMAND ${_expect_2} ${_cli} run --json ${_out} REGEX "is a directory")
 moegemm_cli_test(json_missing_folder COMMAND ${_expect_2} ${_cli} run --json /nonexistent/dir/x.json
                  REGEX "folder '/nonexistent/dir' does not exist")
+moegemm_cli_test(json_parent_is_a_file COMMAND ${_expect_2} ${_cli} run --json ${CMAKE_CURRENT_SOURCE_DIR}/main.cpp/x.json
+                 REGEX "main.cpp' is not a folder")
+moegemm_cli_test(repeated_flag COMMAND ${_expect_2} ${_cli} run --model qwen3-30b-a3b --model mixtral-8x7b
+                 REGEX "--model: given more than once")
+moegemm_cli_test(gemm_routing_with_group_sizes COMMAND ${_expect_2} ${_cli} gemm --m 64 --n 64 --k 64 --e 2
+                 --group-sizes 32,32 --routing zipf REGEX "--routing: not used with --group-sizes")
 moegemm_cli_test(gemm_unaligned_n COMMAND ${_expect_2} ${_cli} gemm --m 64 --n 33 --k 64 --e 2
                  REGEX "grouped_gemm: b: expected N \\* sizeof\\(bf16\\) a multiple of 16 bytes.*got N=33")
 moegemm_cli_test(gemm_too_many_experts COMMAND ${_expect_2} ${_cli} gemm --m 4096 --n 64 --k 64 --e 2000
