@@ -1,4 +1,5 @@
-// Host-side choice of the tile shape from the problem (no device data: offsets stay on the device).
+// Host-side choice of the tile shape and of the dGLU kernel from the problem (no device data: offsets stay
+// on the device).
 #pragma once
 
 #include <algorithm>
@@ -10,9 +11,15 @@ struct TileChoice {
   int block_n;  // 128 or 256 B columns per tile (the M tile is always 128 rows)
 };
 
+/// Tiles of 128 rows x bn columns of an m-grouped launch, estimated without the offsets (they stay on the
+/// device): (ceil(M / 128) + min(E, M) / 2) x ceil(N / bn), since each non-empty expert adds on average half
+/// a partial M tile (tiles never straddle experts).
+inline int64_t estimated_tiles(int64_t m, int64_t n, int64_t num_experts, int bn) {
+  return ((m + 127) / 128 + std::min<int64_t>(num_experts, m) / 2) * ((n + bn - 1) / bn);
+}
+
 /// Picks BN in {128, 256} by estimated time = waves x per-tile time:
-///  - tiles ~= (ceil(M / 128) + min(E, M) / 2) x n_tiles(BN): each non-empty expert adds on average half
-///    a partial M tile, since tiles never straddle experts;
+///  - tiles ~= estimated_tiles(BN);
 ///  - waves = ceil(tiles / SMs) over the persistent grid;
 ///  - per-tile time ~ BN / efficiency(BN); 128x256 tiles run the tensor cores about 12% more efficiently
 ///    than 128x128 ones (operand bytes per FLOP: 1/128 + 1/256 against 2/128).
@@ -20,15 +27,26 @@ struct TileChoice {
 /// `n` counts B (pre-activation) columns: a GLU tile covers BN of them too.
 inline TileChoice choose_tile(int64_t m, int64_t n, int64_t num_experts, int sms) {
   auto estimate = [&](int bn, double efficiency) {
-    const int64_t m_tiles = (m + 127) / 128 + std::min<int64_t>(num_experts, m) / 2;
-    const int64_t n_tiles = (n + bn - 1) / bn;
-    const int64_t tiles = m_tiles * n_tiles;
+    const int64_t tiles = estimated_tiles(m, n, num_experts, bn);
     const int64_t waves = (tiles + sms - 1) / std::max(sms, 1);
     return static_cast<double>(waves) * bn / efficiency;
   };
   const double t256 = estimate(256, 1.0);
   const double t128 = estimate(128, 0.89);
   return TileChoice{t256 <= t128 ? 256 : 128};
+}
+
+/// Largest K (the dgrad's contraction, the hidden size) for which the dGLU runs its ping-pong kernel.
+inline constexpr int64_t kPingPongMaxK = 3072;
+
+/// Whether a dGLU with a saved pre-activation tile pays for the ping-pong kernel (one warpgroup's epilogue
+/// under the other's mainloop, 128 x 128 tiles): with at least two such tiles per SM, so that each consumer
+/// warpgroup of the grid has its own, and K <= kPingPongMaxK. Past that the mainloop outweighs the epilogue
+/// and the cooperative 128 x 256 tile's fewer operand bytes per FLOP win. H200, dGLU us, cooperative ->
+/// ping-pong: qwen3-30b-a3b (K = 2048) 485 -> 444, gpt-oss-120b (K = 2880) 1314 -> 1253, mixtral-8x7b
+/// (K = 4096) 2942 -> 3136, deepseek-v3 (K = 7168) 3612 -> 3830.
+inline bool dglu_pingpong_pays(int64_t m, int64_t n, int64_t k, int64_t num_experts, int sms) {
+  return k <= kPingPongMaxK && estimated_tiles(m, n, num_experts, 128) >= 2 * static_cast<int64_t>(sms);
 }
 
 }  // namespace moegemm::sm90

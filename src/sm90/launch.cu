@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "sm90/expert_maps.cuh"
@@ -63,12 +64,14 @@ int block_n_override() {
 }
 
 /// MOEGEMM_DGLU_SCHEDULE=pingpong or cooperative replaces the launcher's choice of the dGLU kernel with a
-/// saved tile (for measuring and testing both); "" when unset or anything else.
-std::string dglu_schedule_override() {
-  static const std::string value = [] {
+/// saved tile (for measuring and testing both); nullopt when unset or anything else.
+std::optional<Schedule> dglu_schedule_override() {
+  static const std::optional<Schedule> value = []() -> std::optional<Schedule> {
     const char* env = std::getenv("MOEGEMM_DGLU_SCHEDULE");
     const std::string v = env ? env : "";
-    return v == "pingpong" || v == "cooperative" ? v : std::string();
+    if (v == "pingpong") return Schedule::pingpong;
+    if (v == "cooperative") return Schedule::cooperative;
+    return std::nullopt;
   }();
   return value;
 }
@@ -82,6 +85,15 @@ int max_ctas_override() {
     return v > 0 ? v : 0;
   }();
   return value;
+}
+
+/// The dGLU's kernel: ping-pong where dglu_pingpong_pays (heuristic.hpp) or the override says so, which
+/// needs a saved tile; cooperative for every other launch.
+Schedule dglu_schedule(const ForwardProblem& f, bool saved_tile, int sms) {
+  if (!saved_tile) return Schedule::cooperative;
+  if (const std::optional<Schedule> forced = dglu_schedule_override()) return *forced;
+  return !block_n_override() && dglu_pingpong_pays(f.m, f.n, f.k, f.num_experts, sms) ? Schedule::pingpong
+                                                                                       : Schedule::cooperative;
 }
 
 /// The persistent grid: one CTA per SM at most, never more CTAs than `ctas_with_work`.
@@ -227,22 +239,10 @@ void launch_forward(const ForwardProblem& f, cudaStream_t stream) {
   // rows), and the epilogue writes dC over them in shared memory; otherwise it reads preact from global.
   p.saved_tile = f.epilogue == EpilogueKind::dglu && p.preact.type != OutType::f32 && p.d.type != OutType::f32 &&
                  p.preact.ld % 8 == 0 && reinterpret_cast<uintptr_t>(p.preact.ptr) % 16 == 0;
-  // dGLU without a saved tile runs 128 dH columns per tile; with one, the width the heuristic picks (a
-  // 256-column tile takes two 128-column passes through the staging area).
-  // Ping-pong dGLU (one warpgroup's epilogue under the other's mainloop, 128 x 128 tiles; docs/kernels.md):
-  // with a saved tile, enough tiles for each consumer warpgroup of the grid to have its own, and K <=
-  // kPingPongMaxK. Past that the mainloop outweighs the epilogue, and the 128 x 256 tile's fewer operand
-  // bytes per FLOP win (H200: qwen3-30b-a3b, K = 2048, 485 -> 444 us; gpt-oss-120b, K = 2880,
-  // 1314 -> 1253 us; mixtral-8x7b, K = 4096, 2942 -> 3136 us; deepseek-v3, K = 7168, 3612 -> 3830 us).
-  constexpr int64_t kPingPongMaxK = 3072;
-  const std::string forced_schedule = dglu_schedule_override();
-  const int64_t tiles_128 = ((f.m + 127) / 128 + std::min<int64_t>(f.num_experts, f.m) / 2) * ((f.n + 127) / 128);
-  const bool pingpong_pays = !block_n_override() && f.k <= kPingPongMaxK && tiles_128 >= 2 * static_cast<int64_t>(sms);
-  const Schedule schedule =
-      p.saved_tile && (forced_schedule == "pingpong" || (forced_schedule.empty() && pingpong_pays))
-          ? Schedule::pingpong
-          : Schedule::cooperative;
-  const bool fixed_128 = f.epilogue == EpilogueKind::dglu && (!p.saved_tile || schedule == Schedule::pingpong);
+  // dGLU: 128 dH columns per tile without a saved tile or on the ping-pong kernel; else the width the
+  // heuristic picks (a 256-column tile takes two 128-column passes through the staging area).
+  const Schedule schedule = dglu_schedule(f, p.saved_tile, sms);
+  const bool fixed_128 = schedule == Schedule::pingpong || (f.epilogue == EpilogueKind::dglu && !p.saved_tile);
   const int block_n = fixed_128            ? 128
                       : block_n_override() ? block_n_override()
                                            : choose_tile(f.m, f.n, f.num_experts, sms).block_n;

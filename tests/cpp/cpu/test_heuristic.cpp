@@ -1,0 +1,32 @@
+// The launcher's host-side choices (src/sm90/heuristic.hpp) on the workloads they were measured on (H200,
+// 132 SMs): the dGLU takes its ping-pong kernel up to K = 3072 when each consumer warpgroup of the grid gets
+// a 128 x 128 tile of its own, the cooperative one otherwise.
+#include <gtest/gtest.h>
+
+#include "sm90/heuristic.hpp"
+
+namespace moegemm::sm90 {
+namespace {
+
+constexpr int kSms = 132;
+
+TEST(Heuristic, EstimatedTilesAddHalfAPartialTilePerExpert) {
+  EXPECT_EQ(estimated_tiles(65536, 768, 128, 128), (512 + 64) * 6);
+  EXPECT_EQ(estimated_tiles(420, 256, 4, 128), (4 + 2) * 2);
+  EXPECT_EQ(estimated_tiles(3, 8, 8, 256), (1 + 1) * 1);  // more experts than rows: min(E, M) / 2
+}
+
+TEST(Heuristic, DgluPingPongUpToKOf3072WithTwoTilesPerSm) {
+  // dGLU M x I x H (K = H), E: qwen3-30b-a3b and gpt-oss-120b take it, mixtral-8x7b and deepseek-v3 not.
+  EXPECT_TRUE(dglu_pingpong_pays(65536, 768, 2048, 128, kSms));
+  EXPECT_TRUE(dglu_pingpong_pays(32768, 2880, 2880, 128, kSms));
+  EXPECT_FALSE(dglu_pingpong_pays(16384, 14336, 4096, 8, kSms));
+  EXPECT_FALSE(dglu_pingpong_pays(65536, 2048, 7168, 256, kSms));
+  // The boundary of K, and a problem too small to give each warpgroup of the grid a tile.
+  EXPECT_TRUE(dglu_pingpong_pays(65536, 768, kPingPongMaxK, 128, kSms));
+  EXPECT_FALSE(dglu_pingpong_pays(65536, 768, kPingPongMaxK + 8, 128, kSms));
+  EXPECT_FALSE(dglu_pingpong_pays(420, 256, 64, 4, kSms));
+}
+
+}  // namespace
+}  // namespace moegemm::sm90
