@@ -110,6 +110,16 @@ using SharedLayout =
                Staging<std::max({Shape::kBN, saved_tile_cols<Epilogue>(), staging_cols<Epilogue>()})>::kBytes,
                epilogue_scratch_bytes<Epilogue>(), 2 * Shape::kStages + 2>;
 
+/// Prefetches the tensor maps a launch loads and stores through: A's when it is the one map of A (the
+/// k-grouped kernel has per-expert maps), B's unless per expert, D's and C's (C, or a saved tile loaded
+/// through it) when used.
+__device__ __forceinline__ void prefetch_maps(const KernelParams& p, bool a_map, bool d_map, bool c_map) {
+  if (a_map) asm volatile("prefetch.tensormap [%0];" ::"l"(&p.tma_a) : "memory");
+  if (!p.b_maps) asm volatile("prefetch.tensormap [%0];" ::"l"(&p.tma_b) : "memory");
+  if (d_map) asm volatile("prefetch.tensormap [%0];" ::"l"(&p.tma_d) : "memory");
+  if (c_map) asm volatile("prefetch.tensormap [%0];" ::"l"(&p.tma_c) : "memory");
+}
+
 /// Makes a per-expert tensor map (written by a prologue kernel) visible to this thread's TMA loads.
 __device__ __forceinline__ void acquire_map(const CUtensorMap* map) {
   cuda::ptx::fence_proxy_tensormap_generic(cuda::ptx::sem_acquire, cuda::ptx::scope_gpu, map,
@@ -164,9 +174,10 @@ __global__ void __launch_bounds__(kKernelThreads, 1) grouped_gemm_kernel(const _
   extern __shared__ uint8_t smem_raw[];
   // Aligned by pointer arithmetic on the shared array (not through an integer), so that the compiler still
   // knows every pointer derived from it is shared and emits LDS/STS rather than generic loads and stores.
+  // In the kernel body: through an inline function taking the array as a pointer, the kernels compile to
+  // different (longer) SASS.
   const uint32_t misalign = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) & 1023u;
   uint8_t* smem = smem_raw + ((1024u - misalign) & 1023u);
-
   Mainloop<Shape> mainloop{smem + Layout::kAOffset, smem + Layout::kBOffset,
                            reinterpret_cast<uint64_t*>(smem + Layout::kBarrierOffset),
                            reinterpret_cast<uint64_t*>(smem + Layout::kBarrierOffset) + Shape::kStages};
@@ -175,17 +186,11 @@ __global__ void __launch_bounds__(kKernelThreads, 1) grouped_gemm_kernel(const _
   uint64_t* saved_full = reinterpret_cast<uint64_t*>(smem + Layout::kBarrierOffset) + 2 * Shape::kStages;
   uint64_t* saved_empty = saved_full + 1;
   if (threadIdx.x == 0) {
-    for (int s = 0; s < Shape::kStages; ++s) {
-      cuda::ptx::mbarrier_init(&mainloop.full[s], 1);   // the producer's arrive.expect_tx
-      cuda::ptx::mbarrier_init(&mainloop.empty[s], 2);  // one arrival per consumer warpgroup
-    }
+    mainloop.init_barriers(2);  // both consumer warpgroups read every stage
     cuda::ptx::mbarrier_init(saved_full, 1);
     cuda::ptx::mbarrier_init(saved_empty, 2);
     cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
-    if (Scheduler::kUniformK) asm volatile("prefetch.tensormap [%0];" ::"l"(&p.tma_a) : "memory");
-    if (!p.b_maps) asm volatile("prefetch.tensormap [%0];" ::"l"(&p.tma_b) : "memory");
-    if (p.d.ptr) asm volatile("prefetch.tensormap [%0];" ::"l"(&p.tma_d) : "memory");
-    if (p.c.ptr) asm volatile("prefetch.tensormap [%0];" ::"l"(&p.tma_c) : "memory");
+    prefetch_maps(p, Scheduler::kUniformK, p.d.ptr != nullptr, p.c.ptr != nullptr);
   }
   // Builds the tile table; its __syncthreads also publishes the barrier initialisation.
   const Scheduler sched(*reinterpret_cast<typename Scheduler::Storage*>(smem + Layout::kSchedulerOffset), p);

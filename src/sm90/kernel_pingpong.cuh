@@ -29,29 +29,22 @@ __global__ void __launch_bounds__(kKernelThreads, 1)
   static_assert(Scheduler::kUniformK && !half_tiles_allowed<Epilogue>(), "whole tiles over all k-blocks");
   static_assert(saved_passes<Epilogue, kBN>() == 1, "one saved-tile pass per 64-row slice");
   extern __shared__ uint8_t smem_raw[];
-  const uint32_t misalign = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) & 1023u;
+  const uint32_t misalign = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) & 1023u;  // kernel.cuh
   uint8_t* smem = smem_raw + ((1024u - misalign) & 1023u);
-
   uint64_t* barriers = reinterpret_cast<uint64_t*>(smem + Layout::kBarrierOffset);
   Mainloop<Shape> mainloop{smem + Layout::kAOffset, smem + Layout::kBOffset, barriers, barriers + Shape::kStages};
   uint64_t* saved_full = barriers + 2 * Shape::kStages;  // [consumer warpgroup]
   uint64_t* saved_empty = saved_full + 2;
   uint64_t* turn = saved_empty + 2;  // turn[c] completes when warpgroup c may start its next mainloop
   if (threadIdx.x == 0) {
-    for (int s = 0; s < Shape::kStages; ++s) {
-      cuda::ptx::mbarrier_init(&mainloop.full[s], 1);   // the producer's arrive.expect_tx
-      cuda::ptx::mbarrier_init(&mainloop.empty[s], 1);  // the one warpgroup that consumed the stage
-    }
+    mainloop.init_barriers(1);  // only the warpgroup that consumed a stage releases it
     for (int c = 0; c < 2; ++c) {
       cuda::ptx::mbarrier_init(&saved_full[c], 1);
       cuda::ptx::mbarrier_init(&saved_empty[c], 1);
       cuda::ptx::mbarrier_init(&turn[c], 128);  // every thread of the other warpgroup, after its mainloop
     }
     cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
-    asm volatile("prefetch.tensormap [%0];" ::"l"(&p.tma_a) : "memory");
-    if (!p.b_maps) asm volatile("prefetch.tensormap [%0];" ::"l"(&p.tma_b) : "memory");
-    asm volatile("prefetch.tensormap [%0];" ::"l"(&p.tma_d) : "memory");
-    asm volatile("prefetch.tensormap [%0];" ::"l"(&p.tma_c) : "memory");
+    prefetch_maps(p, true, true, true);  // dGLU always stores D; tma_c is the saved tile's map
   }
   // Builds the tile table; its __syncthreads also publishes the barrier initialisation.
   const Scheduler sched(*reinterpret_cast<typename Scheduler::Storage*>(smem + Layout::kSchedulerOffset), p);

@@ -76,6 +76,15 @@ struct Mainloop {
   uint64_t* full;
   uint64_t* empty;
 
+  /// One thread initialises the ring's barriers: full takes the producer's arrive.expect_tx, empty one
+  /// arrival from each of `consumers` warpgroups that read the stage.
+  __device__ void init_barriers(uint32_t consumers) const {
+    for (int s = 0; s < Shape::kStages; ++s) {
+      cuda::ptx::mbarrier_init(&full[s], 1);
+      cuda::ptx::mbarrier_init(&empty[s], consumers);
+    }
+  }
+
   /// Producer: loads k-blocks [kb_begin, kb_end) of one tile. K coordinates start at 0 in every map:
   /// ragged-K operands use per-expert maps whose K extent ends at the expert's last row, so TMA zero-fills
   /// past it.
