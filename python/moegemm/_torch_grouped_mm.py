@@ -52,9 +52,9 @@ class _RaggedRowsMM(torch.autograd.Function):
         return da, db, None, dbias, None, None
 
 
-def _check_no_groups(a, b, offs, k_a, k_b, where):
+def _check_no_groups(a, b, k_a, k_b, where, offs=None):
     """What the ops would check of a call with no groups, which runs none of them."""
-    if offs.dtype != torch.int32 or offs.shape != (0,):
+    if offs is not None and (offs.dtype != torch.int32 or offs.shape != (0,)):
         raise ValueError(f"{_OP}: offs: expected an int32 tensor of shape (0,) for 0 groups, got {offs.dtype} of "
                          f"shape {tuple(offs.shape)}")
     if b.dtype != a.dtype:
@@ -86,7 +86,7 @@ class _NoGroupsMM(torch.autograd.Function):
 
 def _rows_mm(a, b, offs, bias, out_dtype, zero_tail):
     if b.shape[0] == 0:
-        _check_no_groups(a, b, offs, a.shape[1], b.shape[1], "b.shape[1]")
+        _check_no_groups(a, b, a.shape[1], b.shape[1], "b.shape[1]", offs)
         return _NoGroupsMM.apply(a, b, bias, out_dtype, zero_tail)
     needs_grad = torch.is_grad_enabled() and (
         a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad))
@@ -109,7 +109,7 @@ def _ragged_k_mm(a, b, offs, out_dtype):
             f"a.stride(0) == 1 (pass x.t() for x of shape (T, H)); got shape {tuple(a.shape)} with strides "
             f"{tuple(a.stride())}")
     if offs.dim() == 1 and offs.shape[0] == 0:  # no groups, no output (as torch._grouped_mm)
-        _check_no_groups(a, b, offs, a.shape[1], b.shape[0], "b.shape[0]")
+        _check_no_groups(a, b, a.shape[1], b.shape[0], "b.shape[0]", offs)
         return a.new_empty((0, a.shape[0], b.shape[1]), dtype=out_dtype or a.dtype)
     return torch.ops.moegemm.grouped_gemm_wgrad(a.t(), b, offs, out_dtype=out_dtype or a.dtype)
 
@@ -173,7 +173,7 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
             raise ValueError(f"{_OP}: a: expected a 3-D tensor viewable as (E*M, K), got strides "
                              f"{tuple(a.stride())}") from None
         if e == 0:  # no groups, no output (as torch._grouped_mm)
-            _check_no_groups(a, b, a.new_empty((0,), dtype=torch.int32), k, b.shape[1], "b.shape[1]")
+            _check_no_groups(a, b, k, b.shape[1], "b.shape[1]")
             return a.new_empty((0, m, b.shape[2]), dtype=out_dtype or a.dtype)
         ends = torch.arange(1, e + 1, device=a.device, dtype=torch.int32) * m
         out = _rows_mm(rows, b, ends, bias, out_dtype, zero_tail)

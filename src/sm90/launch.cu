@@ -98,9 +98,9 @@ Schedule dglu_schedule(const ForwardProblem& f, bool saved_tile, int sms) {
 
 /// The persistent grid: one CTA per SM at most, never more CTAs than `ctas_with_work`.
 int persistent_grid(int sms, int64_t ctas_with_work) {
-  int64_t grid = std::max<int64_t>(1, std::min<int64_t>(sms, ctas_with_work));
-  if (max_ctas_override()) grid = std::min<int64_t>(grid, max_ctas_override());
-  return static_cast<int>(grid);
+  const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(sms, ctas_with_work));
+  const int cap = max_ctas_override();
+  return static_cast<int>(cap ? std::min<int64_t>(grid, cap) : grid);
 }
 
 /// SM count of the current device. Also makes the device's primary context current on this thread: the
