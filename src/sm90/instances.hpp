@@ -10,8 +10,9 @@ namespace moegemm::sm90 {
 
 enum class EpilogueKind : uint8_t { linear, glu, srelu, dglu, dsrelu };
 
-/// How the two consumer warpgroups share the work: both on one tile (cooperative), or each on its own tiles,
-/// one's epilogue under the other's mainloop (pingpong: dGLU with a saved tile, 128 x 128 tiles).
+/// How the two consumer warpgroups share the work: both on one tile (cooperative), or each on its own
+/// 128 x 128 tiles, one's epilogue under the other's mainloop (pingpong: the dGLU with a saved tile, the
+/// linear epilogue, the weight gradient).
 enum class Schedule : uint8_t { cooperative, pingpong };
 
 /// m-grouped kernels (tiles over each expert's rows); block_n is 128 or 256 (dglu: 256 only with a saved tile).
@@ -24,5 +25,9 @@ void launch_dsrelu(const KernelParams& p, int block_n, BLayout layout, int grid,
 
 /// The k-grouped weight-gradient kernel (A and B MN-major, per-expert maps).
 void launch_wgrad_kernel(const KernelParams& p, int block_n, int grid, cudaStream_t stream);
+
+/// The ping-pong kernels (128 x 128 tiles) of the linear epilogue (m-grouped) and of the weight gradient.
+void launch_linear_pingpong(const KernelParams& p, BLayout layout, int grid, cudaStream_t stream);
+void launch_wgrad_pingpong(const KernelParams& p, int grid, cudaStream_t stream);
 
 }  // namespace moegemm::sm90

@@ -133,11 +133,12 @@ __device__ __forceinline__ void zero_registers(float (&acc)[kN]) {
   for (int i = 0; i < kN; ++i) acc[i] = 0.f;
 }
 
-/// What the producer loads for one tile: A's rows, B's columns (of a half tile where the epilogue takes
-/// them) and the tensor maps. Acquires a per-expert map the first time a run of that expert's tiles needs it.
-template <class Shape, class Scheduler, class Epilogue>
+/// What the producer loads for one tile: A's rows, B's columns (of a half tile where the kernel and the
+/// epilogue take them: kHalfTiles) and the tensor maps. Acquires a per-expert map the first time a run of
+/// that expert's tiles needs it.
+template <class Shape, class Scheduler, class Epilogue, bool kHalfTiles = half_tiles_allowed<Epilogue>()>
 __device__ __forceinline__ LoadPlan load_plan(const KernelParams& p, const WorkTile& tile, int& acquired_expert) {
-  const bool half = half_tiles_allowed<Epilogue>() && p.half_tiles && tile.row_end - tile.row0 <= 64;
+  const bool half = kHalfTiles && p.half_tiles && tile.row_end - tile.row0 <= 64;
   const ColumnMap cols = Epilogue::b_columns(p, tile.n_tile, Shape::kBN, half);
   LoadPlan plan;
 #pragma unroll

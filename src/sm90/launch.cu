@@ -63,16 +63,29 @@ int block_n_override() {
   return value;
 }
 
-/// MOEGEMM_DGLU_SCHEDULE=pingpong or cooperative replaces the launcher's choice of the dGLU kernel with a
-/// saved tile (for measuring and testing both); nullopt when unset or anything else.
+/// The schedule environment variable `variable` names (pingpong or cooperative); nullopt when unset or
+/// anything else.
+std::optional<Schedule> parse_schedule(const char* variable) {
+  const char* env = std::getenv(variable);
+  const std::string v = env ? env : "";
+  if (v == "pingpong") return Schedule::pingpong;
+  if (v == "cooperative") return Schedule::cooperative;
+  return std::nullopt;
+}
+
+/// MOEGEMM_DGLU_SCHEDULE, MOEGEMM_LINEAR_SCHEDULE and MOEGEMM_WGRAD_SCHEDULE replace the launcher's choice of
+/// kernel for the dGLU with a saved tile, the linear epilogue and the weight gradient (for measuring and
+/// testing both kernels of each); read once.
 std::optional<Schedule> dglu_schedule_override() {
-  static const std::optional<Schedule> value = []() -> std::optional<Schedule> {
-    const char* env = std::getenv("MOEGEMM_DGLU_SCHEDULE");
-    const std::string v = env ? env : "";
-    if (v == "pingpong") return Schedule::pingpong;
-    if (v == "cooperative") return Schedule::cooperative;
-    return std::nullopt;
-  }();
+  static const std::optional<Schedule> value = parse_schedule("MOEGEMM_DGLU_SCHEDULE");
+  return value;
+}
+std::optional<Schedule> linear_schedule_override() {
+  static const std::optional<Schedule> value = parse_schedule("MOEGEMM_LINEAR_SCHEDULE");
+  return value;
+}
+std::optional<Schedule> wgrad_schedule_override() {
+  static const std::optional<Schedule> value = parse_schedule("MOEGEMM_WGRAD_SCHEDULE");
   return value;
 }
 
@@ -87,10 +100,12 @@ int max_ctas_override() {
   return value;
 }
 
-/// The dGLU's kernel: ping-pong where dglu_pingpong_pays (heuristic.hpp) or the override says so, which
-/// needs a saved tile; cooperative for every other launch.
-Schedule dglu_schedule(const ForwardProblem& f, bool saved_tile, int sms) {
-  if (!saved_tile) return Schedule::cooperative;
+/// An m-grouped launch's kernel: for the dGLU, ping-pong where dglu_pingpong_pays (heuristic.hpp) or the
+/// override says so, which needs a saved tile; for the linear epilogue, what its override says; cooperative
+/// for every other launch.
+Schedule m_grouped_schedule(const ForwardProblem& f, bool saved_tile, int sms) {
+  if (f.epilogue == EpilogueKind::linear) return linear_schedule_override().value_or(Schedule::cooperative);
+  if (f.epilogue != EpilogueKind::dglu || !saved_tile) return Schedule::cooperative;
   if (const std::optional<Schedule> forced = dglu_schedule_override()) return *forced;
   return !block_n_override() && dglu_pingpong_pays(f.m, f.n, f.k, f.num_experts, sms) ? Schedule::pingpong
                                                                                        : Schedule::cooperative;
@@ -175,7 +190,9 @@ std::size_t dbias_partial_bytes(const ForwardProblem& f) {
 void launch_m_grouped(EpilogueKind kind, const KernelParams& p, int block_n, Schedule schedule, BLayout layout,
                       int grid, cudaStream_t stream) {
   switch (kind) {
-    case EpilogueKind::linear: return launch_linear(p, block_n, layout, grid, stream);
+    case EpilogueKind::linear:
+      if (schedule == Schedule::pingpong) return launch_linear_pingpong(p, layout, grid, stream);
+      return launch_linear(p, block_n, layout, grid, stream);
     case EpilogueKind::glu: return launch_glu(p, block_n, layout, grid, stream);
     case EpilogueKind::srelu: return launch_srelu(p, block_n, layout, grid, stream);
     case EpilogueKind::dglu: return launch_dglu(p, block_n, schedule, layout, grid, stream);
@@ -239,9 +256,9 @@ void launch_forward(const ForwardProblem& f, cudaStream_t stream) {
   // rows), and the epilogue writes dC over them in shared memory; otherwise it reads preact from global.
   p.saved_tile = f.epilogue == EpilogueKind::dglu && p.preact.type != OutType::f32 && p.d.type != OutType::f32 &&
                  p.preact.ld % 8 == 0 && reinterpret_cast<uintptr_t>(p.preact.ptr) % 16 == 0;
-  // dGLU: 128 dH columns per tile without a saved tile or on the ping-pong kernel; else the width the
-  // heuristic picks (a 256-column tile takes two 128-column passes through the staging area).
-  const Schedule schedule = dglu_schedule(f, p.saved_tile, sms);
+  // 128 columns per tile on the ping-pong kernel and for a dGLU without a saved tile; else the width the
+  // heuristic picks (a 256-column dGLU tile takes two 128-column passes through the staging area).
+  const Schedule schedule = m_grouped_schedule(f, p.saved_tile, sms);
   const bool fixed_128 = schedule == Schedule::pingpong || (f.epilogue == EpilogueKind::dglu && !p.saved_tile);
   const int block_n = fixed_128            ? 128
                       : block_n_override() ? block_n_override()
@@ -335,10 +352,13 @@ void launch_wgrad(const WgradProblem& w, cudaStream_t stream) {
   // passes leave them unoverlapped (H200, f32 wgrad of deepseek-v3's 256-row experts: 6-11% faster; of
   // qwen3-30b-a3b's 512-row experts: 7% slower). Else the tile-count heuristic, over E experts x
   // ceil(m / 128) row tiles as if the experts' outputs were stacked.
+  // The ping-pong kernel (one warpgroup's epilogue under the other's mainloop) runs 128 x 128 tiles.
+  const Schedule schedule = wgrad_schedule_override().value_or(Schedule::cooperative);
   const bool short_f32 = p.d.type == OutType::f32 && t <= 384 * w.num_experts;
-  const int block_n = block_n_override() ? block_n_override()
-                      : short_f32        ? 128
-                                         : choose_tile(w.num_experts * ((m + 127) / 128) * 128, n, 1, sms).block_n;
+  const int block_n = schedule == Schedule::pingpong ? 128
+                      : block_n_override()           ? block_n_override()
+                      : short_f32                    ? 128
+                                                     : choose_tile(w.num_experts * ((m + 127) / 128) * 128, n, 1, sms).block_n;
   p.n_tiles = static_cast<int>((n + block_n - 1) / block_n);
 
   // Templates of the per-expert maps: A (T, m) and B (T, n) as {cols, rows, 1}; the device replaces the
@@ -361,7 +381,8 @@ void launch_wgrad(const WgradProblem& w, cudaStream_t stream) {
     p.tma_d = output_map(p.d, w.num_experts * m, n, "w");
   }
   const int64_t tiles = w.num_experts * ((m + 127) / 128) * p.n_tiles;
-  launch_wgrad_kernel(p, block_n, persistent_grid(sms, tiles), stream);
+  if (schedule == Schedule::pingpong) launch_wgrad_pingpong(p, persistent_grid(sms, (tiles + 1) / 2), stream);
+  else launch_wgrad_kernel(p, block_n, persistent_grid(sms, tiles), stream);
 }
 
 }  // namespace moegemm::sm90
