@@ -1,5 +1,5 @@
-// Host-side choice of the tile shape and of the dGLU kernel from the problem (no device data: offsets stay
-// on the device).
+// Host-side choice of the tile shape and of the ping-pong kernel (dGLU, weight gradient) from the problem
+// (no device data: offsets stay on the device).
 #pragma once
 
 #include <algorithm>
@@ -47,6 +47,22 @@ inline constexpr int64_t kPingPongMaxK = 3072;
 /// (K = 4096) 2942 -> 3136, deepseek-v3 (K = 7168) 3612 -> 3830.
 inline bool dglu_pingpong_pays(int64_t m, int64_t n, int64_t k, int64_t num_experts, int sms) {
   return k <= kPingPongMaxK && estimated_tiles(m, n, num_experts, 128) >= 2 * static_cast<int64_t>(sms);
+}
+
+/// Whether the weight gradient pays for the ping-pong kernel (128 x 128 tiles, one warpgroup's epilogue under
+/// the other's mainloop). A tile's mainloop runs its expert's rows, `rows` / E on average, and its epilogue
+/// writes 128 x 128 elements of `out_bytes` each, so the expert rows per output byte, rows / (E x out_bytes),
+/// set the epilogue's weight. From 128 to 255 (f32 weights of 512-row experts, bf16 of 256-row ones) the
+/// epilogue is long against the mainloop while the writes do not yet bound the op, and ping-pong hides it.
+/// Below, the writes bound the op whichever kernel runs; above, the mainloop outweighs the epilogue; in both
+/// the cooperative 128 x 256 tile, with fewer operand bytes per FLOP, wins. It also needs two tiles per SM.
+/// H200, f32 weight gradients of `moegemm run`, us, cooperative -> ping-pong: qwen3-30b-a3b (512-row experts)
+/// up 928-948 -> 847-848, down 479-488 -> 449; deepseek-v3 (256) up 11870-11920 -> 12396-12512; mixtral-8x7b
+/// (2048) up 5398 -> 6135-6203.
+inline bool wgrad_pingpong_pays(int64_t rows, int64_t num_experts, int out_bytes, int64_t m, int64_t n, int sms) {
+  const int64_t rows_per_byte = rows / std::max<int64_t>(1, num_experts * out_bytes);
+  const int64_t tiles = num_experts * ((m + 127) / 128) * ((n + 127) / 128);
+  return rows_per_byte >= 128 && rows_per_byte < 256 && tiles >= 2 * static_cast<int64_t>(sms);
 }
 
 }  // namespace moegemm::sm90
