@@ -50,19 +50,19 @@ inline bool dglu_pingpong_pays(int64_t m, int64_t n, int64_t k, int64_t num_expe
 }
 
 /// Whether the weight gradient pays for the ping-pong kernel (128 x 128 tiles, one warpgroup's epilogue under
-/// the other's mainloop). A tile's mainloop runs its expert's rows, `rows` / E on average, and its epilogue
-/// writes 128 x 128 elements of `out_bytes` each, so the expert rows per output byte, rows / (E x out_bytes),
-/// set the epilogue's weight. From 128 to 255 (f32 weights of 512-row experts, bf16 of 256-row ones) the
-/// epilogue is long against the mainloop while the writes do not yet bound the op, and ping-pong hides it.
-/// Below, the writes bound the op whichever kernel runs; above, the mainloop outweighs the epilogue; in both
-/// the cooperative 128 x 256 tile, with fewer operand bytes per FLOP, wins. It also needs two tiles per SM.
-/// H200, f32 weight gradients of `moegemm run`, us, cooperative -> ping-pong: qwen3-30b-a3b (512-row experts)
-/// up 928-948 -> 847-848, down 479-488 -> 449; deepseek-v3 (256) up 11870-11920 -> 12396-12512; mixtral-8x7b
-/// (2048) up 5398 -> 6135-6203.
+/// the other's mainloop): for f32 weights whose experts average 512-1023 rows, with two tiles per SM. A tile's
+/// mainloop runs its expert's rows and its epilogue writes 64 KiB of f32, so there the epilogue is long
+/// against the mainloop while the writes do not yet bound the op, and ping-pong hides it. With shorter experts
+/// the f32 writes bound the op whichever kernel runs, with longer ones the mainloop outweighs the epilogue,
+/// and with bf16 weights the epilogue is half as long: the cooperative 128 x 256 tile, with fewer operand
+/// bytes per FLOP, wins or ties. H200 (docs/benchmarks.md), cooperative -> ping-pong: f32, `moegemm run`, us:
+/// qwen3-30b-a3b (512-row experts) up 928-948 -> 847-848, down 479-488 -> 449; deepseek-v3 (256) up
+/// 11870-11920 -> 12396-12512; mixtral-8x7b (2048) up 5398 -> 6135-6203. bf16, TFLOP/s: qwen3-up 550 / 489
+/// -> 500 / 456, dsv3-up 430 / 399 -> 385 / 358, gptoss-down 420 / 395 -> 403 / 363.
 inline bool wgrad_pingpong_pays(int64_t rows, int64_t num_experts, int out_bytes, int64_t m, int64_t n, int sms) {
-  const int64_t rows_per_byte = rows / std::max<int64_t>(1, num_experts * out_bytes);
+  const int64_t expert_rows = rows / std::max<int64_t>(1, num_experts);
   const int64_t tiles = num_experts * ((m + 127) / 128) * ((n + 127) / 128);
-  return rows_per_byte >= 128 && rows_per_byte < 256 && tiles >= 2 * static_cast<int64_t>(sms);
+  return out_bytes == 4 && expert_rows >= 512 && expert_rows < 1024 && tiles >= 2 * static_cast<int64_t>(sms);
 }
 
 }  // namespace moegemm::sm90

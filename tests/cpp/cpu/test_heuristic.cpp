@@ -1,7 +1,7 @@
 // The launcher's host-side choices (src/sm90/heuristic.hpp) on the workloads they were measured on (H200,
 // 132 SMs): the dGLU takes its ping-pong kernel up to K = 3072 when each consumer warpgroup of the grid gets
-// a 128 x 128 tile of its own, the cooperative one otherwise; the weight gradient takes it at 128-255 expert
-// rows per output byte.
+// a 128 x 128 tile of its own, the cooperative one otherwise; the weight gradient takes it for f32 weights of
+// experts averaging 512-1023 rows.
 #include <gtest/gtest.h>
 
 #include "sm90/heuristic.hpp"
@@ -29,18 +29,19 @@ TEST(Heuristic, DgluPingPongUpToKOf3072WithTwoTilesPerSm) {
   EXPECT_FALSE(dglu_pingpong_pays(420, 256, 64, 4, kSms));
 }
 
-TEST(Heuristic, WgradPingPongAtOneToTwoHundredFiftySixRowsPerOutputByte) {
+TEST(Heuristic, WgradPingPongForF32WeightsOfMidLengthExperts) {
   // T rows, E experts, output bytes, m x n per expert (the weight's shape).
-  EXPECT_TRUE(wgrad_pingpong_pays(65536, 128, 4, 1536, 2048, kSms));   // qwen3-30b-a3b up, f32: 128
-  EXPECT_TRUE(wgrad_pingpong_pays(65536, 256, 2, 4096, 7168, kSms));   // deepseek-v3 up, bf16: 128
-  EXPECT_TRUE(wgrad_pingpong_pays(32768, 128, 2, 2880, 5760, kSms));   // gpt-oss-120b up, bf16: 128
-  EXPECT_FALSE(wgrad_pingpong_pays(65536, 256, 4, 4096, 7168, kSms));  // deepseek-v3 up, f32: 64
-  EXPECT_FALSE(wgrad_pingpong_pays(65536, 128, 2, 1536, 2048, kSms));  // qwen3-30b-a3b up, bf16: 256
-  EXPECT_FALSE(wgrad_pingpong_pays(16384, 8, 4, 28672, 4096, kSms));   // mixtral-8x7b up, f32: 512
-  // Rows that do not divide evenly, and too few tiles to give each warpgroup of the grid one.
-  EXPECT_TRUE(wgrad_pingpong_pays(65536 + 511, 128, 4, 1536, 2048, kSms));
-  EXPECT_FALSE(wgrad_pingpong_pays(1024, 8, 1, 128, 128, kSms));
-  EXPECT_FALSE(wgrad_pingpong_pays(0, 0, 2, 128, 128, kSms));
+  EXPECT_TRUE(wgrad_pingpong_pays(65536, 128, 4, 1536, 2048, kSms));   // qwen3-30b-a3b up, f32: 512 rows
+  EXPECT_TRUE(wgrad_pingpong_pays(65536, 128, 4, 2048, 768, kSms));    // qwen3-30b-a3b down, f32
+  EXPECT_FALSE(wgrad_pingpong_pays(65536, 128, 2, 1536, 2048, kSms));  // the same in bf16
+  EXPECT_FALSE(wgrad_pingpong_pays(65536, 256, 4, 4096, 7168, kSms));  // deepseek-v3 up, f32: 256 rows
+  EXPECT_FALSE(wgrad_pingpong_pays(16384, 8, 4, 28672, 4096, kSms));   // mixtral-8x7b up, f32: 2048 rows
+  // The bounds of the expert rows, and too few tiles to give each warpgroup of the grid one.
+  EXPECT_TRUE(wgrad_pingpong_pays(1023 * 128, 128, 4, 1536, 2048, kSms));
+  EXPECT_FALSE(wgrad_pingpong_pays(1024 * 128, 128, 4, 1536, 2048, kSms));
+  EXPECT_FALSE(wgrad_pingpong_pays(511 * 128, 128, 4, 1536, 2048, kSms));
+  EXPECT_FALSE(wgrad_pingpong_pays(4096, 8, 4, 128, 128, kSms));
+  EXPECT_FALSE(wgrad_pingpong_pays(0, 0, 4, 128, 128, kSms));
 }
 
 }  // namespace
