@@ -52,10 +52,11 @@ inline bool dglu_pingpong_pays(int64_t m, int64_t n, int64_t k, int64_t num_expe
 /// Whether the weight gradient pays for the ping-pong kernel (128 x 128 tiles, one warpgroup's epilogue under
 /// the other's mainloop): for f32 weights whose experts average 512-1023 rows, with two tiles per SM. A tile's
 /// mainloop runs its expert's rows and its epilogue writes 64 KiB of f32, so there the epilogue is long
-/// against the mainloop while the writes do not yet bound the op, and ping-pong hides it. With shorter experts
-/// the f32 writes bound the op whichever kernel runs, with longer ones the mainloop outweighs the epilogue,
-/// and with bf16 weights the epilogue is half as long: the cooperative 128 x 256 tile, with fewer operand
-/// bytes per FLOP, wins or ties. H200 (docs/benchmarks.md), cooperative -> ping-pong: f32, `moegemm run`, us:
+/// against the mainloop while the writes do not yet bound the op, and ping-pong hides it. Elsewhere the
+/// cooperative 128 x 256 tile, with fewer operand bytes per FLOP, mostly wins: with shorter experts the f32
+/// writes bound the op whichever kernel runs, with longer ones the mainloop outweighs the epilogue, and bf16
+/// weights halve the epilogue (ping-pong slower on 19 of 24 rows of the bf16 wgrad suite; the gain at 1024
+/// rows was 1-2%). H200 (docs/benchmarks.md), cooperative -> ping-pong: f32, `moegemm run`, us:
 /// qwen3-30b-a3b (512-row experts) up 928-948 -> 847-848, down 479-488 -> 449; deepseek-v3 (256) up
 /// 11870-11920 -> 12396-12512; mixtral-8x7b (2048) up 5398 -> 6135-6203. bf16, TFLOP/s: qwen3-up 550 / 489
 /// -> 500 / 456, dsv3-up 430 / 399 -> 385 / 358, gptoss-down 420 / 395 -> 403 / 363.
