@@ -60,6 +60,13 @@ for stage in "${stages[@]}"; do
         grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|FAILED  \]" "$REPORT/gpu_tests_$width.log" | tee -a "$REPORT/summary.txt"
       done
       unset MOEGEMM_BLOCK_N MOEGEMM_DGLU_SCHEDULE MOEGEMM_LINEAR_SCHEDULE MOEGEMM_WGRAD_SCHEDULE MOEGEMM_MAX_CTAS
+      if [ -z "${MOEGEMM_GTEST_FILTER:-}" ]; then
+        # The 2^31-element case on the linear ping-pong kernel, on the full grid.
+        note "GPU tests: the 2^31-element case on the linear ping-pong kernel"
+        MOEGEMM_LINEAR_SCHEDULE=pingpong "$BUILD"/tests/cpp/moegemm_gpu_tests --gtest_filter='ForwardGpu.C11*' \
+          > "$REPORT/gpu_tests_pingpong_c11.log" 2>&1 || status=1
+        grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED  \]" "$REPORT/gpu_tests_pingpong_c11.log" | tee -a "$REPORT/summary.txt"
+      fi
       ;;
     sanitize)
       note "compute-sanitizer"
