@@ -347,17 +347,17 @@ void launch_wgrad(const WgradProblem& w, cudaStream_t stream) {
   p.d.type = out_type(w.w_ptrs ? w.w_dtype : w.w.dtype);
   p.d.ld = n;
   const int sms = sm_count();
-  // f32 weights of short experts (<= 384 rows on average): 128 x 128 tiles whose f32 slice is staged in one
-  // pass, since with few k-blocks per tile the output writes bound the op and the 128 x 256 tile's two
-  // passes leave them unoverlapped (H200, f32 wgrad of deepseek-v3's 256-row experts: 6-11% faster; of
-  // qwen3-30b-a3b's 512-row experts: 7% slower). Else the tile-count heuristic, over E experts x
-  // ceil(m / 128) row tiles as if the experts' outputs were stacked.
   // The ping-pong kernel (one warpgroup's epilogue under the other's mainloop, 128 x 128 tiles) where
   // wgrad_pingpong_pays (heuristic.hpp) or the override says so.
   const int out_bytes = p.d.type == OutType::f32 ? 4 : 2;
   const Schedule schedule = wgrad_schedule_override().value_or(
       !block_n_override() && wgrad_pingpong_pays(t, w.num_experts, out_bytes, m, n, sms) ? Schedule::pingpong
                                                                                       : Schedule::cooperative);
+  // On the cooperative kernel, f32 weights of short experts (<= 384 rows on average): 128 x 128 tiles whose
+  // f32 slice is staged in one pass, since with few k-blocks per tile the output writes bound the op and the
+  // 128 x 256 tile's two passes leave them unoverlapped (H200, f32 wgrad of deepseek-v3's 256-row experts:
+  // 6-11% faster; of qwen3-30b-a3b's 512-row experts: 7% slower). Else the tile-count heuristic, over E
+  // experts x ceil(m / 128) row tiles as if the experts' outputs were stacked.
   const bool short_f32 = p.d.type == OutType::f32 && t <= 384 * w.num_experts;
   const int block_n = schedule == Schedule::pingpong ? 128
                       : block_n_override()           ? block_n_override()
