@@ -1,5 +1,5 @@
-// Inline PTX that CCCL's cuda::ptx does not wrap (wgmma, setmaxnreg, named barriers) and the
-// shared-memory matrix descriptor. Everything else (TMA, mbarrier, proxy fences) goes through cuda::ptx.
+// Inline PTX that CCCL's cuda::ptx does not wrap (wgmma, setmaxnreg, named barriers, NaN-propagating
+// min/max) and the shared-memory matrix descriptor. Everything else (TMA, mbarrier, proxy fences) goes through cuda::ptx.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +15,19 @@ __device__ __forceinline__ uint64_t make_smem_desc(const void* smem, uint32_t lb
   const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(lbo_bytes >> 4) << 16) |
          (static_cast<uint64_t>(sbo_bytes >> 4) << 32) | (1ull << 62);
+}
+
+/// min/max that return NaN when either input is NaN (PTX min.NaN / max.NaN, one FMNMX.NAN each, with an
+/// operand's fabsf folded in): fminf/fmaxf return the other input instead.
+__device__ __forceinline__ float min_nan(float a, float b) {
+  float d;
+  asm("min.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+  return d;
+}
+__device__ __forceinline__ float max_nan(float a, float b) {
+  float d;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+  return d;
 }
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }

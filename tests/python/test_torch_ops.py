@@ -84,6 +84,47 @@ def test_grouped_gemm_glu_and_dglu_values(act, layout):
                                rtol=3e-2, atol=1e-3)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_nan_propagates_as_in_torch(device):
+    """A NaN input reaches the outputs the way torch's own formulas carry it: through the clamps of
+    swiglu_clamped (torch.clamp keeps NaN), into dprob, dbias and amax (torch.amax keeps NaN)."""
+    sizes = [7, 0, 20, 5]
+    m, k, i = sum(sizes), 64, 64
+    offsets = offsets_of(sizes, device)
+    x = randn(m, k, scale=2.0)
+    x[3, 5] = float("nan")  # row 3: every gate and up value is NaN
+    w_up = weights(len(sizes), k, 2 * i, "kn", seed=5)
+    h, c = ops.grouped_gemm_glu(x.to(device), w_up.to(device), offsets, b_layout="kn", activation="swiglu_clamped",
+                                generate_c=True)
+    gate, up = glu_halves(c.cpu().double(), "halves")
+    want = activation(gate, up, "swiglu_clamped")
+    assert h.cpu().isnan().equal(want.isnan()) and h[3].isnan().all() and int(h.isnan().sum()) == i
+    assert_close(h.cpu().nan_to_num(), want.nan_to_num())
+
+    # dGLU with a NaN gate in row 10 of the saved C: torch's autograd of the clamped forward gives d_gate = 0
+    # there (the clamp's mask is false for NaN) and d_up = NaN.
+    c_saved = randn(m, 2 * i, seed=9, scale=3.0)
+    c_saved[10, 2] = float("nan")
+    w_down = weights(len(sizes), i, k, "kn", seed=7)
+    dy = randn(m, k, seed=8)
+    dc, dprob, dbias, amax = ops.grouped_gemm_dglu(dy.to(device), w_down.to(device), c_saved.to(device), offsets,
+                                                   b_layout="nk", activation="swiglu_clamped", compute_dprob=True,
+                                                   compute_dbias=True, compute_amax=True)
+    dh = ref_linear(dy, w_down.transpose(1, 2), offsets.cpu(), "kn")
+    cg = c_saved.double().requires_grad_(True)
+    gate_c, up_c = glu_halves(cg, "halves")
+    pg = torch.ones(m, dtype=torch.float64, requires_grad=True)
+    (pg[:, None] * activation(gate_c, up_c, "swiglu_clamped") * dh).sum().backward()
+    want_dc = cg.grad
+    assert want_dc[10, 2] == 0 and want_dc[10, i + 2].isnan() and int(want_dc.isnan().sum()) == 1
+    assert dc.cpu().isnan().equal(want_dc.isnan())
+    assert_close(dc.cpu().nan_to_num(), want_dc.nan_to_num())
+    assert dprob.cpu().isnan().equal(pg.grad.isnan()) and int(dprob.isnan().sum()) == 1
+    want_dbias = torch.stack([want_dc[s:e].sum(0) for _, s, e in ranges(offsets.cpu(), m)])
+    assert dbias.cpu().isnan().equal(want_dbias.isnan()) and int(dbias.isnan().sum()) == 1
+    assert amax.cpu().isnan().tolist() == [False, True]
+
+
 def test_grouped_gemm_srelu_and_dsrelu_values():
     sizes = [4, 9, 0, 11]
     m, k, n = sum(sizes), 32, 16

@@ -6,6 +6,7 @@
 
 #include "sm90/epilogues/store.cuh"
 #include "sm90/params.cuh"
+#include "sm90/ptx.cuh"
 #include "sm90/scheduler.cuh"
 
 namespace moegemm::sm90 {
@@ -42,6 +43,15 @@ __device__ __forceinline__ void apply_alpha_bias(float (&acc)[kRegs], const Kern
 
 /// max(x, 0) that keeps NaN, as torch.relu and jax.nn.relu do (fmaxf(NaN, 0) would give 0).
 __device__ __forceinline__ float relu(float x) { return x < 0.f ? 0.f : x; }
+
+/// min(x, hi) and x clamped into [lo, hi] (finite bounds), keeping NaN as the reference's std::min /
+/// std::clamp and torch.clamp / jnp.clip do (fminf and fmaxf would return the bound for a NaN x).
+__device__ __forceinline__ float min_keep_nan(float x, float hi) { return min_nan(x, hi); }
+__device__ __forceinline__ float clamp_keep_nan(float x, float lo, float hi) { return min_nan(max_nan(x, lo), hi); }
+
+/// max(m, |v|) for an amax that keeps a NaN once one is seen, as the reference's abs_max and torch.amax do
+/// (fmaxf would drop it). warp_amax then folds the bits of |m|, under which every NaN orders above +inf.
+__device__ __forceinline__ float abs_max(float m, float v) { return max_nan(m, fabsf(v)); }
 
 /// Rows of a warpgroup's 64-row slice that belong to the expert (0..64).
 __device__ __forceinline__ int rows_in_warpgroup(int64_t row0, int row_end) {

@@ -38,8 +38,8 @@ __device__ __forceinline__ GluGrad glu_grad(const KernelParams& p, float gate, f
     v.d_gate = up * (0.5f * (1.f + t) + 0.5f * gate * (1.f - t * t) * k * (1.f + 3.f * 0.044715f * gate * gate));
     v.d_up = gelu;
   } else {
-    const float g = fminf(gate, p.limit);
-    const float u = fminf(fmaxf(up, -p.limit), p.limit);
+    const float g = min_keep_nan(gate, p.limit);
+    const float u = clamp_keep_nan(up, -p.limit, p.limit);
     const float s = sigmoid_fast(p.act_alpha * g);
     v.h = (u + p.linear_offset) * g * s;
     v.d_gate = gate <= p.limit ? (u + p.linear_offset) * s * (1.f + p.act_alpha * g * (1.f - s)) : 0.f;
@@ -197,8 +197,8 @@ struct DgluEpilogue {
         if (p.red.amax) {  // amax is for FP8 scaling: without it these instructions are branched over
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            amax_gate = fmaxf(amax_gate, fabsf(dg[e]));
-            amax_up = fmaxf(amax_up, fabsf(du[e]));
+            amax_gate = abs_max(amax_gate, dg[e]);
+            amax_up = abs_max(amax_up, du[e]);
           }
         }
         if (p.red.dbias_partials) {
@@ -284,7 +284,7 @@ struct DgluEpilogue {
             st.write_pair(ra, vg - begin + 2 * q, p.d.type, dg[0], dg[1]);
             st.write_pair(ra + 8, vg - begin + 2 * q, p.d.type, dg[2], dg[3]);
 #pragma unroll
-            for (int e = 0; e < 4; ++e) amax_gate = fmaxf(amax_gate, fabsf(dg[e]));
+            for (int e = 0; e < 4; ++e) amax_gate = abs_max(amax_gate, dg[e]);
             if (p.red.dbias_partials) {
               sums.put(vg, 0, dg[0] + dg[2]);
               sums.put(vg, 1, dg[1] + dg[3]);
@@ -294,7 +294,7 @@ struct DgluEpilogue {
             st.write_pair(ra, vu - begin + 2 * q, p.d.type, du[0], du[1]);
             st.write_pair(ra + 8, vu - begin + 2 * q, p.d.type, du[2], du[3]);
 #pragma unroll
-            for (int e = 0; e < 4; ++e) amax_up = fmaxf(amax_up, fabsf(du[e]));
+            for (int e = 0; e < 4; ++e) amax_up = abs_max(amax_up, du[e]);
             if (p.red.dbias_partials) {
               sums.put(vu, 0, du[0] + du[2]);
               sums.put(vu, 1, du[1] + du[3]);

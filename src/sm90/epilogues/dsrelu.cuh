@@ -42,7 +42,7 @@ struct DsreluEpilogue {
           const float d = ok ? 2.f * s * dh * prob : 0.f;
           row_sum[h] += ok ? s * s * dh : 0.f;
           acc[r] = d;
-          amax = fmaxf(amax, fabsf(d));
+          amax = abs_max(amax, d);
         }
       }
     }

@@ -34,7 +34,7 @@ struct LinearEpilogue {
         const bool col_ok = cmap.base[i / 8] + (8 * i) % 64 + 2 * q < cmap.limit[i / 8];
 #pragma unroll
         for (int x = 0; x < 4; ++x) {
-          if (col_ok && ra + 8 * (x >> 1) < rows_valid) m = fmaxf(m, fabsf(acc[4 * i + x]));
+          if (col_ok && ra + 8 * (x >> 1) < rows_valid) m = abs_max(m, acc[4 * i + x]);
         }
       }
       warp_amax(p.red.amax, m);

@@ -1,5 +1,6 @@
 // What a test expects of every element of an output, and the checker that enforces it: values close to
-// a reference, exact values (load-bearing zeros), or "untouched" (still poisoned). The checker also
+// a reference, exact values (load-bearing zeros), NaN (where a NaN input reaches the element), or
+// "untouched" (still poisoned). The checker also
 // requires row padding outside the view to keep its poison.
 #pragma once
 
@@ -19,7 +20,7 @@ namespace moegemm::testing {
 
 class Expected {
  public:
-  enum Kind : uint8_t { kUntouched, kClose, kExact };
+  enum Kind : uint8_t { kUntouched, kClose, kExact, kNan };
 
   explicit Expected(std::vector<int64_t> shape) : shape_(std::move(shape)) {
     int64_t n = 1;
@@ -53,8 +54,10 @@ class Expected {
 };
 
 /// Checks `got` (poisoned before the call) against `want`:
-///  - kClose elements: written, finite, within `tol` of the value; the whole set within rel. Frobenius;
+///  - kClose elements: written, finite, within `tol` of the value (which must not be NaN); the whole set
+///    within rel. Frobenius;
 ///  - kExact elements: exactly the value (0 compares equal to -0);
+///  - kNan elements: written, and NaN (any NaN but the poison pattern);
 ///  - kUntouched elements and all row padding: still the poison pattern.
 inline ::testing::AssertionResult matches(const HostTensor& got, const Expected& want, Tolerance tol) {
   if (got.shape() != want.shape()) return ::testing::AssertionFailure() << "shape mismatch";
@@ -87,12 +90,20 @@ inline ::testing::AssertionResult matches(const HostTensor& got, const Expected&
           report(i, (poisoned ? std::string("not written") : "got " + std::to_string(v)) + ", want exactly " +
                         std::to_string(want.value(i)));
         break;
+      case Expected::kNan:
+        if (poisoned || !std::isnan(v))
+          report(i, (poisoned ? std::string("not written") : "got " + std::to_string(v)) + ", want NaN");
+        break;
       case Expected::kClose: {
         if (poisoned) {
           report(i, "not written");
           break;
         }
         const double r = want.value(i), d = v - r;
+        if (std::isnan(r)) {  // NaN compares false with every tolerance: a NaN reference must be kNan
+          report(i, "the reference value is NaN");
+          break;
+        }
         err_sq += d * d;
         if (!std::isfinite(v) || std::fabs(d) > tol.atol * scale + tol.rtol * std::fabs(r))
           report(i, "got " + std::to_string(v) + ", want " + std::to_string(r));
@@ -110,6 +121,19 @@ inline ::testing::AssertionResult matches(const HostTensor& got, const Expected&
   }
   if (n_bad) return ::testing::AssertionFailure() << n_bad << " problem(s):" << bad.str();
   return ::testing::AssertionSuccess();
+}
+
+/// `want`, built from the reference output `ref` (same shape), with every kClose element where the reference
+/// wrote a NaN expecting NaN instead (for inputs that hold NaN on purpose); *nan_count: how many. An element
+/// the reference left poisoned stays kClose, and fails.
+inline Expected nan_where_reference_is(Expected want, const HostTensor& ref, int64_t* nan_count) {
+  *nan_count = 0;
+  for (int64_t i = 0; i < want.numel(); ++i)
+    if (want.kind(i) == Expected::kClose && std::isnan(want.value(i)) && !is_poison(ref, ref.offset_of_linear(i))) {
+      want.set(i, Expected::kNan, 0.0);
+      ++*nan_count;
+    }
+  return want;
 }
 
 inline ::testing::AssertionResult matches(const HostTensor& got, const Expected& want) {

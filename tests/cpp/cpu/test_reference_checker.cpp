@@ -1,5 +1,6 @@
 // The test utilities can fail: the output checker rejects unwritten, stray, padding and inexact writes,
-// and the offsets helper builds cumulative ends.
+// a NaN reference where a value is due and a finite value where NaN is due, and the offsets helper builds
+// cumulative ends.
 #include <gtest/gtest.h>
 
 #include "common/expected.hpp"
@@ -51,6 +52,31 @@ TEST_F(CheckerFixture, ExactRejectsNearValues) {
   EXPECT_FALSE(matches(out, want));
   out.set({2, 3}, -0.0);
   EXPECT_TRUE(matches(out, want));
+}
+
+TEST_F(CheckerFixture, CloseRejectsANanReference) {
+  want.close({0, 0}, NAN);
+  EXPECT_FALSE(matches(out, want));
+}
+
+TEST_F(CheckerFixture, NanWantsAWrittenNan) {
+  HostTensor ref{DType::bf16, {3, 4}, 2};
+  poison(ref);
+  for (int64_t r = 0; r < 2; ++r)
+    for (int64_t c = 0; c < 4; ++c) ref.set({r, c}, r == 1 && c == 2 ? NAN : 0.5 + r + 0.25 * c);
+  want.close({1, 2}, NAN);
+  int64_t nans = 0;
+  const Expected with_nan = nan_where_reference_is(want, ref, &nans);
+  EXPECT_EQ(nans, 1);
+  EXPECT_FALSE(matches(out, with_nan));  // a finite value where NaN is due
+  out.set({1, 2}, NAN);
+  EXPECT_TRUE(matches(out, with_nan));
+  out.set_bits_at(out.offset({1, 2}), poison_bits(DType::bf16));
+  EXPECT_FALSE(matches(out, with_nan));  // the poison is a NaN, but not a written one
+  // A reference that left the element poisoned does not turn the expectation into NaN.
+  ref.set_bits_at(ref.offset({1, 2}), poison_bits(DType::bf16));
+  EXPECT_EQ(nan_where_reference_is(want, ref, &nans).kind(want.index({1, 2})), Expected::kClose);
+  EXPECT_EQ(nans, 0);
 }
 
 TEST(TestUtilities, OffsetsAreCumulativeEnds) {

@@ -208,26 +208,37 @@ inline GroupedOutputs run_grouped(const Grouped& p, const GroupedInputs& in, boo
   return o;
 }
 
+/// Elements per output where the reference gave NaN (inputs that hold NaN on purpose).
+struct NanCounts {
+  int64_t d = 0, c = 0, dc = 0, dprob = 0, dbias = 0, amax = 0;
+};
+
 /// A device run against the reference run on the same inputs: row outputs (D, C, dC, dprob) close on the
 /// addressed rows and untouched (zero with zero_tail) past them; dbias close for experts with rows and
-/// exactly 0 for empty ones; amax close, or exactly 0 when no row is addressed.
+/// exactly 0 for empty ones; amax close, or exactly 0 when no row is addressed. With `nans`, NaN where the
+/// reference has NaN (counted there) instead of a value.
 inline void expect_matches_reference(const Grouped& p, const GroupedInputs& in, const GroupedOutputs& ref,
-                                     const GroupedOutputs& got) {
+                                     const GroupedOutputs& got, NanCounts* nans = nullptr) {
   const naive::Rows rows = naive::rows(in.offsets.host, p.m);
-  const auto row_output = [&](const char* what, const HostTensor& r, const HostTensor& g) {
+  const auto want = [&](Expected e, const HostTensor& r, int64_t NanCounts::*count) {
+    return nans ? nan_where_reference_is(std::move(e), r, &(nans->*count)) : e;
+  };
+  const auto row_output = [&](const char* what, const HostTensor& r, const HostTensor& g, int64_t NanCounts::*count) {
     if (r.rank() > 0) {
-      EXPECT_TRUE(matches(g, expect_rows(r, rows.end_all, p.zero_tail))) << "output " << what;
+      EXPECT_TRUE(matches(g, want(expect_rows(r, rows.end_all, p.zero_tail), r, count))) << "output " << what;
     }
   };
-  row_output("d", ref.d, got.d);
-  row_output("c", ref.c, got.c);
-  row_output("dc", ref.dc, got.dc);
-  row_output("dprob", ref.dprob, got.dprob);
+  row_output("d", ref.d, got.d, &NanCounts::d);
+  row_output("c", ref.c, got.c, &NanCounts::c);
+  row_output("dc", ref.dc, got.dc, &NanCounts::dc);
+  row_output("dprob", ref.dprob, got.dprob, &NanCounts::dprob);
   if (ref.dbias.rank() > 0) {
-    EXPECT_TRUE(matches(got.dbias, expect_per_expert(ref.dbias, rows))) << "output dbias";
+    EXPECT_TRUE(matches(got.dbias, want(expect_per_expert(ref.dbias, rows), ref.dbias, &NanCounts::dbias)))
+        << "output dbias";
   }
   if (ref.amax.rank() > 0) {
-    EXPECT_TRUE(matches(got.amax, expect_reduction(ref.amax, rows.end_all > 0))) << "output amax";
+    EXPECT_TRUE(matches(got.amax, want(expect_reduction(ref.amax, rows.end_all > 0), ref.amax, &NanCounts::amax)))
+        << "output amax";
   }
 }
 

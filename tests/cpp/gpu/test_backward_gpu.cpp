@@ -399,6 +399,85 @@ TEST(BackwardGpu, RepeatsAreBitwiseIdentical) {
   for (int r = 0; r < 20; ++r) ASSERT_TRUE(same_bytes(first, run_wgrad(w, in, true))) << "wgrad repeat " << r;
 }
 
+/// Element (row, col) of an operand becomes NaN, on the host and in its device copy.
+void put_nan(Operand& o, int64_t row, int64_t col) {
+  o.host.set({row, col}, NAN);
+  o.dev = DeviceTensor(o.host);
+}
+
+// NaN inputs give NaN exactly where the reference gives it: the clamps of swiglu_clamped, relu and amax keep
+// NaN, as torch.clamp, torch.relu and torch.amax do. dGLU on both epilogue paths (16-bit C and dC through the
+// staging area; f32 C read from global memory), dsrelu, and gemm_amax.
+TEST(BackwardGpu, NanInputsPropagateLikeTheReference) {
+  REQUIRE_GPU();
+  int variant = 0;
+  for (Activation act : kActivations) {
+    for (DType io : {DType::bf16, DType::f32}) {
+      Grouped p;
+      p.op = GroupedOp::dglu;
+      p.glu.activation = act;
+      p.glu.layout = variant % 2 ? GluLayout::interleaved32 : GluLayout::halves;
+      clamp_inside_range(p.glu);
+      p.n = 256;
+      p.prob = true;
+      p.dprob = true;
+      p.dbias = 1;
+      p.amax = true;
+      p.c_dtype = io;
+      p.out = io;
+      p.seed = 4000 + 10 * variant++;
+      p.name = std::string("NaN in C, ") + activation_name(act) + " " + pairing_name(p.glu.layout) + " " +
+               dtype_str(io);
+      SCOPED_TRACE(p.name);
+      GroupedInputs in(p);
+      put_nan(in.c, 7, 5);              // a gate column of expert 0 (both pairings)
+      put_nan(in.c, 240, 2 * p.n - 3);  // an up column of expert 2
+      const GroupedOutputs ref = run_grouped(p, in, false);
+      const GroupedOutputs got = run_grouped(p, in, true);
+      NanCounts nans;
+      expect_matches_reference(p, in, ref, got, &nans);
+      EXPECT_GT(nans.dc, 0);
+      EXPECT_EQ(nans.dprob, 2);  // h is NaN in both rows, for every activation
+      EXPECT_GT(nans.dbias, 0);
+      EXPECT_GT(nans.amax, 0);
+    }
+  }
+  {
+    Grouped p;
+    p.op = GroupedOp::dsrelu;
+    p.name = "NaN in dY, dsrelu";
+    SCOPED_TRACE(p.name);
+    p.prob = true;
+    p.dprob = true;
+    p.dbias = 1;
+    p.amax = true;
+    GroupedInputs in(p);
+    put_nan(in.a, 50, 3);  // row 50 of expert 0: every dH of the row, so every dC (2 relu(c) dH prob)
+    const GroupedOutputs ref = run_grouped(p, in, false);
+    const GroupedOutputs got = run_grouped(p, in, true);
+    NanCounts nans;
+    expect_matches_reference(p, in, ref, got, &nans);
+    EXPECT_EQ(nans.dc, p.n);
+    EXPECT_EQ(nans.dprob, 1);
+    EXPECT_EQ(nans.dbias, p.n);
+    EXPECT_EQ(nans.amax, 1);
+  }
+  {
+    Dense p;
+    p.op = DenseOp::amax;
+    SCOPED_TRACE("NaN in A, gemm_amax");
+    DenseInputs in(p);
+    put_nan(in.a, 17, 3);
+    const DenseOutputs ref = run_dense(p, in, false);
+    const DenseOutputs got = run_dense(p, in, true);
+    int64_t c_nans = 0, amax_nans = 0;
+    EXPECT_TRUE(matches(got.main, nan_where_reference_is(expect_rows(ref.main, p.m, false), ref.main, &c_nans)));
+    EXPECT_TRUE(matches(got.amax, nan_where_reference_is(expect_reduction(ref.amax, true), ref.amax, &amax_nans)));
+    EXPECT_EQ(c_nans, p.n);
+    EXPECT_EQ(amax_nans, 1);
+  }
+}
+
 // Small on purpose: the racecheck target of scripts/gpu_check.sh (dglu's cross-tile dprob/dbias/amax
 // reductions, and wgrad's ragged contraction).
 TEST(BackwardGpu, DgluReductionsAndWgradSmall) {

@@ -262,6 +262,49 @@ TEST(ForwardGpu, Glu) {
   }
 }
 
+// A NaN in a row of A reaches every output element of that row, through the clamps of swiglu_clamped too
+// (the reference keeps NaN, as torch.clamp does); the other rows stay close to the reference.
+TEST(ForwardGpu, NanInputsPropagateLikeTheReference) {
+  REQUIRE_GPU();
+  struct Variant {
+    bool glu;
+    GluLayout pairing;
+    Activation act;
+  };
+  const Variant variants[] = {{true, GluLayout::halves, Activation::swiglu_clamped},
+                              {true, GluLayout::interleaved32, Activation::swiglu_clamped},
+                              {true, GluLayout::halves, Activation::swiglu},
+                              {false, GluLayout::halves, Activation::swiglu}};
+  int index = 0;
+  for (const Variant& v : variants) {
+    Forward f;
+    f.glu = v.glu;
+    f.glu_params.activation = v.act;
+    f.glu_params.layout = v.pairing;
+    f.m = 700;
+    f.n = 1536;
+    f.k = 264;
+    f.sizes = {300, 0, 1, 250, 100};
+    f.prob = true;
+    f.generate_c = true;
+    f.seed = 900 + index;
+    f.name = "NaN rows, variant " + std::to_string(index++) + (v.glu ? " glu" : " linear");
+    SCOPED_TRACE(f.name);
+    Inputs in(f);
+    const int64_t nan_rows[] = {5, 299, 300, 450};  // expert 0 (a row, its last row), expert 2's one row, expert 3
+    for (int64_t r : nan_rows) in.a.set({r, (r * 7) % f.k}, NAN);
+    in.da = DeviceTensor(in.a);
+    const Outputs ref = run(f, in, false);
+    const Outputs got = run(f, in, true);
+    const int64_t end = addressed_end(in.offsets, f.m);
+    int64_t d_nans = 0, c_nans = 0;
+    EXPECT_TRUE(matches(got.d, nan_where_reference_is(expect_rows(ref.d, end, false), ref.d, &d_nans))) << "d";
+    EXPECT_TRUE(matches(got.c, nan_where_reference_is(expect_rows(ref.c, end, false), ref.c, &c_nans))) << "c";
+    EXPECT_EQ(d_nans, 4 * got.d.size(1));
+    EXPECT_EQ(c_nans, 4 * f.n);
+  }
+}
+
 TEST(ForwardGpu, PointerModeWeights) {
   REQUIRE_GPU();
   int variant = 0;
