@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from ._torch_weights import dense_grad, flipped, weight_grad_like, weight_operand
 
@@ -36,6 +37,7 @@ class _RaggedRowsMM(torch.autograd.Function):
         return out
 
     @staticmethod
+    @once_differentiable  # the backward runs moegemm ops, which have no derivative of their own
     def backward(ctx, dout):
         a, b_op, offs = ctx.saved_tensors
         dout = dense_grad(dout, a.dtype)
@@ -75,6 +77,7 @@ class _NoGroupsMM(torch.autograd.Function):
         return make((a.shape[0], b.shape[2]), dtype=out_dtype or a.dtype)
 
     @staticmethod
+    @once_differentiable  # the backward runs moegemm ops, which have no derivative of their own
     def backward(ctx, dout):
         a_shape, b_shape, bias_shape = ctx.shapes
         make = dout.new_zeros if ctx.zero_tail else dout.new_empty

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from ._torch_weights import dense_grad, flipped, weight_grad_like, weight_operand
 
@@ -42,6 +43,7 @@ class _MoEMLPFunction(torch.autograd.Function):
         return y
 
     @staticmethod
+    @once_differentiable  # the backward runs moegemm ops, which have no derivative of their own
     def backward(ctx, dy):
         x, up, down, offsets, prob32, h, c = ctx.saved_tensors
         up_layout, down_layout = ctx.layouts
@@ -109,7 +111,7 @@ def _check_operands(x: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, o
 
 def moe_mlp(x: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, offsets: torch.Tensor,
             prob: torch.Tensor | None = None, activation: str = "swiglu", glu_layout: str = "halves", *,
-            zero_tail: bool = False) -> torch.Tensor:
+            zero_tail: bool = True) -> torch.Tensor:
     """The expert MLP of a Mixture-of-Experts layer, differentiable in x, w_up, w_down and prob.
 
     For expert g and each row r it owns (rows [offsets[g-1], offsets[g])):
@@ -125,9 +127,10 @@ def moe_mlp(x: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, offsets: 
         w_down: (E, I, H), same dtype and stride rules.
         offsets: (E,) int32, cumulative end row of each expert, on x's device (never read on the host).
         prob: optional (M,) router probability per row (any float dtype; used as float32).
-        zero_tail: write zeros to rows at or past offsets[-1] of y (and of dx in the backward); by default
-            those rows are not written and their content is unspecified. prob's gradient is zero on those
-            rows either way (written by the dGLU op).
+        zero_tail: the ops write zeros to rows at or past offsets[-1] of y (and of dx in the backward), as
+            moegemm.jax.moe_mlp does, so that no unspecified value reaches the layers around it (e.g. through a
+            padded dispatch's backward). False leaves those rows unwritten and their content unspecified.
+            prob's gradient is zero on those rows either way (written by the dGLU op).
 
     Returns:
         y: (M, H) in x's dtype.
@@ -148,11 +151,12 @@ class MoEMLP(torch.nn.Module):
     """Expert MLP weights and :func:`moe_mlp`: ``forward(x, offsets, prob=None) -> y``.
 
     Parameters: ``w_up`` (E, H, 2I) and ``w_down`` (E, I, H), initialised uniform in
-    [-1/sqrt(fan_in), 1/sqrt(fan_in)] (fan_in H for w_up, I for w_down), as nn.Linear does.
+    [-1/sqrt(fan_in), 1/sqrt(fan_in)] (fan_in H for w_up, I for w_down), as nn.Linear does. ``zero_tail``
+    (default True) as in :func:`moe_mlp`.
     """
 
     def __init__(self, num_experts: int, hidden: int, intermediate: int, *, activation: str = "swiglu",
-                 glu_layout: str = "halves", zero_tail: bool = False, device=None, dtype=None):
+                 glu_layout: str = "halves", zero_tail: bool = True, device=None, dtype=None):
         super().__init__()
         factory = {"device": device, "dtype": dtype}
         self.activation = activation

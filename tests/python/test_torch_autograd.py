@@ -241,6 +241,47 @@ def test_empty_batch_backward():
     assert (w_up.grad == 0).all() and (w_down.grad == 0).all()
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_moe_mlp_zeroes_its_tail_by_default(device):
+    """As moegemm.jax.moe_mlp does: the rows past offsets[-1] of y and of x's gradient are zero by default,
+    written by the ops over a NaN-poisoned allocator, so that nothing unspecified flows into the layers around
+    the MLP; MoEMLP has the same default."""
+    sizes, m, h, i = [5, 0, 12], 24, 16, 16
+    offsets = offsets_of(sizes, device)
+    x = randn(m, h, seed=11, device=device).requires_grad_(True)
+    w_up = randn(3, h, 2 * i, seed=12, scale=0.25, device=device)
+    w_down = randn(3, i, h, seed=13, scale=0.25, device=device)
+    poison([m * h * 2, m * 2 * i * 2, m * i * 2], device)
+    y = mt.moe_mlp(x, w_up, w_down, offsets)
+    y.float().sum().backward()
+    assert (y[17:] == 0).all() and (x.grad[17:] == 0).all()
+    assert torch.isfinite(x.grad).all() and (x.grad[:17] != 0).any()
+    assert mt.MoEMLP(3, h, i).zero_tail
+
+
+def test_gradcheck_of_a_slice_of_moe_mlp_by_default():
+    """With the default zero_tail, gradcheck of y[:offsets[-1]] passes: x's gradient has no unspecified rows."""
+    offsets = offsets_of([5, 5, 17])
+    x = randn(20, 8, dtype=torch.float64, seed=14).requires_grad_(True)
+    w_up = randn(3, 8, 16, dtype=torch.float64, seed=15, scale=0.5)
+    w_down = randn(3, 8, 8, dtype=torch.float64, seed=16, scale=0.5)
+    assert torch.autograd.gradcheck(lambda x: mt.moe_mlp(x, w_up, w_down, offsets)[:17], (x,), eps=1e-6,
+                                    atol=1e-6, rtol=1e-4)
+
+
+def test_double_backward_is_refused_with_a_clear_error():
+    """The backward passes run moegemm ops, which have no derivative of their own: differentiating them again
+    fails at once with torch's once_differentiable message, for moe_mlp and grouped_mm alike."""
+    offsets = offsets_of([3, 0, 5])
+    x = randn(8, 8, dtype=torch.float64, seed=17).requires_grad_(True)
+    w_up = randn(3, 8, 16, dtype=torch.float64, seed=18).requires_grad_(True)
+    w_down = randn(3, 8, 8, dtype=torch.float64, seed=19).requires_grad_(True)
+    for y in (mt.moe_mlp(x, w_up, w_down, offsets), mt.grouped_mm(x, w_down, offsets)):
+        (g,) = torch.autograd.grad((y * y).sum(), x, create_graph=True)  # dy depends on x
+        with pytest.raises(RuntimeError, match="differentiate twice"):
+            g.sum().backward()
+
+
 def test_prob_grad_is_zero_past_the_last_offset_without_zero_tail():
     """prob feeds the router: its gradient on rows no expert owns is 0 even with zero_tail=False (where the
     tail rows of y and dx are left unspecified), over a NaN-poisoned allocator."""
@@ -249,7 +290,7 @@ def test_prob_grad_is_zero_past_the_last_offset_without_zero_tail():
     x, w_up, w_down = randn(m, h, seed=4), randn(4, h, 2 * i, seed=5), randn(4, i, h, seed=6)
     prob = torch.rand(m, generator=torch.Generator().manual_seed(7)).requires_grad_(True)
     poison([m * 4, m * 2 * i * 2, m * h * 2])
-    y = mt.moe_mlp(x, w_up, w_down, offsets, prob)
+    y = mt.moe_mlp(x, w_up, w_down, offsets, prob, zero_tail=False)
     y[:64].float().sum().backward()
     assert torch.isfinite(prob.grad).all() and (prob.grad[64:] == 0).all()
     assert (prob.grad[:64] != 0).any()
