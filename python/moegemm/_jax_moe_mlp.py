@@ -117,6 +117,7 @@ def moe_mlp(x, w_up, w_down, group_sizes=None, offsets=None, prob=None, activati
     else:
         chk.check_offsets(_OP, offsets, e, "E from w_up")
     if prob is not None:
+        chk.check_array(_OP, "prob", prob)
         chk.check_rank(_OP, "prob", prob, 1, "(M,)")
         chk.check_extent(_OP, "prob", prob, 0, x.shape[0], "M from x")
         prob = prob.astype(jnp.float32)

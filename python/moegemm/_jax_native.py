@@ -118,9 +118,11 @@ def workspace_bytes(op: str, inputs: Sequence, outputs: Sequence[jax.ShapeDtypeS
         ctypes.byref(result), err, len(err))
     if rc != 0:
         message = err.value.decode(errors="replace")
+        # The library's messages start with the op's name already: "moegemm.jax." completes it.
+        message = f"moegemm.jax.{message}" if message.startswith(f"{op}: ") else f"moegemm.jax.{op}: {message}"
         if rc == 1:
-            raise ValueError(f"moegemm.jax.{op}: {message}")
-        raise RuntimeError(f"moegemm.jax.{op}: {message}")
+            raise ValueError(message)
+        raise RuntimeError(message)
     return int(result.value)
 
 

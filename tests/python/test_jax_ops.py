@@ -235,3 +235,6 @@ def test_trace_time_errors_name_the_operand():
         mj.grouped_gemm_glu(a, b, off, activation="relu")
     with pytest.raises(ValueError, match=r"prob: expected dim 0 = 200 \(M\)"):
         mj.grouped_gemm(a, b, off, prob=jnp.ones((7,), jnp.float32))
+    # A message of the library's own checks names the op once.
+    with pytest.raises(ValueError, match=r"^moegemm\.jax\.grouped_gemm: offsets: expected 1 <= E <= 1024"):
+        mj.grouped_gemm(a[:, :8], jnp.ones((1025, 8, 8), jnp.bfloat16), jnp.arange(1025, dtype=jnp.int32) % 200)

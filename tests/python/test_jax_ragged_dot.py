@@ -331,3 +331,5 @@ def test_moe_mlp_offsets_argument_and_errors():
     with pytest.raises(ValueError, match=r"moe_mlp: w_up: I = 12 \(half of its last dim\) is not a multiple "
                                          r"of 8"):
         mj.moe_mlp(x, rand(rng, (2, 16, 24)), rand(rng, (2, 12, 16)), group_sizes=jnp.array([10, 22]))
+    with pytest.raises(TypeError, match=r"moe_mlp: prob: expected an array \(jax.Array or numpy.ndarray\), got list"):
+        mj.moe_mlp(x, w_up, w_down, group_sizes=jnp.array([10, 22]), prob=[1.0] * 32)
