@@ -1,5 +1,6 @@
 // Inline PTX that CCCL's cuda::ptx does not wrap (wgmma, setmaxnreg, named barriers, NaN-propagating
-// min/max) and the shared-memory matrix descriptor. Everything else (TMA, mbarrier, proxy fences) goes through cuda::ptx.
+// min/max) and the shared-memory matrix descriptor. Everything else (TMA, mbarrier, proxy fences) goes
+// through cuda::ptx.
 #pragma once
 
 #include <cstdint>
