@@ -25,6 +25,16 @@ def check_rank(op: str, name: str, x, rank: int, layout: str) -> None:
                          f"got shape {tuple(np.shape(x))}")
 
 
+def static_float(op: str, name: str, value) -> float:
+    """``float(value)`` for a scalar baked into the compiled call (alpha of the dense ops, the clamp
+    parameters). A traced value (an argument of the jitted function) raises TypeError naming it."""
+    try:
+        return float(value)
+    except jax.errors.ConcretizationTypeError as e:
+        raise TypeError(f"moegemm.jax.{op}: {name}: expected a Python float (a constant of the compiled call), "
+                        f"got a traced value; pass a constant, or mark the argument static in jax.jit") from e
+
+
 def check_array(op: str, name: str, x) -> None:
     """Raise TypeError unless ``x`` is an array (a Python list or scalar has no dtype to check)."""
     if not (hasattr(x, "dtype") and hasattr(x, "shape")):

@@ -121,5 +121,6 @@ def moe_mlp(x, w_up, w_down, group_sizes=None, offsets=None, prob=None, activati
         chk.check_rank(_OP, "prob", prob, 1, "(M,)")
         chk.check_extent(_OP, "prob", prob, 0, x.shape[0], "M from x")
         prob = prob.astype(jnp.float32)
-    glu = _Glu(activation, glu_layout, float(limit), float(act_alpha), float(linear_offset))
+    glu = _Glu(activation, glu_layout, chk.static_float(_OP, "limit", limit),
+               chk.static_float(_OP, "act_alpha", act_alpha), chk.static_float(_OP, "linear_offset", linear_offset))
     return _moe_mlp(x, w_up, w_down, offsets, prob, glu)

@@ -103,7 +103,8 @@ def _optional_vector(op, name, x, n, what, dtypes=(jnp.float32,)):
 def _glu_attrs(op, activation, glu_layout, limit, act_alpha, linear_offset):
     return dict(activation=chk.check_choice(op, "activation", activation, ACTIVATIONS),
                 glu_layout=chk.check_choice(op, "glu_layout", glu_layout, GLU_LAYOUTS),
-                limit=float(limit), act_alpha=float(act_alpha), linear_offset=float(linear_offset))
+                limit=chk.static_float(op, "limit", limit), act_alpha=chk.static_float(op, "act_alpha", act_alpha),
+                linear_offset=chk.static_float(op, "linear_offset", linear_offset))
 
 
 def _grouped_forward(op, a, b, offsets, alpha, prob, bias, b_layout, generate_c, d_dtype, c_dtype,
@@ -315,7 +316,7 @@ def gemm_swiglu(a, b, *, b_layout="nk", alpha=1.0, glu_layout="interleaved32_up_
         raise ValueError(f"moegemm.jax.{op}: b: N must be even, got N = {n}")
     outputs = [_spec((m, n), chk.check_output_dtype(op, "ab12_dtype", ab12_dtype)),
                _spec((m, n // 2), chk.check_output_dtype(op, "c_dtype", c_dtype or a.dtype))]
-    attrs = dict(b_layout=b_layout, alpha=float(alpha),
+    attrs = dict(b_layout=b_layout, alpha=chk.static_float(op, "alpha", alpha),
                  glu_layout=chk.check_choice(op, "glu_layout", glu_layout, GLU_LAYOUTS))
     ab12, c = native.call(op, [a, b], outputs, attrs)
     return ab12, c
@@ -351,7 +352,7 @@ def gemm_srelu(a, b, *, b_layout="nk", alpha=1.0, prob=None, generate_c=False, d
     if generate_c:
         outputs.append(_spec((m, n), chk.check_output_dtype(op, "c_dtype", c_dtype or a.dtype)))
     inputs = [a, b] + ([prob] if prob is not None else [])
-    attrs = dict(b_layout=b_layout, alpha=float(alpha), has_prob=prob is not None,
+    attrs = dict(b_layout=b_layout, alpha=chk.static_float(op, "alpha", alpha), has_prob=prob is not None,
                  generate_c=bool(generate_c))
     out = native.call(op, inputs, outputs, attrs)
     return (out[0], out[1]) if generate_c else out[0]
@@ -376,7 +377,7 @@ def gemm_dsrelu(dy, b, c, *, b_layout="nk", alpha=1.0, prob=None, compute_dprob=
     if compute_dprob:
         outputs.append(_spec((m,), jnp.float32))
     inputs = [dy, b, c] + ([prob] if prob is not None else [])
-    attrs = dict(b_layout=b_layout, alpha=float(alpha), has_prob=prob is not None,
+    attrs = dict(b_layout=b_layout, alpha=chk.static_float(op, "alpha", alpha), has_prob=prob is not None,
                  compute_dprob=bool(compute_dprob))
     out = native.call(op, inputs, outputs, attrs)
     return out[0], (out[1] if compute_dprob else None)

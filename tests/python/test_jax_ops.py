@@ -235,6 +235,11 @@ def test_trace_time_errors_name_the_operand():
         mj.grouped_gemm_glu(a, b, off, activation="relu")
     with pytest.raises(ValueError, match=r"prob: expected dim 0 = 200 \(M\)"):
         mj.grouped_gemm(a, b, off, prob=jnp.ones((7,), jnp.float32))
+    # Scalars baked into the compiled call refuse a traced value with a message that names them.
+    with pytest.raises(TypeError, match=r"gemm_swiglu: alpha: expected a Python float"):
+        jax.jit(lambda s: mj.gemm_swiglu(a, b[0], alpha=s))(jnp.float32(2.0))
+    with pytest.raises(TypeError, match=r"grouped_gemm_glu: limit: expected a Python float"):
+        jax.jit(lambda s: mj.grouped_gemm_glu(a, b, off, activation="swiglu_clamped", limit=s))(jnp.float32(5.0))
     # A message of the library's own checks names the op once.
     with pytest.raises(ValueError, match=r"^moegemm\.jax\.grouped_gemm: offsets: expected 1 <= E <= 1024"):
         mj.grouped_gemm(a[:, :8], jnp.ones((1025, 8, 8), jnp.bfloat16), jnp.arange(1025, dtype=jnp.int32) % 200)
