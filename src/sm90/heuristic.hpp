@@ -1,4 +1,4 @@
-// Host-side choice of the tile shape and of the ping-pong kernel (dGLU, weight gradient) from the problem
+// Host-side choice of the tile shape and of the ping-pong kernel (dGLU, linear, weight gradient) from the problem
 // (no device data: offsets stay on the device).
 #pragma once
 
@@ -47,6 +47,22 @@ inline constexpr int64_t kPingPongMaxK = 3072;
 /// (K = 4096) 2942 -> 3136, deepseek-v3 (K = 7168) 3612 -> 3830.
 inline bool dglu_pingpong_pays(int64_t m, int64_t n, int64_t k, int64_t num_experts, int sms) {
   return k <= kPingPongMaxK && estimated_tiles(m, n, num_experts, 128) >= 2 * static_cast<int64_t>(sms);
+}
+
+/// Whether the linear epilogue (grouped_gemm, its dgrad, gemm_amax) pays for the ping-pong kernel, with two
+/// 128 x 128 tiles per SM:
+///  - where the cooperative kernel would take 128-column tiles too (choose_tile): both then read the same
+///    operand bytes per FLOP, and ping-pong runs one warpgroup's epilogue under the other's MMA;
+///  - where N pads to 256 columns with at least 4% of N more than to 128 (N = 2880: 3072 against 2944), the
+///    waste of the cooperative 128 x 256 tile outweighing the ping-pong tile's operand bytes.
+/// H200, `moegemm gemm`, two rounds, us, cooperative -> ping-pong: seed-2k (128-column tiles) 43.3-43.5 ->
+/// 42.1-42.8, seed-4k 65.1-65.8 -> 63.7-63.8; gpt-oss-120b (N = 2880) down 1053-1074 -> 996-1010, up dgrad
+/// 2152-2236 -> 1968-2084. Ping-pong was 3-14% slower on the shapes with 256-column tiles and N a multiple
+/// of 256 (qwen3-30b-a3b, deepseek-v3 down, mixtral-8x7b down, seed-16k).
+inline bool linear_pingpong_pays(int64_t m, int64_t n, int64_t num_experts, int sms) {
+  if (estimated_tiles(m, n, num_experts, 128) < 2 * static_cast<int64_t>(sms)) return false;
+  const int64_t extra_padding = (n + 255) / 256 * 256 - (n + 127) / 128 * 128;
+  return choose_tile(m, n, num_experts, sms).block_n == 128 || extra_padding * 25 >= n;
 }
 
 /// Whether the weight gradient pays for the ping-pong kernel (128 x 128 tiles, one warpgroup's epilogue under

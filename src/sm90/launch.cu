@@ -101,10 +101,14 @@ int max_ctas_override() {
 }
 
 /// An m-grouped launch's kernel: for the dGLU, ping-pong where dglu_pingpong_pays (heuristic.hpp) or the
-/// override says so, which needs a saved tile; for the linear epilogue, what its override says; cooperative
-/// for every other launch.
+/// override says so, which needs a saved tile; for the linear epilogue, where linear_pingpong_pays or its
+/// override says so; cooperative for every other launch. MOEGEMM_BLOCK_N keeps the cooperative kernel.
 Schedule m_grouped_schedule(const ForwardProblem& f, bool saved_tile, int sms) {
-  if (f.epilogue == EpilogueKind::linear) return linear_schedule_override().value_or(Schedule::cooperative);
+  if (f.epilogue == EpilogueKind::linear) {
+    if (const std::optional<Schedule> forced = linear_schedule_override()) return *forced;
+    return !block_n_override() && linear_pingpong_pays(f.m, f.n, f.num_experts, sms) ? Schedule::pingpong
+                                                                                     : Schedule::cooperative;
+  }
   if (f.epilogue != EpilogueKind::dglu || !saved_tile) return Schedule::cooperative;
   if (const std::optional<Schedule> forced = dglu_schedule_override()) return *forced;
   return !block_n_override() && dglu_pingpong_pays(f.m, f.n, f.k, f.num_experts, sms) ? Schedule::pingpong

@@ -1,7 +1,8 @@
 // The launcher's host-side choices (src/sm90/heuristic.hpp) on the workloads they were measured on (H200,
 // 132 SMs): the dGLU takes its ping-pong kernel up to K = 3072 when each consumer warpgroup of the grid gets
-// a 128 x 128 tile of its own, the cooperative one otherwise; the weight gradient takes it for f32 weights of
-// experts averaging 512-1023 rows.
+// a 128 x 128 tile of its own, the cooperative one otherwise; the linear epilogue takes it where the
+// cooperative tile would be 128 columns wide or N pads badly to 256; the weight gradient takes it for f32
+// weights of experts averaging 512-1023 rows.
 #include <gtest/gtest.h>
 
 #include "sm90/heuristic.hpp"
@@ -27,6 +28,25 @@ TEST(Heuristic, DgluPingPongUpToKOf3072WithTwoTilesPerSm) {
   EXPECT_TRUE(dglu_pingpong_pays(65536, 768, kPingPongMaxK, 128, kSms));
   EXPECT_FALSE(dglu_pingpong_pays(65536, 768, kPingPongMaxK + 8, 128, kSms));
   EXPECT_FALSE(dglu_pingpong_pays(420, 256, 64, 4, kSms));
+}
+
+TEST(Heuristic, LinearPingPongWhereTheTileIs128WideOrNPadsBadlyTo256) {
+  // M, N, E. 128-column cooperative tiles (seed-2k, seed-4k): ping-pong.
+  EXPECT_EQ(choose_tile(2048, 2048, 8, kSms).block_n, 128);
+  EXPECT_TRUE(linear_pingpong_pays(2048, 2048, 8, kSms));
+  EXPECT_TRUE(linear_pingpong_pays(4096, 2048, 8, kSms));
+  // N = 2880 (gpt-oss-120b down and up dgrad): 3072 columns at 256 against 2944 at 128.
+  EXPECT_EQ(choose_tile(32768, 2880, 128, kSms).block_n, 256);
+  EXPECT_TRUE(linear_pingpong_pays(32768, 2880, 128, kSms));
+  // 256-column tiles with N a multiple of 256, or padding under 4% of N: cooperative.
+  EXPECT_FALSE(linear_pingpong_pays(65536, 2048, 128, kSms));   // qwen3-30b-a3b down
+  EXPECT_FALSE(linear_pingpong_pays(65536, 1536, 128, kSms));   // qwen3-30b-a3b up (plain GEMM)
+  EXPECT_FALSE(linear_pingpong_pays(65536, 7168, 256, kSms));   // deepseek-v3 down
+  EXPECT_FALSE(linear_pingpong_pays(16384, 4096, 8, kSms));     // seed-16k, mixtral-8x7b down
+  EXPECT_FALSE(linear_pingpong_pays(32768, 5760, 128, kSms));   // N = 5760: 5888 against 5760, 2.2%
+  // Too few tiles to give each warpgroup of the grid one: its two mainloops would run one after the other.
+  EXPECT_FALSE(linear_pingpong_pays(256, 2048, 8, kSms));
+  EXPECT_FALSE(linear_pingpong_pays(0, 2048, 8, kSms));
 }
 
 TEST(Heuristic, WgradPingPongForF32WeightsOfMidLengthExperts) {
