@@ -7,9 +7,12 @@ For every dglu and glu row of a bench/peers.py JSON, with bf16 operands and outp
 once (each operand read once from HBM, each output written once: the least traffic, which a perfect L2
 would reach):
   dglu   plain dgrad: dY (M, H) + W (E, I, H) in, dH (M, I) out.
-         fused: the same in, plus C (M, 2I) in and dC (M, 2I) out, and no dH.
+         fused: the same in, plus C (M, 2I) and prob (M,) f32 in, dC (M, 2I) and dprob (M,) f32 out, no dH.
   glu    plain GEMM of 2I columns: X (M, H) + W (E, H, 2I) in, (M, 2I) out.
-         fused with C and prob (what an MoE MLP's forward runs): the same, plus D (M, I) out.
+         fused with C and prob (what an MoE MLP's forward runs): the same and prob (M,) f32 in, plus D (M, I)
+         out.
+Every expert's weights count (the benchmarks' routings leave no expert empty); the dGLU's per-tile dprob
+partials (ceil(I / 128) x M f32, written and read back once) are left out, under 1% of any row.
 Columns: the least traffic of each (MB), the plain GEMM's time and the rate it moved its traffic at
 (TB/s), the byte ratio fused / plain, the measured time ratio, and the rate the fused op would need to move
 its traffic within the target time (1.08 x plain for the dGLU, 1.05 x for the GLU), against the HBM peak
@@ -28,7 +31,7 @@ BF16 = 2  # bytes
 def dglu_bytes(m: int, i: int, h: int, e: int) -> tuple[int, int]:
     """Least HBM traffic (bytes) of the plain dgrad GEMM and of the fused dGLU."""
     operands = BF16 * (m * h + e * i * h)
-    return operands + BF16 * m * i, operands + BF16 * 4 * m * i
+    return operands + BF16 * m * i, operands + BF16 * 4 * m * i + 2 * 4 * m
 
 
 def glu_bytes(m: int, n2: int, h: int, e: int) -> tuple[int, int]:

@@ -2,8 +2,9 @@
 // alternate tiles of the CTA's sequence, and runs its epilogue while the other warpgroup's mainloop has the
 // tensor cores. In the cooperative kernel (kernel.cuh) both warpgroups run the epilogue of their shared tile
 // and the tensor cores idle meanwhile. It pays where the epilogue is long against the mainloop (the dGLU
-// with a saved tile, f32 weight gradients of mid-length experts: heuristic.hpp); its 128 x 128 tiles read
-// more operand bytes per FLOP than the cooperative 128 x 256 ones.
+// with a saved tile, f32 weight gradients of mid-length experts) and, for the linear epilogue, where the
+// cooperative tile would be 128 columns wide too or N pads badly to 256 (heuristic.hpp); its 128 x 128
+// tiles read more operand bytes per FLOP than the cooperative 128 x 256 ones.
 //
 // 384 threads: warpgroup 0 is the producer: warp 0 issues the operand loads of every tile, in the CTA's
 // tile order; with a saved tile (dGLU), warps 1 and 2 issue the saved-tile loads of consumer warpgroups 1

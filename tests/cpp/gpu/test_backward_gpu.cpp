@@ -431,7 +431,7 @@ TEST(BackwardGpu, NanInputsPropagateLikeTheReference) {
       SCOPED_TRACE(p.name);
       GroupedInputs in(p);
       put_nan(in.c, 7, 5);              // a gate column of expert 0 (both pairings)
-      put_nan(in.c, 240, 2 * p.n - 3);  // an up column of expert 2
+      put_nan(in.c, 240, 2 * p.n - 3);  // an up column of expert 4 (also in expert 3's tile, past its end)
       const GroupedOutputs ref = run_grouped(p, in, false);
       const GroupedOutputs got = run_grouped(p, in, true);
       NanCounts nans;
