@@ -44,9 +44,8 @@ __device__ __forceinline__ void apply_alpha_bias(float (&acc)[kRegs], const Kern
 /// max(x, 0) that keeps NaN, as torch.relu and jax.nn.relu do (fmaxf(NaN, 0) would give 0).
 __device__ __forceinline__ float relu(float x) { return x < 0.f ? 0.f : x; }
 
-/// min(x, hi) and x clamped into [lo, hi] (finite bounds), keeping NaN as the reference's std::min /
-/// std::clamp and torch.clamp / jnp.clip do (fminf and fmaxf would return the bound for a NaN x).
-__device__ __forceinline__ float min_keep_nan(float x, float hi) { return min_nan(x, hi); }
+/// x clamped into [lo, hi] (finite bounds), keeping NaN as the reference's std::clamp and torch.clamp /
+/// jnp.clip do (fminf and fmaxf would return a bound for a NaN x); min_nan (ptx.cuh) is the one-sided clamp.
 __device__ __forceinline__ float clamp_keep_nan(float x, float lo, float hi) { return min_nan(max_nan(x, lo), hi); }
 
 /// max(m, |v|) for an amax that keeps a NaN once one is seen, as the reference's abs_max and torch.amax do

@@ -38,7 +38,7 @@ __device__ __forceinline__ GluGrad glu_grad(const KernelParams& p, float gate, f
     v.d_gate = up * (0.5f * (1.f + t) + 0.5f * gate * (1.f - t * t) * k * (1.f + 3.f * 0.044715f * gate * gate));
     v.d_up = gelu;
   } else {
-    const float g = min_keep_nan(gate, p.limit);
+    const float g = min_nan(gate, p.limit);
     const float u = clamp_keep_nan(up, -p.limit, p.limit);
     const float s = sigmoid_fast(p.act_alpha * g);
     v.h = (u + p.linear_offset) * g * s;

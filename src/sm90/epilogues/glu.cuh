@@ -31,7 +31,7 @@ __device__ __forceinline__ float glu_activation(const KernelParams& p, float gat
     const float inner = 0.7978845608028654f * (gate + 0.044715f * gate * gate * gate);
     return 0.5f * gate * (1.f + tanh_fast(inner)) * up;
   } else {
-    const float g = min_keep_nan(gate, p.limit);
+    const float g = min_nan(gate, p.limit);
     const float u = clamp_keep_nan(up, -p.limit, p.limit);
     return (u + p.linear_offset) * g * sigmoid_fast(p.act_alpha * g);
   }
