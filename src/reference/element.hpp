@@ -2,6 +2,7 @@
 // type, write the compute type rounded (RN) to the output dtype. Strides are in elements and honoured.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "moegemm/error.hpp"
@@ -76,6 +77,32 @@ template <class T> inline void put_row(const TensorView& v, int64_t r, const T* 
     }
     default: throw Error(ErrorCode::internal, "reference: not a floating dtype");
   }
+}
+
+/// x as `store` then `load` would give it: rounded (RN) to dtype t, back in the compute type.
+template <class T>
+inline T rounded_to(DType t, T x) {
+  switch (t) {
+    case DType::bf16: return static_cast<T>(bf16_to_float(float_to_bf16(static_cast<float>(x))));
+    case DType::f16: return static_cast<T>(f16_to_float(float_to_f16(static_cast<float>(x))));
+    case DType::f32: return static_cast<T>(static_cast<float>(x));
+    case DType::f64: return x;
+    default: throw Error(ErrorCode::internal, "reference: not a floating dtype");
+  }
+}
+
+/// The value of dtype t next to r (a value of t) towards +inf (up) or -inf.
+template <class T>
+inline T next_value(DType t, T r, bool up) {
+  if (t == DType::f32) return static_cast<T>(std::nextafter(static_cast<float>(r), up ? INFINITY : -INFINITY));
+  if (t == DType::f64) return static_cast<T>(std::nextafter(static_cast<double>(r), up ? INFINITY : -INFINITY));
+  const bool bf16 = t == DType::bf16;
+  const float f = static_cast<float>(r);
+  const uint16_t bits = bf16 ? float_to_bf16(f) : float_to_f16(f);
+  uint16_t next;
+  if ((bits & 0x7fffu) == 0) next = up ? 0x0001u : 0x8001u;  // from +-0: the smallest subnormal
+  else next = static_cast<uint16_t>(((bits & 0x8000u) != 0) != up ? bits + 1 : bits - 1);  // sign-magnitude
+  return static_cast<T>(bf16 ? bf16_to_float(next) : f16_to_float(next));
 }
 
 /// Optional per-expert or per-row scale (alpha, beta, prob): 1 when the operand is absent.

@@ -10,7 +10,19 @@ template <class T>
 void grouped_gemm_glu_impl(const GroupedGemmGluArgs& args) {
   const int64_t I = args.d.shape[1], N = 2 * I;
   require_glu_width(args.glu.layout, N, "grouped_gemm_glu");
-  for_each_preactivation_row<T>(args, N, [&](int64_t r, const T* g) {
+  // swiglu_clamped: C keeps each clamp's decision (saved_on_clamp_side).
+  const bool keep_sides = args.glu.activation == Activation::swiglu_clamped && args.c.defined();
+  const T limit = T(args.glu.limit);
+  auto saving = [&](T* g) {
+    if (!keep_sides) return;
+    for (int64_t j = 0; j < I; ++j) {
+      const GluColumns col = glu_columns(args.glu.layout, I, j);
+      g[col.gate] = saved_on_clamp_side(g[col.gate], limit, true, args.c.dtype);
+      g[col.up] = saved_on_clamp_side(g[col.up], limit, true, args.c.dtype);
+      g[col.up] = saved_on_clamp_side(g[col.up], -limit, false, args.c.dtype);
+    }
+  };
+  for_each_preactivation_row<T>(args, N, saving, [&](int64_t r, const T* g) {
     const T prob = scale_or_one<T>(args.prob, r);
     std::vector<T> d(static_cast<size_t>(I));
     for (int64_t j = 0; j < I; ++j) {

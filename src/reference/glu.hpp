@@ -7,6 +7,7 @@
 #include <string>
 
 #include "moegemm/ops.hpp"
+#include "reference/element.hpp"
 #include "reference/numeric.hpp"
 
 namespace moegemm::reference {
@@ -34,6 +35,20 @@ inline void require_glu_width(GluLayout layout, int64_t two_i, const char* op) {
   if (two_i % 2 != 0)
     throw Error(ErrorCode::invalid_argument,
                 std::string(op) + ": GLU pre-activation width must be even, got " + std::to_string(two_i));
+}
+
+/// What a saved pre-activation of dtype t keeps of x next to a clamp bound (swiglu_clamped, docs/ops.md §2):
+/// x itself where its rounding to t stays on x's side of `bound` (the clamp acts for x > bound when `above`,
+/// else for x < bound); else the value of t next to that rounding, back on x's side. The dGLU of the saved
+/// C then cuts off exactly the gradients the forward's clamps cut off, as autodiff of the forward does.
+/// The forward computes D from the returned value too, as the kernels do.
+template <class T>
+inline T saved_on_clamp_side(T x, T bound, bool above, DType t) {
+  const T r = rounded_to(t, x);
+  const bool clamped = above ? x > bound : x < bound;
+  const bool saved_clamped = above ? r > bound : r < bound;
+  if (clamped == saved_clamped) return x;
+  return next_value(t, r, clamped == above);
 }
 
 /// h = act(gate, up) and, for the backward, dh/dgate and dh/dup.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "moegemm/ops.hpp"
@@ -115,11 +116,11 @@ void zero_rows(const TensorView& out, int64_t from) {
 }
 
 /// The grouped forward ops' pre-activation G = alpha[g] * A @ B_g^T + bias[g,:] (N columns) of every
-/// expert row r: written to C (when requested), then handed to row(r, g) (g may be changed in place);
-/// zero_tail then zeros D's and C's rows past the last expert. `Args` has a, b, offsets, alpha, bias,
-/// d, c and zero_tail.
-template <class T, class Args, class Row>
-void for_each_preactivation_row(const Args& args, int64_t N, Row&& row) {
+/// expert row r: handed to saving(g) (which may adjust what C keeps, in place), written to C (when
+/// requested), then handed to row(r, g) (g may be changed in place); zero_tail then zeros D's and C's rows
+/// past the last expert. `Args` has a, b, offsets, alpha, bias, d, c and zero_tail.
+template <class T, class Args, class Saving, class Row>
+void for_each_preactivation_row(const Args& args, int64_t N, Saving&& saving, Row&& row) {
   const int64_t M = args.a.shape[0], K = args.a.shape[1];
   const ExpertRows rows = expert_rows(args.offsets, M);
   const TaskList tl = make_tasks(rows);
@@ -133,6 +134,7 @@ void for_each_preactivation_row(const Args& args, int64_t N, Row&& row) {
         for (int64_t r = t.row_begin; r < t.row_end; ++r) {
           const T* pr = p + (r - t.row_begin) * ldp;
           for (int64_t n = 0; n < N; ++n) g[n] = alpha * pr[n] + bias[n];
+          saving(g.data());
           if (args.c.defined()) put_row<T>(args.c, r, g.data(), N);
           row(r, g.data());
         }
@@ -141,6 +143,12 @@ void for_each_preactivation_row(const Args& args, int64_t N, Row&& row) {
     zero_rows<T>(args.d, rows.end_all);
     zero_rows<T>(args.c, rows.end_all);
   }
+}
+
+/// for_each_preactivation_row with C keeping G as it is.
+template <class T, class Args, class Row>
+void for_each_preactivation_row(const Args& args, int64_t N, Row&& row) {
+  for_each_preactivation_row<T>(args, N, [](T*) {}, std::forward<Row>(row));
 }
 
 /// True when the op computes in f64 (the host-only gradient-check path): inputs are f64.

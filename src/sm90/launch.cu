@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "sm90/clamp_crossing.hpp"
 #include "sm90/expert_maps.cuh"
 #include "sm90/heuristic.hpp"
 #include "sm90/launch.hpp"
@@ -252,6 +253,13 @@ void launch_forward(const ForwardProblem& f, cudaStream_t stream) {
   p.limit = f.glu.limit;
   p.act_alpha = f.glu.act_alpha;
   p.linear_offset = f.glu.linear_offset;
+  const ClampCrossing crossing = glu && f.glu.activation == Activation::swiglu_clamped && p.c.ptr &&
+                                         p.c.type != OutType::f32
+                                     ? clamp_crossing(f.glu.limit, p.c.type == OutType::bf16)
+                                     : ClampCrossing{};
+  p.crossing_lo = crossing.lo;
+  p.crossing_hi = crossing.hi;
+  p.crossing_to = crossing.to;
   p.red.amax = f.amax.defined() ? static_cast<float*>(f.amax.data) : nullptr;
   p.red.dbias_partials = dbias_partials;
 

@@ -60,6 +60,9 @@ struct KernelParams {
   float limit;
   float act_alpha;
   float linear_offset;
+  // swiglu_clamped with a 16-bit C: pre-activations in [crossing_lo, crossing_hi] (-x for the lower bound)
+  // would round across the limit; they become crossing_to (clamp_crossing.hpp). lo > hi otherwise.
+  float crossing_lo, crossing_hi, crossing_to;
 };
 
 }  // namespace moegemm::sm90

@@ -133,6 +133,27 @@ struct GluEpilogue {
     }
   }
 
+  /// swiglu_clamped with a 16-bit C: a pre-activation whose rounding would cross a clamp bound (gate: limit;
+  /// up: +-limit) becomes the 16-bit value next to that rounding on its own side (the launcher's
+  /// clamp_crossing interval, empty for f32 C), so that C keeps every clamp decision of the forward and the
+  /// dGLU of C cuts off the same gradients (docs/ops.md §2). D is computed from the same values.
+  template <int kBN, int kRegs>
+  __device__ static void keep_clamp_sides(float (&acc)[kRegs], const KernelParams& p) {
+#pragma unroll
+    for (int i = 0; i < kBN / 8; ++i) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        float& x = acc[4 * i + r];
+        if (is_gate_chunk<kBN>(i)) {
+          if (x >= p.crossing_lo && x <= p.crossing_hi) x = p.crossing_to;
+        } else {
+          const float mag = fabsf(x);
+          if (mag >= p.crossing_lo && mag <= p.crossing_hi) x = copysignf(p.crossing_to, x);
+        }
+      }
+    }
+  }
+
   /// `acc` is this warpgroup's 64 x kBN slice of pre-activation columns `cmap` (gate/up pairs inside it);
   /// its D columns start at `d_col0`; rows [row0, row0 + 64).
   template <int kBN, int kRegs>
@@ -140,6 +161,9 @@ struct GluEpilogue {
                                const ColumnMap& cmap, int d_col0, int64_t row0, const Staging<kBN>& st) {
     const int rows_valid = rows_in_warpgroup(row0, tile.row_end);
     apply_alpha_bias<kBN>(acc, p, tile.expert, cmap, st.quad());
+    if constexpr (kAct == ActKind::swiglu_clamped) {
+      if (p.c.ptr) keep_clamp_sides<kBN>(acc, p);
+    }
     // C's gate segments end at I: a TMA store may only be used where no segment crosses that limit.
     if (p.c.ptr) st.store_tile(acc, p.c, &p.tma_c, cmap, row0, rows_valid, rows_valid == 64 && segments_fit(cmap, p.n));
 

@@ -6,6 +6,7 @@
 #include <string>
 #include <tuple>
 
+#include "common/clamp_edge.hpp"
 #include "common/expected.hpp"
 #include "common/naive.hpp"
 #include "common/offsets.hpp"
@@ -143,6 +144,40 @@ TEST(GluReference, InterleavedNeedsWholeBlockPairs) {
   EXPECT_THROW(reference::run(args), Error);
   args.glu.layout = GluLayout::halves;
   EXPECT_NO_THROW(reference::run(args));
+}
+
+// swiglu_clamped's 16-bit C keeps each clamp's decision: where rounding to nearest would carry G across
+// +-limit, C holds the 16-bit value next to it on G's side (docs/ops.md §2). Limits: 7 (a bf16 and f16
+// value), one just above 7 and one past the bf16 midpoint 7.015625 (the other direction of crossing).
+TEST(GluReference, ClampedSavedPreactivationKeepsEachClampDecision) {
+  const std::vector<int64_t> sizes{70, 0, 90};
+  const int64_t E = 3, M = 180, N = 128, K = 16;
+  for (GluLayout layout : {GluLayout::halves, GluLayout::interleaved32}) {
+    for (DType c_dtype : {DType::bf16, DType::f16}) {
+      for (float limit : {7.0f, 7.000732421875f, 7.02f}) {
+        SCOPED_TRACE(std::to_string(static_cast<int>(layout)) + " " + dtype_name(c_dtype) + " limit " +
+                     std::to_string(limit));
+        HostTensor a(DType::bf16, {M, K}), w(DType::bf16, {E, N, K}), bias(DType::f32, {E, N});
+        clamp_edge::fill(a, w, bias, layout, 40 + static_cast<uint64_t>(layout));
+        HostTensor offsets = offsets_from_sizes(sizes), d(DType::bf16, {M, N / 2}), c(c_dtype, {M, N});
+        poison(c);
+        GroupedGemmGluArgs args;
+        args.a = a.view();
+        args.b.dense = w.view();
+        args.bias = bias.view();
+        args.offsets = offsets.view();
+        args.glu.activation = Activation::swiglu_clamped;
+        args.glu.layout = layout;
+        args.glu.limit = limit;
+        args.d = d.view();
+        args.c = c.view();
+        reference::run(args);
+        int64_t crossings = 0;
+        clamp_edge::expect_sides_kept(c, a, w, bias, offsets, layout, limit, &crossings);
+        EXPECT_GT(crossings, 0) << "no element of this problem would cross a bound by rounding";
+      }
+    }
+  }
 }
 
 class GemmSwigluReference : public ::testing::TestWithParam<std::tuple<GluLayout, BLayout, DType>> {};

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/clamp_edge.hpp"
 #include "common/offsets.hpp"
 #include "gpu/harness.hpp"
 
@@ -257,6 +258,52 @@ TEST(ForwardGpu, Glu) {
           f.name = "glu variant " + std::to_string(variant++) + " N=" + std::to_string(f.n);
           check_forward(f);
         }
+      }
+    }
+  }
+}
+
+// swiglu_clamped's 16-bit C keeps each clamp's decision (docs/ops.md §2): on pre-activations that are exact
+// in f32 and crowd around +-limit (common/clamp_edge.hpp), C is bitwise the reference's, on G's side of every
+// bound, within one 16-bit spacing of G; D is close to the reference. Plain rounding fails this on every
+// problem below (each has elements it would carry across a bound).
+TEST(ForwardGpu, ClampedSavedPreactivationKeepsEachClampDecision) {
+  REQUIRE_GPU();
+  for (GluLayout pairing : {GluLayout::halves, GluLayout::interleaved32}) {
+    for (DType out : {DType::bf16, DType::f16}) {
+      for (float limit : {7.0f, 7.02f}) {
+        Forward f;
+        f.glu = true;
+        f.glu_params.activation = Activation::swiglu_clamped;
+        f.glu_params.layout = pairing;
+        f.glu_params.limit = limit;
+        f.m = 300;
+        f.n = 512;
+        f.k = 16;
+        f.sizes = {70, 0, 150, 40};
+        f.bias = 2;
+        f.generate_c = true;
+        f.out = out;
+        f.name = "clamp sides " + std::to_string(static_cast<int>(pairing)) + " " + dtype_name(out) + " limit " +
+                 std::to_string(limit);
+        SCOPED_TRACE(f.name);
+        Inputs in(f);
+        clamp_edge::fill(in.a, in.b, in.bias, pairing, 70 + static_cast<uint64_t>(pairing));
+        in.da = DeviceTensor(in.a);
+        in.db = DeviceTensor(in.b);
+        in.dbias = DeviceTensor(in.bias);
+        const Outputs ref = run(f, in, false);
+        const Outputs got = run(f, in, true);
+        const int64_t end = addressed_end(in.offsets, f.m);
+        EXPECT_TRUE(matches(got.d, expect_rows(ref.d, end, false))) << "output d";
+        int64_t differ = 0;
+        for (int64_t r = 0; r < end; ++r)
+          for (int64_t col = 0; col < f.n; ++col)
+            differ += got.c.bits_at(got.c.offset({r, col})) != ref.c.bits_at(ref.c.offset({r, col}));
+        EXPECT_EQ(differ, 0) << "elements of C that differ from the reference's bits";
+        int64_t crossings = 0;
+        clamp_edge::expect_sides_kept(got.c, in.a, in.b, in.bias, in.offsets, pairing, limit, &crossings);
+        EXPECT_GT(crossings, 0);
       }
     }
   }
