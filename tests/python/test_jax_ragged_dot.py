@@ -262,21 +262,11 @@ MOE_CASES = [("small", "swiglu", "halves"), ("small", "geglu", "halves"),
              ("unaligned", "geglu", "interleaved32")]
 
 
-@pytest.mark.parametrize("shape,activation,glu_layout", MOE_CASES)
-@pytest.mark.parametrize("platform", PLATFORMS)
-def test_moe_mlp_value_and_gradients_match_f32_autodiff(shape, activation, glu_layout, platform):
-    """The whole MoE MLP (fused GLU up-projection, down grouped GEMM) on bf16 inputs, forward and backward
-    through moegemm's custom_vjp (grouped_gemm_dglu, grouped_gemm, grouped_gemm_wgrad) jitted on the
-    platform, against jax.grad of the plain f32 implementation on f32 casts of the same inputs, to the
-    spec's bf16 tolerances (docs/ops.md section 9)."""
-    m, h, i, sizes = MOE_SHAPES[shape]
-    sizes = np.array(sizes, np.int32)
-    e, end = len(sizes), int(sizes.sum())
-    rng = np.random.default_rng(7 + m)
-    x = rand(rng, (m, h))
-    w_up, w_down = rand(rng, (e, h, 2 * i), scale=1.5 / np.sqrt(h)), rand(rng, (e, i, h), scale=1 / np.sqrt(i))
-    prob = jnp.asarray(rng.uniform(0.2, 1, m), jnp.float32)
-    cot = rand(rng, (m, h), jnp.float32)
+def _expect_moe_mlp_matches_f32_autodiff(x, w_up, w_down, prob, cot, sizes, activation, glu_layout, platform):
+    """moe_mlp forward and backward through moegemm's custom_vjp (grouped_gemm_dglu, grouped_gemm,
+    grouped_gemm_wgrad) jitted on the platform, against jax.grad of the plain f32 implementation on f32 casts
+    of the same inputs, to the spec's bf16 tolerances (docs/ops.md section 9)."""
+    end = int(sizes.sum())
     args = (x, w_up, w_down, prob)
     device = platform_device(platform)
     kw = dict(activation=activation, glu_layout=glu_layout)
@@ -309,6 +299,53 @@ def test_moe_mlp_value_and_gradients_match_f32_autodiff(shape, activation, glu_l
         assert (f32(out)[end:] == 0).all(), f"{name}: rows past the last group not zero"
 
 
+@pytest.mark.parametrize("shape,activation,glu_layout", MOE_CASES)
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_moe_mlp_value_and_gradients_match_f32_autodiff(shape, activation, glu_layout, platform):
+    """The whole MoE MLP (fused GLU up-projection, down grouped GEMM) on bf16 random inputs."""
+    m, h, i, sizes = MOE_SHAPES[shape]
+    sizes = np.array(sizes, np.int32)
+    e = len(sizes)
+    rng = np.random.default_rng(7 + m)
+    x = rand(rng, (m, h))
+    w_up, w_down = rand(rng, (e, h, 2 * i), scale=1.5 / np.sqrt(h)), rand(rng, (e, i, h), scale=1 / np.sqrt(i))
+    prob = jnp.asarray(rng.uniform(0.2, 1, m), jnp.float32)
+    cot = rand(rng, (m, h), jnp.float32)
+    _expect_moe_mlp_matches_f32_autodiff(x, w_up, w_down, prob, cot, sizes, activation, glu_layout, platform)
+
+
+def _clamp_edge_inputs(rng, m, h, i, e, glu_layout):
+    """x (M, H) and w_up (E, H, 2I) in bf16 whose f32 products are exact and crowd around +-7: x[:, :2] = 1,
+    w_up[:, 0] = 7 on gate columns and +-7 on up columns, w_up[:, 1] = +-2^-11 (so that no value is exactly
+    +-7, where frameworks' clamp gradients differ); the rest of x in {-1, 0, 1} and of w_up multiples of
+    2^-10 no larger than 2^-7 (H <= 64 keeps every sum exact). About 5% of the gate values then lie in
+    (7, 7 + 2^-6], which bf16 rounds to 7: not clamped any more."""
+    x = rng.integers(-1, 2, (m, h)).astype(np.float32)
+    x[:, :2] = 1
+    w_up = rng.integers(-8, 9, (e, h, 2 * i)).astype(np.float32) / 1024
+    w_up[:, 1, :] = rng.choice([-1.0, 1.0], (e, 2 * i)) / 2048
+    block = np.arange(2 * i) // 32 % 2
+    gate = np.arange(2 * i) < i if glu_layout == "halves" else block == (0 if glu_layout == "interleaved32" else 1)
+    w_up[:, 0, :] = np.where(gate, 7.0, 7.0 * rng.choice([-1.0, 1.0], (e, 2 * i)))
+    return jnp.asarray(x, jnp.bfloat16), jnp.asarray(w_up, jnp.bfloat16)
+
+
+@pytest.mark.parametrize("glu_layout", ["halves", "interleaved32"])
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_clamped_moe_mlp_gradients_match_f32_autodiff_at_the_limit(glu_layout, platform):
+    """swiglu_clamped with pre-activations that crowd around +-7: where rounding the saved pre-activation to
+    bf16 would cross the limit, the backward still cuts off exactly the gradients the forward's clamps cut
+    off (docs/ops.md section 2), as jax.grad of the f32 forward does."""
+    m, h, i = 160, 16, 64
+    sizes = np.array([50, 0, 70, 20], np.int32)
+    rng = np.random.default_rng(41)
+    x, w_up = _clamp_edge_inputs(rng, m, h, i, len(sizes), glu_layout)
+    w_down = rand(rng, (len(sizes), i, h), scale=1 / np.sqrt(i))
+    prob = jnp.asarray(rng.uniform(0.2, 1, m), jnp.float32)
+    cot = rand(rng, (m, h), jnp.float32)
+    _expect_moe_mlp_matches_f32_autodiff(x, w_up, w_down, prob, cot, sizes, "swiglu_clamped", glu_layout, platform)
+
+
 @on_device_for(*MOE_MLP_FORWARD)
 def test_moe_mlp_offsets_argument_and_errors():
     rng = np.random.default_rng(8)
@@ -333,3 +370,29 @@ def test_moe_mlp_offsets_argument_and_errors():
         mj.moe_mlp(x, rand(rng, (2, 16, 24)), rand(rng, (2, 12, 16)), group_sizes=jnp.array([10, 22]))
     with pytest.raises(TypeError, match=r"moe_mlp: prob: expected an array \(jax.Array or numpy.ndarray\), got list"):
         mj.moe_mlp(x, w_up, w_down, group_sizes=jnp.array([10, 22]), prob=[1.0] * 32)
+    for prob in (jnp.ones(32, jnp.complex64), jnp.ones(32, jnp.int32)):
+        with pytest.raises(TypeError, match=r"moe_mlp: prob: expected a floating dtype, got"):
+            mj.moe_mlp(x, w_up, w_down, group_sizes=jnp.array([10, 22]), prob=prob)
+    with pytest.raises(ValueError, match=r"moe_mlp: activation: expected one of .*got 'relu'"):
+        mj.moe_mlp(x, w_up, w_down, group_sizes=jnp.array([10, 22]), activation="relu")
+    with pytest.raises(ValueError, match=r"moe_mlp: glu_layout: expected one of .*got 'bogus'"):
+        mj.moe_mlp(x, w_up, w_down, group_sizes=jnp.array([10, 22]), glu_layout="bogus")
+    with pytest.raises(ValueError, match=r"moe_mlp: limit: expected a positive clamp limit"):
+        mj.moe_mlp(x, w_up, w_down, group_sizes=jnp.array([10, 22]), activation="swiglu_clamped", limit=-1.0)
+    with pytest.raises(ValueError, match=r"moe_mlp: w_up: expected 1 to 1024 experts \(dim 0\)"):
+        mj.moe_mlp(x[:, :8], jnp.ones((1025, 8, 16), jnp.bfloat16), jnp.ones((1025, 8, 8), jnp.bfloat16),
+                   group_sizes=jnp.zeros(1025, jnp.int32))
+
+
+def test_ragged_dot_group_limit_and_empty_contraction():
+    """G > 1024 is refused naming rhs (not the inner op's offsets); K = 0 gives zeros, as jax.lax.ragged_dot
+    does; preferred_element_type that is no dtype is refused by name."""
+    x = jnp.ones((16, 8), jnp.bfloat16)
+    with pytest.raises(ValueError, match=r"^moegemm\.jax\.ragged_dot: rhs: expected at most 1024 groups"):
+        mj.ragged_dot(x, jnp.ones((1025, 8, 8), jnp.bfloat16), jnp.zeros(1025, jnp.int32))
+    empty_k = mj.ragged_dot(jnp.ones((16, 0), jnp.bfloat16), jnp.ones((2, 0, 8), jnp.bfloat16), jnp.array([6, 10]))
+    ref = jax.lax.ragged_dot(jnp.ones((16, 0), jnp.bfloat16), jnp.ones((2, 0, 8), jnp.bfloat16), jnp.array([6, 10]))
+    assert empty_k.shape == ref.shape == (16, 8) and empty_k.dtype == ref.dtype
+    assert (f32(empty_k) == 0).all()
+    with pytest.raises(TypeError, match=r"ragged_dot: preferred_element_type: expected one of .*got 'bogus'"):
+        mj.ragged_dot(x, jnp.ones((2, 8, 8), jnp.bfloat16), jnp.array([6, 10]), preferred_element_type="bogus")

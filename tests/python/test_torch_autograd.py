@@ -6,7 +6,8 @@ import pytest
 import torch
 
 import moegemm.torch as mt
-from torch_helpers import DEVICES, activation, assert_close, glu_halves, offsets_of, poison, randn, ranges
+from torch_helpers import (DEVICES, activation, assert_close, clamp_edge_inputs, glu_halves, offsets_of, poison,
+                           randn, ranges)
 
 
 def torch_moe_mlp(x, w_up, w_down, offsets, prob=None, act="swiglu", layout="halves"):
@@ -93,21 +94,13 @@ MOE_CASES = [("small", "swiglu", "halves", False), ("small", "geglu", "interleav
              ("unaligned", "geglu", "interleaved32", False)]
 
 
-@pytest.mark.parametrize("shape,act,layout,zero_tail", MOE_CASES)
-@pytest.mark.parametrize("device", DEVICES)
-def test_moe_mlp_grads_match_f32_autograd(device, shape, act, layout, zero_tail):
-    """The whole MoE MLP (fused GLU up-projection, down grouped GEMM) on bf16 inputs on `device`, backward
-    through moegemm's autograd (grouped_gemm_dglu, grouped_gemm, grouped_gemm_wgrad), against
-    torch.autograd of the plain float32 implementation on float32 copies of the same inputs and the same
-    output gradient, to the spec's bf16 tolerances (docs/ops.md section 9)."""
-    m, h, i, sizes = MOE_SHAPES[shape]
+def _expect_grads_match_f32_autograd(x, w_up, w_down, prob, dy, sizes, act, layout, zero_tail):
+    """moe_mlp forward and backward (moegemm's autograd: grouped_gemm_dglu, grouped_gemm, grouped_gemm_wgrad)
+    on the inputs' device, against torch.autograd of the plain float32 implementation on float32 copies of
+    the same inputs and output gradient, to the spec's bf16 tolerances (docs/ops.md section 9)."""
+    device = x.device.type
     e, end = len(sizes), sum(sizes)
     offsets = offsets_of(sizes, device)
-    x = randn(m, h, seed=31, device=device)
-    w_up = randn(e, h, 2 * i, seed=32, scale=1.5 / h ** 0.5, device=device)
-    w_down = randn(e, i, h, seed=33, scale=1 / i ** 0.5, device=device)
-    prob = randn(m, dtype=torch.float32, seed=34, device=device).abs()
-    dy = randn(m, h, seed=35, device=device)
     ours = [t.clone().requires_grad_(True) for t in (x, w_up, w_down, prob)]
     ref = [t.detach().float().cpu().requires_grad_(True) for t in (x, w_up, w_down, prob)]
     y = mt.moe_mlp(*ours[:3], offsets, ours[3], act, layout, zero_tail=zero_tail)
@@ -126,6 +119,34 @@ def test_moe_mlp_grads_match_f32_autograd(device, shape, act, layout, zero_tail)
             assert (ours[1].grad[g] == 0).all() and (ours[2].grad[g] == 0).all(), g
     if zero_tail:
         assert (y[end:] == 0).all() and (ours[0].grad[end:] == 0).all() and (ours[3].grad[end:] == 0).all()
+
+
+@pytest.mark.parametrize("shape,act,layout,zero_tail", MOE_CASES)
+@pytest.mark.parametrize("device", DEVICES)
+def test_moe_mlp_grads_match_f32_autograd(device, shape, act, layout, zero_tail):
+    """The whole MoE MLP (fused GLU up-projection, down grouped GEMM) on bf16 random inputs."""
+    m, h, i, sizes = MOE_SHAPES[shape]
+    e = len(sizes)
+    x = randn(m, h, seed=31, device=device)
+    w_up = randn(e, h, 2 * i, seed=32, scale=1.5 / h ** 0.5, device=device)
+    w_down = randn(e, i, h, seed=33, scale=1 / i ** 0.5, device=device)
+    prob = randn(m, dtype=torch.float32, seed=34, device=device).abs()
+    dy = randn(m, h, seed=35, device=device)
+    _expect_grads_match_f32_autograd(x, w_up, w_down, prob, dy, sizes, act, layout, zero_tail)
+
+
+@pytest.mark.parametrize("layout", ["halves", "interleaved32"])
+@pytest.mark.parametrize("device", DEVICES)
+def test_clamped_moe_mlp_grads_match_f32_autograd_at_the_limit(device, layout):
+    """swiglu_clamped with pre-activations that crowd around +-7 (clamp_edge_inputs): where rounding the saved
+    pre-activation to bf16 would cross the limit, the backward still cuts off exactly the gradients the
+    forward's clamps cut off (docs/ops.md section 2), as autodiff of the f32 forward does."""
+    m, h, i, sizes = 160, 16, 64, [50, 0, 70, 20]
+    x, w_up = (t.to(device) for t in clamp_edge_inputs(m, h, i, len(sizes), layout, seed=36))
+    w_down = randn(len(sizes), i, h, seed=37, scale=1 / i ** 0.5, device=device)
+    prob = randn(m, dtype=torch.float32, seed=38, device=device).abs()
+    dy = randn(m, h, seed=39, device=device)
+    _expect_grads_match_f32_autograd(x, w_up, w_down, prob, dy, sizes, "swiglu_clamped", layout, True)
 
 
 def test_moe_mlp_weight_grads_keep_the_weight_stride_order():
@@ -195,6 +216,11 @@ def test_ops_refuse_to_drop_gradients():
     ("x_h", r"moe_mlp: x: H = 12 is not a multiple of 8"),
     ("w_up_i", r"moe_mlp: w_up: I = 12 \(half of its last dim\) is not a multiple of 8"),
     ("x_transposed", r"moe_mlp: x: expected a row-major \(M, H\) tensor \(stride\(1\) == 1\), got strides \(1, 64\)"),
+    # Left to the ops, reported under the caller's names:
+    ("x_misaligned", r"moe_mlp: x: expected a 16-byte aligned base address .*\(checked as grouped_gemm_glu's a\)"),
+    ("w_up_strided", r"moe_mlp: w_up: expected a contiguous row-major tensor .*\(checked as grouped_gemm_glu's b\)"),
+    ("w_down_strided", r"moe_mlp: w_down: expected a contiguous row-major tensor .*\(checked as grouped_gemm's b\)"),
+    ("w_up_device", r"moe_mlp: w_up: expected a tensor on meta \(the device of x\), got cpu"),
 ])
 def test_moe_mlp_errors_name_its_own_operands(case, pattern):
     """Shape and dtype errors of moe_mlp name x, w_up or w_down (not the a, b, d of the ops it calls),
@@ -216,6 +242,10 @@ def test_moe_mlp_errors_name_its_own_operands(case, pattern):
         "x_h": dict(x=randn(64, 12), w_up=randn(4, 12, 32), w_down=randn(4, 16, 12)),
         "w_up_i": dict(w_up=randn(4, 32, 24), w_down=randn(4, 12, 32)),
         "x_transposed": dict(x=randn(32, 64).t()),
+        "x_misaligned": dict(x=randn(64 * 32 + 1)[1:].view(64, 32)),
+        "w_up_strided": dict(w_up=randn(8, 32, 32, seed=1)[::2]),
+        "w_down_strided": dict(w_down=randn(8, 16, 32, seed=2)[::2]),
+        "w_up_device": dict(x=x.to("meta")),
     }[case]
     args = dict(x=x, w_up=w_up, w_down=w_down, offsets=offsets) | bad
     with pytest.raises(ValueError, match=pattern):
@@ -223,6 +253,35 @@ def test_moe_mlp_errors_name_its_own_operands(case, pattern):
     grad_args = {k: v.detach().requires_grad_() if v.is_floating_point() else v for k, v in args.items()}
     with pytest.raises(ValueError, match=pattern):
         mt.moe_mlp(grad_args["x"], grad_args["w_up"], grad_args["w_down"], grad_args["offsets"])
+
+
+@pytest.mark.parametrize("case, error, pattern", [
+    ("x_list", TypeError, r"moe_mlp: x: expected a torch\.Tensor, got list"),
+    ("activation_none", ValueError,
+     r"moe_mlp: activation: expected one of 'swiglu', 'geglu', 'swiglu_clamped', got None"),
+    ("glu_layout", ValueError, r"moe_mlp: glu_layout: expected one of .*got 'bogus'"),
+    ("prob_int", ValueError, r"moe_mlp: prob: expected a floating dtype, got torch\.int32"),
+    ("prob_shape", ValueError, r"moe_mlp: prob: expected shape \(M=64,\) with M from x, got \(63,\)"),
+])
+def test_moe_mlp_rejects_bad_arguments_by_name(case, error, pattern):
+    x, w_up, w_down = randn(64, 32), randn(4, 32, 32, seed=1), randn(4, 16, 32, seed=2)
+    args = dict(x=x, w_up=w_up, w_down=w_down, offsets=offsets_of([10, 0, 30, 24]), prob=None,
+                activation="swiglu", glu_layout="halves")
+    args |= {"x_list": dict(x=[[1.0]]), "activation_none": dict(activation=None),
+             "glu_layout": dict(glu_layout="bogus"),
+             "prob_int": dict(prob=torch.ones(64, dtype=torch.int32)),
+             "prob_shape": dict(prob=torch.ones(63))}[case]
+    with pytest.raises(error, match=pattern):
+        mt.moe_mlp(*args.values())
+
+
+def test_moe_mlp_module_checks_its_configuration_when_built():
+    with pytest.raises(ValueError, match=r"MoEMLP: activation: expected one of .*got 'bogus'"):
+        mt.MoEMLP(2, 16, 8, activation="bogus")
+    with pytest.raises(ValueError, match=r"MoEMLP: glu_layout: expected one of .*got 'bogus'"):
+        mt.MoEMLP(2, 16, 8, glu_layout="bogus")
+    with pytest.raises(ValueError, match=r"MoEMLP: intermediate: expected a positive int, got 0"):
+        mt.MoEMLP(2, 16, 0)
 
 
 def test_empty_batch_backward():

@@ -108,6 +108,27 @@ def activation(gate, up, kind="swiglu", limit=7.0, act_alpha=1.702, linear_offse
     return (u + linear_offset) * g * torch.sigmoid(act_alpha * g)
 
 
+def clamp_edge_inputs(m, h, i, e, layout, seed=0):
+    """x (M, H) and w_up (E, H, 2I) in bf16 for swiglu_clamped whose f32 pre-activations x @ w_up are exact
+    and crowd around +-7: x[:, :2] = 1, w_up[:, 0] = 7 on gate columns and +-7 on up columns, w_up[:, 1] =
+    +-2^-11 (so that no value is exactly +-7, where frameworks' clamp gradients differ); the rest of x in
+    {-1, 0, 1} and of w_up multiples of 2^-10 no larger than 2^-7 (H <= 64 keeps every sum exact). About 5%
+    of the gate values then lie in (7, 7 + 2^-6], which bf16 rounds to 7: not clamped any more."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randint(-1, 2, (m, h), generator=gen).float()
+    x[:, :2] = 1
+    w_up = torch.randint(-8, 9, (e, h, 2 * i), generator=gen).float() / 1024
+    w_up[:, 1, :] = torch.where(torch.randint(0, 2, (e, 2 * i), generator=gen) == 1, 1.0, -1.0) / 2048
+    gate_cols = torch.zeros(2 * i, dtype=torch.bool)
+    if layout == "halves":
+        gate_cols[:i] = True
+    else:
+        gate_cols = (torch.arange(2 * i) // 32) % 2 == (0 if layout == "interleaved32" else 1)
+    sign = torch.where(torch.randint(0, 2, (e, 2 * i), generator=gen) == 1, 1.0, -1.0)
+    w_up[:, 0, :] = torch.where(gate_cols, 7.0, 7.0 * sign)
+    return x.to(torch.bfloat16), w_up.to(torch.bfloat16)
+
+
 def assert_close(actual: torch.Tensor, expected: torch.Tensor, bf16: bool = True, rows=None):
     """docs/ops.md §9 tolerance after scaling: rel. Frobenius < 1e-2, elementwise rtol 2e-2 / atol 4e-2
     (bf16/f16); float32/64 results: 1e-5 relative."""
