@@ -37,8 +37,8 @@ Pair gemm_swiglu_op(const at::Tensor& a, const at::Tensor& b, c10::string_view b
   args.alpha = static_cast<float>(alpha);
   DeviceContext context(a);
   const int64_t m = a.size(0);
-  at::Tensor ab12 = at::empty({m, n}, a.options().dtype(out_dtype_or(ab12_dtype, a.scalar_type())));
-  at::Tensor c = at::empty({m, n / 2}, a.options().dtype(out_dtype_or(out_dtype, a.scalar_type())));
+  at::Tensor ab12 = at::empty({m, n}, a.options().dtype(out_dtype_or(ab12_dtype, a.scalar_type(), op, "ab12_dtype")));
+  at::Tensor c = at::empty({m, n / 2}, a.options().dtype(out_dtype_or(out_dtype, a.scalar_type(), op, "out_dtype")));
   args.ab12 = view_of(ab12, op, "ab12");
   args.c = view_of(c, op, "c");
   launch(context, a, args, [](const auto& x) { return gemm_swiglu_workspace_bytes(x); },
@@ -55,7 +55,8 @@ Pair gemm_amax_op(const at::Tensor& a, const at::Tensor& b, c10::string_view b_l
   args.a = view_of(a, op, "a");
   args.b = view_of(b, op, "b");
   DeviceContext context(a);
-  at::Tensor c = at::empty({a.size(0), n}, a.options().dtype(out_dtype_or(out_dtype, a.scalar_type())));
+  const auto dtype = out_dtype_or(out_dtype, a.scalar_type(), op, "out_dtype");
+  at::Tensor c = at::empty({a.size(0), n}, a.options().dtype(dtype));
   at::Tensor amax = at::empty({1}, a.options().dtype(at::kFloat));
   args.c = view_of(c, op, "c");
   args.amax = view_of(amax, op, "amax");
@@ -76,7 +77,7 @@ Pair gemm_srelu_op(const at::Tensor& a, const at::Tensor& b, c10::string_view b_
   args.alpha = static_cast<float>(alpha);
   args.prob = view_of(prob, op, "prob");
   DeviceContext context(a);
-  const auto options = a.options().dtype(out_dtype_or(out_dtype, a.scalar_type()));
+  const auto options = a.options().dtype(out_dtype_or(out_dtype, a.scalar_type(), op, "out_dtype"));
   at::Tensor d = at::empty({a.size(0), n}, options);
   at::Tensor c = generate_c ? at::empty({a.size(0), n}, options) : not_requested(d);
   args.d = view_of(d, op, "d");
@@ -102,7 +103,8 @@ Pair gemm_dsrelu_op(const at::Tensor& a, const at::Tensor& b, const at::Tensor& 
   args.alpha = static_cast<float>(alpha);
   args.prob = view_of(prob, op, "prob");
   DeviceContext context(a);
-  at::Tensor dc = at::empty({a.size(0), n}, a.options().dtype(out_dtype_or(out_dtype, c.scalar_type())));
+  const auto dtype = out_dtype_or(out_dtype, c.scalar_type(), op, "out_dtype");
+  at::Tensor dc = at::empty({a.size(0), n}, a.options().dtype(dtype));
   at::Tensor dprob = compute_dprob ? at::empty({a.size(0)}, a.options().dtype(at::kFloat))
                                    : not_requested(dc);
   args.dc = view_of(dc, op, "dc");

@@ -49,10 +49,11 @@ Outputs allocate_outputs(Args& args, const char* op, const at::Tensor& a, const 
                          std::optional<at::ScalarType> dbias_dtype) {
   const int64_t m = a.size(0), e = offsets.size(0);
   const auto side = a.options().dtype(at::kFloat);
-  at::Tensor dc = at::empty({m, columns}, a.options().dtype(out_dtype_or(dc_dtype, c.scalar_type())));
+  at::Tensor dc = at::empty({m, columns}, a.options().dtype(out_dtype_or(dc_dtype, c.scalar_type(), op, "dc_dtype")));
   at::Tensor dprob = compute_dprob ? at::empty({m}, side) : not_requested(dc);
   at::Tensor dbias = compute_dbias
-                         ? at::empty({e, columns}, a.options().dtype(out_dtype_or(dbias_dtype, at::kFloat)))
+                         ? at::empty({e, columns}, a.options().dtype(out_dtype_or(dbias_dtype, at::kFloat, op,
+                                                                                  "dbias_dtype")))
                          : not_requested(dc);
   at::Tensor amax = compute_amax ? at::empty({amax_len}, side) : not_requested(dc);
   args.dc = view_of(dc, op, "dc");

@@ -45,7 +45,7 @@ std::tuple<at::Tensor, at::Tensor> run_forward(Args& args, const char* op, const
                                                std::optional<at::ScalarType> out_dtype,
                                                WorkspaceBytes workspace_bytes, Run run) {
   DeviceContext context(a);
-  const auto options = a.options().dtype(out_dtype_or(out_dtype, a.scalar_type()));
+  const auto options = a.options().dtype(out_dtype_or(out_dtype, a.scalar_type(), op, "out_dtype"));
   const int64_t m = a.size(0);
   at::Tensor d = at::empty({m, d_columns}, options);
   at::Tensor c = generate_c ? at::empty({m, n}, options) : not_requested(d);

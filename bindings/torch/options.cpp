@@ -1,6 +1,9 @@
 #include "options.hpp"
 
+#include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
+
+#include <string>
 
 namespace moegemm::torch_ops {
 
@@ -25,6 +28,16 @@ GluLayout parse_glu_layout(std::string_view text, const char* op) {
   if (text == "interleaved32_up_first") return GluLayout::interleaved32_up_first;
   TORCH_CHECK_VALUE(false, op, ": glu_layout: expected \"halves\", \"interleaved32\" or \"interleaved32_up_first\", got \"",
                     text, "\"");
+}
+
+at::ScalarType out_dtype_or(const std::optional<at::ScalarType>& requested, at::ScalarType fallback,
+                            const char* op, const char* arg) {
+  if (!requested.has_value()) return fallback;
+  const at::ScalarType t = *requested;
+  TORCH_CHECK_VALUE(t == at::kBFloat16 || t == at::kHalf || t == at::kFloat || t == at::kDouble, op, ": ", arg,
+                    ": expected None, torch.bfloat16, torch.float16, torch.float32 or torch.float64, got torch.",
+                    std::string(c10::getDtypeNames(t).first));
+  return t;
 }
 
 GluParams glu_params(std::string_view activation, std::string_view glu_layout, double limit,

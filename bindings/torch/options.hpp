@@ -23,11 +23,11 @@ GluLayout parse_glu_layout(std::string_view text, const char* op);
 GluParams glu_params(std::string_view activation, std::string_view glu_layout, double limit,
                      double act_alpha, double linear_offset, const char* op);
 
-/// Output dtype: `requested` when given, else `fallback`.
-inline at::ScalarType out_dtype_or(const std::optional<at::ScalarType>& requested,
-                                   at::ScalarType fallback) {
-  return requested.has_value() ? *requested : fallback;
-}
+/// Output dtype: `requested` when given, else `fallback`. A requested dtype that is not a floating type the
+/// ops write (bf16, f16, f32, f64) is a ValueError naming the schema argument `arg`; whether the device
+/// takes it (f64 on the host only, dbias f32/bf16) is the contract's to say.
+at::ScalarType out_dtype_or(const std::optional<at::ScalarType>& requested, at::ScalarType fallback,
+                            const char* op, const char* arg);
 
 /// Default dtype of grouped_gemm_wgrad's output: float64 for float64 inputs (gradient checks on the host
 /// backend), float32 otherwise. (dprob, amax and alpha/prob are float32 on every backend.)

@@ -12,6 +12,7 @@ import numpy as np
 
 SIXTEEN_BIT = (jnp.bfloat16, jnp.float16)
 OUTPUT_FLOATS = (jnp.bfloat16, jnp.float16, jnp.float32)
+MAX_EXPERTS = 1024  # the contract's kMaxExperts (docs/ops.md section 0)
 
 
 def dtype_names(dtypes: Iterable) -> str:
@@ -27,12 +28,25 @@ def check_rank(op: str, name: str, x, rank: int, layout: str) -> None:
 
 def static_float(op: str, name: str, value) -> float:
     """``float(value)`` for a scalar baked into the compiled call (alpha of the dense ops, the clamp
-    parameters). A traced value (an argument of the jitted function) raises TypeError naming it."""
+    parameters). A traced value (an argument of the jitted function) raises TypeError naming it, and so
+    does anything that is not a real number (a string, None, a complex number)."""
+    if isinstance(value, (str, bytes)) or value is None or np.iscomplexobj(value):
+        raise TypeError(f"moegemm.jax.{op}: {name}: expected a real number, got {type(value).__name__} {value!r}")
     try:
         return float(value)
     except jax.errors.ConcretizationTypeError as e:
         raise TypeError(f"moegemm.jax.{op}: {name}: expected a Python float (a constant of the compiled call), "
                         f"got a traced value; pass a constant, or mark the argument static in jax.jit") from e
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"moegemm.jax.{op}: {name}: expected a real number, got {type(value).__name__}") from e
+
+
+def clamp_limit(op: str, activation: str, limit) -> float:
+    """The clamp limit as a static float; ValueError unless positive where swiglu_clamped uses it."""
+    value = static_float(op, "limit", limit)
+    if activation == "swiglu_clamped" and not value > 0:
+        raise ValueError(f"moegemm.jax.{op}: limit: expected a positive clamp limit for swiglu_clamped, got {value}")
+    return value
 
 
 def check_array(op: str, name: str, x) -> None:
@@ -40,6 +54,13 @@ def check_array(op: str, name: str, x) -> None:
     if not (hasattr(x, "dtype") and hasattr(x, "shape")):
         raise TypeError(f"moegemm.jax.{op}: {name}: expected an array (jax.Array or numpy.ndarray), "
                         f"got {type(x).__name__}")
+
+
+def check_float_array(op: str, name: str, x) -> None:
+    """Raise TypeError unless ``x`` is an array of a real floating dtype."""
+    check_array(op, name, x)
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        raise TypeError(f"moegemm.jax.{op}: {name}: expected a floating dtype, got {np.dtype(x.dtype).name}")
 
 
 def check_dtype(op: str, name: str, x, allowed: Iterable) -> None:
@@ -54,7 +75,10 @@ def check_dtype(op: str, name: str, x, allowed: Iterable) -> None:
 def check_output_dtype(op: str, name: str, dtype, allowed: Iterable = OUTPUT_FLOATS):
     """The numpy dtype of an output-dtype option; TypeError when it is not allowed."""
     allowed = tuple(np.dtype(d) for d in allowed)
-    dt = np.dtype(dtype)
+    try:
+        dt = np.dtype(dtype)
+    except TypeError as e:
+        raise TypeError(f"moegemm.jax.{op}: {name}: expected one of {dtype_names(allowed)}, got {dtype!r}") from e
     if dt not in allowed:
         raise TypeError(f"moegemm.jax.{op}: {name}: expected one of {dtype_names(allowed)}, got {dt.name}")
     return dt

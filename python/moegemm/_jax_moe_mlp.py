@@ -11,7 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from moegemm import _jax_checks as chk
-from moegemm.jax import grouped_gemm, grouped_gemm_dglu, grouped_gemm_glu, grouped_gemm_wgrad
+from moegemm.jax import (ACTIVATIONS, GLU_LAYOUTS, grouped_gemm, grouped_gemm_dglu, grouped_gemm_glu,
+                         grouped_gemm_wgrad)
 
 _OP = "moe_mlp"
 
@@ -78,12 +79,13 @@ def moe_mlp(x, w_up, w_down, group_sizes=None, offsets=None, prob=None, activati
 
     Args:
       x: (M, H) bf16/f16, rows sorted by expert (f16 on the CPU backend only: the GPU kernels take bf16).
-      w_up: (E, H, 2I), x's dtype (jax.lax.ragged_dot layout); its 2I columns pair gate and up by
-        ``glu_layout`` ("halves": gate = [0, I), up = [I, 2I); or "interleaved32").
+      w_up: (E, H, 2I), x's dtype (jax.lax.ragged_dot layout), E <= 1024; its 2I columns pair gate and up
+        by ``glu_layout`` ("halves": gate = [0, I), up = [I, 2I); "interleaved32": 32-column blocks gate,
+        up, gate, ...; "interleaved32_up_first": up, gate, ...).
       w_down: (E, I, H), x's dtype.
       group_sizes: (E,) integer rows per expert, or offsets: (E,) int32 cumulative end rows (exactly one).
-      prob: optional (M,) router probabilities (cast to f32), scaling each row's activation; gets a
-        gradient.
+      prob: optional (M,) router probabilities of a floating dtype (cast to f32), scaling each row's
+        activation; gets a gradient.
       activation, limit, act_alpha, linear_offset: as grouped_gemm_glu.
     Returns:
       y (M, H) in x's dtype. Differentiable in x, w_up, w_down and prob (reverse mode).
@@ -100,6 +102,9 @@ def moe_mlp(x, w_up, w_down, group_sizes=None, offsets=None, prob=None, activati
     chk.check_dtype(_OP, "w_down", w_down, (x.dtype,))
     e, h = w_up.shape[0], x.shape[1]
     chk.check_extent(_OP, "w_up", w_up, 1, h, "H from x")
+    if not 1 <= e <= chk.MAX_EXPERTS:
+        raise ValueError(f"moegemm.jax.moe_mlp: w_up: expected 1 to {chk.MAX_EXPERTS} experts (dim 0), got shape "
+                         f"{tuple(w_up.shape)}")
     if w_up.shape[2] % 2:
         raise ValueError(f"moegemm.jax.moe_mlp: w_up: 2I must be even, got shape {w_up.shape}")
     chk.check_extent(_OP, "w_down", w_down, 0, e, "E from w_up")
@@ -117,10 +122,12 @@ def moe_mlp(x, w_up, w_down, group_sizes=None, offsets=None, prob=None, activati
     else:
         chk.check_offsets(_OP, offsets, e, "E from w_up")
     if prob is not None:
-        chk.check_array(_OP, "prob", prob)
+        chk.check_float_array(_OP, "prob", prob)
         chk.check_rank(_OP, "prob", prob, 1, "(M,)")
         chk.check_extent(_OP, "prob", prob, 0, x.shape[0], "M from x")
         prob = prob.astype(jnp.float32)
-    glu = _Glu(activation, glu_layout, chk.static_float(_OP, "limit", limit),
+    chk.check_choice(_OP, "activation", activation, ACTIVATIONS)
+    chk.check_choice(_OP, "glu_layout", glu_layout, GLU_LAYOUTS)
+    glu = _Glu(activation, glu_layout, chk.clamp_limit(_OP, activation, limit),
                chk.static_float(_OP, "act_alpha", act_alpha), chk.static_float(_OP, "linear_offset", linear_offset))
     return _moe_mlp(x, w_up, w_down, offsets, prob, glu)

@@ -59,7 +59,7 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
       precision: accepted for compatibility and ignored: products accumulate in f32 always.
       preferred_element_type: output dtype, bf16/f16/f32 (default lhs.dtype).
       group_offset: not supported (raises NotImplementedError, as jax's default lowering does).
-    G = 0 is accepted, as by jax.lax.ragged_dot: every row is then past the groups and zero.
+    G = 0 and K = 0 are accepted, as by jax.lax.ragged_dot: the result is then zero; G <= 1024.
     Returns:
       (M, N) array. Differentiable (reverse mode, jax.custom_vjp) in lhs and rhs:
       d lhs = grouped_gemm(dout, rhs as nk, zero_tail=True), d rhs = grouped_gemm_wgrad(lhs, dout)
@@ -77,10 +77,14 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
     chk.check_dtype(_OP, "rhs", rhs, (lhs.dtype,))
     chk.check_extent(_OP, "rhs", rhs, 1, lhs.shape[1], "K from lhs")
     chk.check_group_sizes(_OP, group_sizes, rhs.shape[0], "G from rhs")
+    if rhs.shape[0] > chk.MAX_EXPERTS:
+        raise ValueError(f"moegemm.jax.ragged_dot: rhs: expected at most {chk.MAX_EXPERTS} groups (dim 0), got "
+                         f"shape {tuple(rhs.shape)}")
     chk.check_aligned(_OP, "lhs", lhs, 1, "K")
     chk.check_aligned(_OP, "rhs", rhs, 2, "N")
     out_dtype = chk.check_output_dtype(_OP, "preferred_element_type", preferred_element_type or lhs.dtype)
-    if rhs.shape[0] == 0:
-        # No groups: every row is past the last one, i.e. zero (as jax.lax.ragged_dot); no kernel to run.
+    if rhs.shape[0] == 0 or lhs.shape[1] == 0:
+        # No groups (every row is past the last one) or nothing to contract: zero, as jax.lax.ragged_dot
+        # gives; no kernel to run.
         return jnp.zeros((lhs.shape[0], rhs.shape[2]), out_dtype)
     return _ragged_dot(lhs, rhs, group_sizes, out_dtype)

@@ -5,10 +5,18 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
+from ._torch_errors import named_as
 from ._torch_weights import dense_grad, flipped, weight_grad_like, weight_operand
 
 _OP = "grouped_mm"
 _OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+_IN_DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
+
+# The inner ops' operands as grouped_mm's caller knows them.
+_ROWS_NAMES = {("grouped_gemm", "a"): "a", ("grouped_gemm", "b"): "b", ("grouped_gemm", "offsets"): "offs",
+               ("grouped_gemm", "bias"): "bias"}
+_RAGGED_K_NAMES = {("grouped_gemm_wgrad", "x"): "a (read as a.t(), the (T, H) tensor it views)",
+                   ("grouped_gemm_wgrad", "dy"): "b", ("grouped_gemm_wgrad", "offsets"): "offs"}
 
 
 def _segment_column_sums(dout: torch.Tensor, offs: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -40,8 +48,12 @@ class _RaggedRowsMM(torch.autograd.Function):
     @once_differentiable  # the backward runs moegemm ops, which have no derivative of their own
     def backward(ctx, dout):
         a, b_op, offs = ctx.saved_tensors
-        dout = dense_grad(dout, a.dtype)
-        da = db = dbias = None
+        if ctx.needs_input_grad[3]:  # from the incoming gradient as it is (f32 with out_dtype=f32)
+            dbias = _segment_column_sums(dout, offs, ctx.bias_dtype)
+        else:
+            dbias = None
+        dout = dense_grad(dout, a.dtype)  # the kernels read bf16 operands: dA and dB see dout rounded to it
+        da = db = None
         if ctx.needs_input_grad[0]:
             da, _ = torch.ops.moegemm.grouped_gemm(dout, b_op, offs, b_layout=flipped(ctx.layout),
                                                    zero_tail=ctx.zero_tail)
@@ -49,20 +61,29 @@ class _RaggedRowsMM(torch.autograd.Function):
             transpose, fix = weight_grad_like(ctx.layout)
             db = fix(torch.ops.moegemm.grouped_gemm_wgrad(a, dout, offs, transpose_output=transpose,
                                                           out_dtype=ctx.b_dtype))
-        if ctx.needs_input_grad[3]:
-            dbias = _segment_column_sums(dout, offs, ctx.bias_dtype)
         return da, db, None, dbias, None, None
 
 
-def _check_no_groups(a, b, k_a, k_b, where, offs=None):
-    """What the ops would check of a call with no groups, which runs none of them."""
+def _check_no_groups(a, b, k_a, k_b, where, n, offs=None, bias=None):
+    """What the ops would check of a call with no groups, which runs none of them: offs, dtypes, the
+    contraction extent, the 16-byte rule on K and N (n: the output's columns) and bias (E = 0, N)."""
     if offs is not None and (offs.dtype != torch.int32 or offs.shape != (0,)):
         raise ValueError(f"{_OP}: offs: expected an int32 tensor of shape (0,) for 0 groups, got {offs.dtype} of "
                          f"shape {tuple(offs.shape)}")
+    if a.dtype not in _IN_DTYPES:
+        raise ValueError(f"{_OP}: a: expected dtype torch.bfloat16 (torch.float16, torch.float32 or torch.float64 "
+                         f"on CPU), got {a.dtype}")
     if b.dtype != a.dtype:
         raise ValueError(f"{_OP}: b: expected a's dtype {a.dtype}, got {b.dtype}")
     if k_a != k_b:
         raise ValueError(f"{_OP}: b: expected {where} = {k_a} (from a), got {k_b}")
+    per_16_bytes = 16 // a.element_size()
+    for name, symbol, value in (("a", "K", k_a), ("b", "N", n)):
+        if value % per_16_bytes:
+            raise ValueError(f"{_OP}: {name}: expected {symbol} a multiple of {per_16_bytes} for {a.dtype} "
+                             f"(16-byte aligned rows), got {symbol}={value}")
+    if bias is not None and tuple(bias.shape) != (0, n):
+        raise ValueError(f"{_OP}: bias: expected shape (E=0, N={n}), got {tuple(bias.shape)}")
 
 
 class _NoGroupsMM(torch.autograd.Function):
@@ -88,17 +109,25 @@ class _NoGroupsMM(torch.autograd.Function):
 
 
 def _rows_mm(a, b, offs, bias, out_dtype, zero_tail):
+    # Extents in the caller's terms (b may be a transposed view, which the op would report as (E, N, K)).
+    if b.shape[1] != a.shape[1]:
+        raise ValueError(f"{_OP}: b: expected shape (E, K={a.shape[1]}, N) with K from a.shape[1], got "
+                         f"{tuple(b.shape)}")
+    if offs.dim() == 1 and offs.shape[0] != b.shape[0]:
+        raise ValueError(f"{_OP}: offs: expected shape (E={b.shape[0]},) with E from b.shape[0], got "
+                         f"{tuple(offs.shape)}")
     if b.shape[0] == 0:
-        _check_no_groups(a, b, a.shape[1], b.shape[1], "b.shape[1]", offs)
+        _check_no_groups(a, b, a.shape[1], b.shape[1], "b.shape[1]", b.shape[2], offs, bias)
         return _NoGroupsMM.apply(a, b, bias, out_dtype, zero_tail)
     needs_grad = torch.is_grad_enabled() and (
         a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad))
-    if needs_grad:
-        return _RaggedRowsMM.apply(a, b, offs, bias, out_dtype, zero_tail)
-    b_op, layout = weight_operand(b, _OP, "b")
-    out, _ = torch.ops.moegemm.grouped_gemm(a, b_op, offs, b_layout=layout, bias=bias, out_dtype=out_dtype,
-                                            zero_tail=zero_tail)
-    return out
+    with named_as(_OP, _ROWS_NAMES):
+        if needs_grad:
+            return _RaggedRowsMM.apply(a, b, offs, bias, out_dtype, zero_tail)
+        b_op, layout = weight_operand(b, _OP, "b")
+        out, _ = torch.ops.moegemm.grouped_gemm(a, b_op, offs, b_layout=layout, bias=bias, out_dtype=out_dtype,
+                                                zero_tail=zero_tail)
+        return out
 
 
 def _ragged_k_mm(a, b, offs, out_dtype):
@@ -111,10 +140,17 @@ def _ragged_k_mm(a, b, offs, out_dtype):
             f"{_OP}: a: the 2-D x 2-D mode reads a as the transpose of a row-major (T, H) tensor, i.e. "
             f"a.stride(0) == 1 (pass x.t() for x of shape (T, H)); got shape {tuple(a.shape)} with strides "
             f"{tuple(a.stride())}")
+    if b.shape[0] != a.shape[1]:
+        raise ValueError(f"{_OP}: b: expected shape (T={a.shape[1]}, N) with T (the ragged dimension) from "
+                         f"a.shape[1], got {tuple(b.shape)}")
     if offs.dim() == 1 and offs.shape[0] == 0:  # no groups, no output (as torch._grouped_mm)
-        _check_no_groups(a, b, a.shape[1], b.shape[0], "b.shape[0]", offs)
+        _check_no_groups(a, b, a.shape[1], b.shape[0], "b.shape[0]", b.shape[1], offs)
+        if a.shape[0] % (16 // a.element_size()):
+            raise ValueError(f"{_OP}: a: expected H = a.shape[0] a multiple of {16 // a.element_size()} for "
+                             f"{a.dtype} (16-byte aligned rows of a.t()), got H={a.shape[0]}")
         return a.new_empty((0, a.shape[0], b.shape[1]), dtype=out_dtype or a.dtype)
-    return torch.ops.moegemm.grouped_gemm_wgrad(a.t(), b, offs, out_dtype=out_dtype or a.dtype)
+    with named_as(_OP, _RAGGED_K_NAMES):
+        return torch.ops.moegemm.grouped_gemm_wgrad(a.t(), b, offs, out_dtype=out_dtype or a.dtype)
 
 
 def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = None, bias: torch.Tensor | None = None,
@@ -129,7 +165,9 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
       of an (E, N, K) tensor (``w.mT``); the layout is read from the strides and nothing is copied. Any
       other stride order raises ValueError. Differentiable in ``a``, ``b`` and ``bias``
       (dA via grouped_gemm with the transposed weight, dB via grouped_gemm_wgrad: empty groups get exact
-      zeros).
+      zeros). dA and dB read the incoming gradient rounded to ``a``'s dtype (the kernels take bf16
+      operands), so an f32 gradient of an ``out_dtype=torch.float32`` call loses its low bits there; dbias
+      sums it as it comes.
     - 2-D x 2-D (ragged K): ``a`` (H, T), ``b`` (T, N) -> (E, H, N) with ``out[g] = a[:, cols_g] @
       b[cols_g, :]``; groups without columns give exact zeros. ``a`` must be the transposed view of a
       row-major (T, H) tensor and ``b`` row-major (the token dimension is the rows of both in memory);
@@ -168,15 +206,16 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
         if offs is not None:
             raise ValueError(f"{_OP}: offs: must be None for 3-D x 3-D inputs, got a tensor")
         e, m, k = a.shape
-        if b.shape[0] != e:
-            raise ValueError(f"{_OP}: b: expected {e} groups (a.shape[0]), got shape {tuple(b.shape)}")
+        if b.shape[0] != e or b.shape[1] != k:
+            raise ValueError(f"{_OP}: b: expected shape (E={e}, K={k}, N) with E and K from a, got shape "
+                             f"{tuple(b.shape)}")
         try:
             rows = a.view(e * m, k)
         except RuntimeError:
             raise ValueError(f"{_OP}: a: expected a 3-D tensor viewable as (E*M, K), got strides "
                              f"{tuple(a.stride())}") from None
         if e == 0:  # no groups, no output (as torch._grouped_mm)
-            _check_no_groups(a, b, k, b.shape[1], "b.shape[1]")
+            _check_no_groups(a, b, k, b.shape[1], "b.shape[1]", b.shape[2], bias=bias)
             return a.new_empty((0, m, b.shape[2]), dtype=out_dtype or a.dtype)
         ends = torch.arange(1, e + 1, device=a.device, dtype=torch.int32) * m
         out = _rows_mm(rows, b, ends, bias, out_dtype, zero_tail)

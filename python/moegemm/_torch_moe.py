@@ -7,6 +7,8 @@ import math
 import torch
 from torch.autograd.function import once_differentiable
 
+from ._torch_errors import named_as
+from ._torch_options import ACTIVATIONS, GLU_LAYOUTS, check_choice
 from ._torch_weights import dense_grad, flipped, weight_grad_like, weight_operand
 
 _OP = "moe_mlp"
@@ -74,9 +76,32 @@ class _MoEMLPFunction(torch.autograd.Function):
         return dx, dw_up, dw_down, None, dprob, None, None, None
 
 
-def _check_operands(x: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, offsets: torch.Tensor) -> None:
-    """Checks the shapes, dtypes, strides and alignment of moe_mlp's own operands, so that an error names x,
-    w_up, w_down or offsets (the ops it calls would name their internal operands a, b, d instead)."""
+# The inner ops' operands as moe_mlp's caller knows them (for what _check_operands leaves to the ops:
+# base-address alignment, expert strides, E <= 1024).
+_INNER_NAMES = {("grouped_gemm_glu", "a"): "x", ("grouped_gemm_glu", "b"): "w_up",
+                ("grouped_gemm_glu", "offsets"): "offsets", ("grouped_gemm_glu", "prob"): "prob",
+                ("grouped_gemm", "b"): "w_down", ("grouped_gemm", "offsets"): "offsets"}
+
+
+def _check_config(op, activation, glu_layout) -> None:
+    check_choice(op, "activation", activation, ACTIVATIONS)
+    check_choice(op, "glu_layout", glu_layout, GLU_LAYOUTS)
+
+
+def _check_operands(x, w_up, w_down, offsets, prob, activation, glu_layout) -> None:
+    """Checks the types, shapes, dtypes, strides and alignment of moe_mlp's own operands, so that an error
+    names x, w_up, w_down, offsets or prob (the ops it calls would name their internal operands a, b, d)."""
+    for name, t in (("x", x), ("w_up", w_up), ("w_down", w_down), ("offsets", offsets), ("prob", prob)):
+        if not isinstance(t, torch.Tensor) and (t is not None or name != "prob"):
+            raise TypeError(f"{_OP}: {name}: expected a torch.Tensor, got {type(t).__name__}")
+    _check_config(_OP, activation, glu_layout)
+    if prob is not None and not prob.is_floating_point():
+        raise ValueError(f"{_OP}: prob: expected a floating dtype, got {prob.dtype}")
+    if prob is not None and tuple(prob.shape) != (x.shape[0],):
+        raise ValueError(f"{_OP}: prob: expected shape (M={x.shape[0]},) with M from x, got {tuple(prob.shape)}")
+    for name, t in (("w_up", w_up), ("w_down", w_down), ("offsets", offsets), ("prob", prob)):
+        if t is not None and t.device != x.device:
+            raise ValueError(f"{_OP}: {name}: expected a tensor on {x.device} (the device of x), got {t.device}")
     if x.dim() != 2:
         raise ValueError(f"{_OP}: x: expected a 2-D (M, H) tensor, got shape {tuple(x.shape)}")
     if x.shape[0] > 1 and x.shape[1] > 1 and x.stride(1) != 1:
@@ -117,8 +142,9 @@ def moe_mlp(x: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, offsets: 
     For expert g and each row r it owns (rows [offsets[g-1], offsets[g])):
     ``y[r] = (prob[r] * act(gate, up)) @ w_down[g]`` with ``[gate | up] = x[r] @ w_up[g]`` paired by
     ``glu_layout`` ("halves": gate = columns [0, I), up = [I, 2I); "interleaved32": alternating 32-column
-    gate/up blocks) and ``act`` = "swiglu" (silu(gate) * up), "geglu" (gelu_tanh(gate) * up) or
-    "swiglu_clamped" (gpt-oss, limit 7.0, alpha 1.702, offset 1.0); formulas: docs/ops.md §2-§3.
+    gate/up blocks; "interleaved32_up_first": up/gate blocks) and ``act`` = "swiglu" (silu(gate) * up),
+    "geglu" (gelu_tanh(gate) * up) or "swiglu_clamped" (gpt-oss, limit 7.0, alpha 1.702, offset 1.0);
+    formulas: docs/ops.md §2-§3.
 
     Args:
         x: (M, H) tokens sorted by expert, row-major; bf16 (also f16, and f32/f64 for gradient checks, on
@@ -126,7 +152,7 @@ def moe_mlp(x: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, offsets: 
         w_up: (E, H, 2I), same dtype; N-contiguous, or a transposed view of an (E, 2I, H) tensor.
         w_down: (E, I, H), same dtype and stride rules.
         offsets: (E,) int32, cumulative end row of each expert, on x's device (never read on the host).
-        prob: optional (M,) router probability per row (any float dtype; used as float32).
+        prob: optional (M,) router probability per row (any floating dtype; used as float32).
         zero_tail: the ops write zeros to rows at or past offsets[-1] of y (and of dx in the backward), as
             moegemm.jax.moe_mlp does, so that no unspecified value reaches the layers around it (e.g. through a
             padded dispatch's backward). False leaves those rows unwritten and their content unspecified.
@@ -140,11 +166,13 @@ def moe_mlp(x: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, offsets: 
     without rows. Weight gradients have the weights' dtype and stride order.
 
     Raises:
-        ValueError naming the operand (shape, dtype, stride, alignment); NotImplementedError for requests the
-        backend cannot serve (f16 or f32 inputs on CUDA).
+        ValueError naming the operand (shape, dtype, device, stride, alignment, activation, glu_layout);
+        TypeError for an operand that is not a tensor; NotImplementedError for requests the backend cannot
+        serve (f16 or f32 inputs on CUDA).
     """
-    _check_operands(x, w_up, w_down, offsets)
-    return _MoEMLPFunction.apply(x, w_up, w_down, offsets, prob, activation, glu_layout, zero_tail)
+    _check_operands(x, w_up, w_down, offsets, prob, activation, glu_layout)
+    with named_as(_OP, _INNER_NAMES):
+        return _MoEMLPFunction.apply(x, w_up, w_down, offsets, prob, activation, glu_layout, zero_tail)
 
 
 class MoEMLP(torch.nn.Module):
@@ -159,6 +187,10 @@ class MoEMLP(torch.nn.Module):
                  glu_layout: str = "halves", zero_tail: bool = True, device=None, dtype=None):
         super().__init__()
         factory = {"device": device, "dtype": dtype}
+        _check_config("MoEMLP", activation, glu_layout)
+        for name, value in (("num_experts", num_experts), ("hidden", hidden), ("intermediate", intermediate)):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"MoEMLP: {name}: expected a positive int, got {value!r}")
         self.activation = activation
         self.glu_layout = glu_layout
         self.zero_tail = zero_tail

@@ -37,17 +37,12 @@ from __future__ import annotations
 import torch
 
 from ._native import library_path
+from ._torch_options import ACTIVATIONS as _ACTIVATIONS
+from ._torch_options import B_LAYOUTS as _B_LAYOUTS
+from ._torch_options import GLU_LAYOUTS as _GLU_LAYOUTS
+from ._torch_options import check_choice as _check_choice
 
 torch.ops.load_library(str(library_path("moegemm_torch")))
-
-_B_LAYOUTS = ("nk", "kn")
-_ACTIVATIONS = ("swiglu", "geglu", "swiglu_clamped")
-_GLU_LAYOUTS = ("halves", "interleaved32", "interleaved32_up_first")
-
-
-def _check_choice(op: str, name: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"{op}: {name}: expected one of {', '.join(repr(c) for c in choices)}, got {value!r}")
 
 
 def _weights_n(op: str, b: torch.Tensor, b_layout: str) -> int:

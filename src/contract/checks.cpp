@@ -157,27 +157,40 @@ void check_dbias(Rules& r, const TensorView& dbias, const Problem& p, const char
 }
 
 /// GLU column pairing of N = 2I pre-activation columns: interleaved layouts pair 32-column blocks;
-/// a halves split at column I must keep the up half 16-byte aligned in every (M, 2I) tensor.
-void check_glu_split(Rules& r, const char* b_name, int64_t n2, GluLayout layout,
-                     Operands paired) {
+/// a halves split at column I must keep the up half 16-byte aligned in every (M, 2I) tensor (and the (M, I)
+/// rows of d). The error names b, whose N (`b_n`: 2I for the forward ops, I for the dGLU) sets I, and the
+/// tensor whose dtype asks.
+void check_glu_split(Rules& r, const char* b_name, int64_t n2, int64_t b_n, GluLayout layout, Operands paired) {
   // N = 2I is even already: the 16-byte rule on B's N makes it a multiple of 2 for every input dtype.
+  const bool forward = b_n == n2;
   if (layout != GluLayout::halves) {
     if (n2 % 64 != 0) {
       r.fail(ErrorCode::invalid_argument, b_name,
-             std::string("N = 2I a multiple of 64 for glu layout ") + glu_layout_name(layout) +
-                 " (alternating 32-column gate and up blocks)",
-             "N=" + std::to_string(n2));
+             std::string("2I = ") + (forward ? "N" : "2N") + " a multiple of 64 for glu layout " +
+                 glu_layout_name(layout) + " (alternating 32-column gate and up blocks)",
+             "N=" + std::to_string(b_n));
     }
     return;
   }
+  const int64_t i = n2 / 2;
+  const char* i_of_n = forward ? "N/2" : "N";
   for (const auto& [name, t] : paired) {
-    if (t->defined()) r.row_bytes(name, "I", n2 / 2, t->dtype);
+    if (!t->defined()) continue;
+    const auto size = static_cast<int64_t>(dtype_size(t->dtype));
+    if (i * size % 16 == 0) continue;
+    const std::string dtype = dtype_name(t->dtype);
+    r.fail(ErrorCode::invalid_argument, b_name,
+           std::string("I = ") + i_of_n + " with I * sizeof(" + dtype + ") a multiple of 16 bytes (gate and up " +
+               "halves of I columns, in " + name + " of dtype " + dtype + "; 16-byte alignment rule: I % " +
+               std::to_string(16 / size) + " == 0 for " + dtype + ")",
+           "N=" + std::to_string(b_n) + " (I=" + std::to_string(i) + ")");
   }
 }
 
 void check_glu_params(Rules& r, const GluParams& glu) {
   if (glu.activation == Activation::swiglu_clamped && !(glu.limit > 0.0f)) {
-    r.fail(ErrorCode::invalid_argument, "glu.limit", "a positive clamp limit for swiglu_clamped",
+    // Named `limit`, as the torch and JAX ops' argument (in C++ it is the GluParams field).
+    r.fail(ErrorCode::invalid_argument, "limit", "a positive clamp limit for swiglu_clamped",
            std::to_string(glu.limit));
   }
 }
@@ -238,7 +251,7 @@ Device check(const GroupedGemmGluArgs& x, Pointers pointers) {
   Rules r("grouped_gemm_glu", pointers);
   const Problem p = check_grouped_forward(r, x);
   check_glu_params(r, x.glu);
-  check_glu_split(r, "b", p.N, x.glu.layout, {{"d", &x.d}, {"c", &x.c}});
+  check_glu_split(r, "b", p.N, p.N, x.glu.layout, {{"d", &x.d}, {"c", &x.c}});
   check_rows(r, "d", x.d, p, "I", p.N / 2);
   if (x.c.defined()) check_rows(r, "c", x.c, p, "2I", p.N);
   return r.backend();
@@ -258,7 +271,7 @@ Device check(const GroupedGemmDgluArgs& x, Pointers pointers) {
   check_per_row(r, "prob", x.prob, p);
   check_glu_params(r, x.glu);
   r.present("c", x.c, {{"M"}, {"2I"}});
-  check_glu_split(r, "b", 2 * I, x.glu.layout, {{"c", &x.c}, {"dc", &x.dc}});
+  check_glu_split(r, "b", 2 * I, I, x.glu.layout, {{"c", &x.c}, {"dc", &x.dc}});
   check_activation_grads(r, x, p, "2I", 2 * I, 2);
   return r.backend();
 }
@@ -332,7 +345,7 @@ Device check(const GemmSwigluArgs& x, Pointers pointers) {
   Problem p;
   check_a(r, x.a, p);
   check_dense_b(r, x.b, x.b_layout, p);
-  check_glu_split(r, "b", p.N, x.layout, {{"ab12", &x.ab12}, {"c", &x.c}});
+  check_glu_split(r, "b", p.N, p.N, x.layout, {{"ab12", &x.ab12}, {"c", &x.c}});
   check_rows(r, "ab12", x.ab12, p, "N", p.N);
   check_rows(r, "c", x.c, p, "N/2", p.N / 2);
   return r.backend();

@@ -240,6 +240,15 @@ def test_trace_time_errors_name_the_operand():
         jax.jit(lambda s: mj.gemm_swiglu(a, b[0], alpha=s))(jnp.float32(2.0))
     with pytest.raises(TypeError, match=r"grouped_gemm_glu: limit: expected a Python float"):
         jax.jit(lambda s: mj.grouped_gemm_glu(a, b, off, activation="swiglu_clamped", limit=s))(jnp.float32(5.0))
+    # Anything else that is not a real number is refused by name too, and so is a non-positive clamp limit.
+    for bad in ("7", None, 1 + 2j):
+        with pytest.raises(TypeError, match=r"grouped_gemm_glu: limit: expected a real number"):
+            mj.grouped_gemm_glu(a, b, off, activation="swiglu_clamped", limit=bad)
+    with pytest.raises(ValueError, match=r"grouped_gemm_glu: limit: expected a positive clamp limit for "
+                                         r"swiglu_clamped, got 0.0"):
+        mj.grouped_gemm_glu(a, b, off, activation="swiglu_clamped", limit=0)
+    with pytest.raises(TypeError, match=r"grouped_gemm: d_dtype: expected one of .*got 'bogus'"):
+        mj.grouped_gemm(a, b, off, d_dtype="bogus")
     # A message of the library's own checks names the op once.
     with pytest.raises(ValueError, match=r"^moegemm\.jax\.grouped_gemm: offsets: expected 1 <= E <= 1024"):
         mj.grouped_gemm(a[:, :8], jnp.ones((1025, 8, 8), jnp.bfloat16), jnp.arange(1025, dtype=jnp.int32) % 200)

@@ -44,7 +44,7 @@ def test_2d_3d_matches_torch(device, strided, b_row_major, zero_size):
     if strided:
         # every other expert of a bigger tensor: the kernels read packed expert stacks only, and a weight
         # is never copied behind the caller's back, so this is refused with the operand named
-        with pytest.raises(ValueError, match="grouped_gemm: b: expected a contiguous"):
+        with pytest.raises(ValueError, match="grouped_mm: b: expected a contiguous"):
             mt.grouped_mm(a, b, offs)
         b = b.contiguous() if b_row_major is False else b.mT.contiguous().mT
     out = mt.grouped_mm(a, b, offs)
@@ -72,7 +72,7 @@ def test_2d_3d_backward_matches_torch(device):
 
 def test_2d_3d_column_major_a_is_rejected():
     a = randn(K, M * G, seed=5).t()
-    with pytest.raises(ValueError, match="grouped_gemm: a: .*row-major"):
+    with pytest.raises(ValueError, match="grouped_mm: a: .*row-major"):
         mt.grouped_mm(a, make_b(False, True, "cpu"), offsets_of([M] * G))
 
 
@@ -174,10 +174,11 @@ def test_zero_groups_give_torchs_shapes(device):
     out.float().sum().backward()
     assert a.grad.shape == a.shape and (a.grad == 0).all() and b.grad.shape == (0, K, N)
     at, bt = randn(32, K, device=device, seed=32).t(), randn(32, N, device=device, seed=33)
-    assert mt.grouped_mm(at, bt, no_offs).shape == torch_grouped_mm(cpu(at), cpu(bt), offs=cpu(no_offs)).shape == (0, K, N)
+    ref_shape = torch_grouped_mm(cpu(at), cpu(bt), offs=cpu(no_offs)).shape
+    assert mt.grouped_mm(at, bt, no_offs).shape == ref_shape == (0, K, N)
     a3 = randn(0, M, K, device=device, seed=34)
     assert mt.grouped_mm(a3, b.detach()).shape == torch_grouped_mm(cpu(a3), cpu(b)).shape == (0, M, N)
-    with pytest.raises(ValueError, match=r"grouped_mm: b: expected b.shape\[1\] = 64 \(from a\), got 32"):
+    with pytest.raises(ValueError, match=r"grouped_mm: b: expected shape \(E, K=64, N\) with K from a.shape\[1\]"):
         mt.grouped_mm(a.detach(), randn(0, 32, N, device=device, seed=35), no_offs)
     with pytest.raises(ValueError, match=r"grouped_mm: offs: expected an int32 tensor of shape \(0,\)"):
         mt.grouped_mm(a.detach(), b.detach(), no_offs.long())
@@ -211,20 +212,70 @@ def test_extensions_bias_out_dtype_zero_tail():
 
 
 def test_errors():
+    """Every error names grouped_mm and the caller's operand (a, b, offs, bias, out_dtype), also where an op
+    it calls finds the problem (the message then says which op's operand it checked)."""
     a, b = randn(M * G, K), make_b(False, True, "cpu")
-    # Offsets are checked by the op's contract (no second check on the call path); its errors say offsets.
-    with pytest.raises(ValueError, match=r"grouped_gemm: b: expected shape \(E=3, .*\) with E from offsets"):
+    offs = offsets_of([M] * G)
+    with pytest.raises(ValueError,
+                       match=r"grouped_mm: offs: expected shape \(E=4,\) with E from b.shape\[0\], got \(3,\)"):
         mt.grouped_mm(a, b, offsets_of([M] * 3))
-    with pytest.raises(ValueError, match=r"grouped_gemm: offsets: expected dtype i32, got i64"):
-        mt.grouped_mm(a, b, offsets_of([M] * G).long())
-    with pytest.raises(ValueError, match=r"grouped_gemm_wgrad: offsets: expected a 1-D \(E,\) int32 tensor"):
-        mt.grouped_mm(a.t(), randn(M * G, N), offsets_of([M] * G).view(2, 2))
+    with pytest.raises(ValueError,
+                       match=r"grouped_mm: offs: expected dtype i32, got i64 \(checked as grouped_gemm's offsets\)"):
+        mt.grouped_mm(a, b, offs.long())
+    with pytest.raises(ValueError,
+                       match=r"grouped_mm: offs: expected a 1-D \(E,\) int32 tensor.*grouped_gemm_wgrad's offsets"):
+        mt.grouped_mm(a.t(), randn(M * G, N), offs.view(2, 2))
     with pytest.raises(ValueError, match=r"grouped_mm: out_dtype: expected None, torch\.bfloat16, torch\.float16 "
                                          r"or torch\.float32, got torch\.int32"):
-        mt.grouped_mm(a, b, offsets_of([M] * G), out_dtype=torch.int32)
+        mt.grouped_mm(a, b, offs, out_dtype=torch.int32)
     with pytest.raises(ValueError, match="offs: required"):
         mt.grouped_mm(a, b)
     with pytest.raises(ValueError, match="offs: must be None"):
-        mt.grouped_mm(randn(G, M, K), b, offsets_of([M] * G))
+        mt.grouped_mm(randn(G, M, K), b, offs)
     with pytest.raises(NotImplementedError, match="3-D x 2-D"):
         mt.grouped_mm(randn(G, M, K), randn(K, N * G), offsets_of([N] * G))
+    # Shapes as the caller wrote them: a transposed view of an (E, N, K) weight is reported as (E, K, N).
+    with pytest.raises(ValueError, match=r"grouped_mm: b: expected shape \(E, K=64, N\) with K from a.shape\[1\], "
+                                         r"got \(4, 32, 32\)"):
+        mt.grouped_mm(a, randn(G, N, 32).mT, offs)
+    with pytest.raises(ValueError, match=r"grouped_mm: b: expected shape \(E=4, K=64, N\) with E and K from a"):
+        mt.grouped_mm(randn(G, M, K), randn(G, 32, N))
+    with pytest.raises(ValueError, match=r"grouped_mm: bias: expected shape \(E=4, N=32\).*grouped_gemm's bias"):
+        mt.grouped_mm(a, b, offs, bias=randn(G, 16))
+    # 2-D x 2-D: b is the (T, N) operand of the op's dy.
+    x, dy = randn(M * G, K), randn(M * G, N)
+    with pytest.raises(ValueError, match=r"grouped_mm: b: expected a row-major matrix .*grouped_gemm_wgrad's dy"):
+        mt.grouped_mm(x.t(), randn(N, M * G).t(), offs)
+    with pytest.raises(ValueError, match=r"grouped_mm: b: expected shape \(T=64, N\) with T .*from a.shape\[1\], "
+                                         r"got \(120, 32\)"):
+        mt.grouped_mm(x.t(), randn(120, N), offs)
+
+
+def test_zero_groups_check_their_operands():
+    """With no groups no op runs, and grouped_mm checks what the ops would have: dtypes, the 16-byte rule on K
+    and N, bias."""
+    no_offs = torch.zeros(0, dtype=torch.int32)
+    a = randn(M, K)
+    with pytest.raises(ValueError, match=r"grouped_mm: b: expected N a multiple of 8 for torch\.bfloat16.*got N=33"):
+        mt.grouped_mm(a, randn(0, K, 33), no_offs)
+    with pytest.raises(ValueError, match=r"grouped_mm: a: expected K a multiple of 8 for torch\.bfloat16.*got K=33"):
+        mt.grouped_mm(randn(M, 33), randn(0, 33, N), no_offs)
+    with pytest.raises(ValueError, match=r"grouped_mm: a: expected dtype torch\.bfloat16 .*got torch\.int32"):
+        mt.grouped_mm(a.int(), randn(0, K, N).int(), no_offs)
+    with pytest.raises(ValueError, match=r"grouped_mm: bias: expected shape \(E=0, N=32\), got \(5, 5\)"):
+        mt.grouped_mm(a, randn(0, K, N), no_offs, bias=torch.randn(5, 5))
+    with pytest.raises(ValueError, match=r"grouped_mm: a: expected H = a.shape\[0\] a multiple of 8"):
+        mt.grouped_mm(randn(M, 12).t(), randn(M, N), no_offs)
+
+
+def test_f32_bias_gradient_sums_the_f32_output_gradient():
+    """out_dtype=float32 with an f32 bias: dbias is the per-expert sum of the incoming f32 gradient itself (dA
+    and dB read it rounded to bf16, which would cost dbias ~1e-2 absolute at values near 1000)."""
+    a, b, offs = randn(50, K, seed=17), make_b(False, True, "cpu"), offsets_of([10, 0, 20, 5])
+    bias = torch.zeros(G, N, dtype=torch.float32, requires_grad=True)
+    out = mt.grouped_mm(a, b, offs, bias=bias, out_dtype=torch.float32)
+    dout = 1000 + torch.randn(50, N, generator=torch.Generator().manual_seed(18), dtype=torch.float64)
+    out.backward(dout.float())
+    for g, (s, e) in enumerate([(0, 10), (10, 10), (10, 30), (30, 35)]):
+        expected = dout[s:e].sum(0)
+        assert torch.allclose(bias.grad[g].double(), expected, rtol=0, atol=0.05), (g, bias.grad[g], expected)

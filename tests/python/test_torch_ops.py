@@ -238,6 +238,22 @@ def test_errors_name_the_operand():
         ops.grouped_gemm_wgrad(a, randn(7, 8), offsets)
     with pytest.raises(ValueError, match=r"grouped_gemm_wgrad: w: .*got \(3, 16, 8\)"):
         ops.grouped_gemm_wgrad.accumulate(a, randn(8, 8), offsets, torch.empty(3, 16, 8))
+    # Output dtypes and the clamp limit are named as the schema's arguments, not as the outputs (d, w).
+    dtype_error = (r"expected None, torch\.bfloat16, torch\.float16, torch\.float32 or torch\.float64, "
+                   r"got torch\.int32")
+    with pytest.raises(ValueError, match=r"grouped_gemm: out_dtype: " + dtype_error):
+        ops.grouped_gemm(a, b, offsets, out_dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"grouped_gemm_wgrad: out_dtype: " + dtype_error):
+        ops.grouped_gemm_wgrad(a, randn(8, 8), offsets, out_dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"gemm_swiglu: ab12_dtype: " + dtype_error):
+        ops.gemm_swiglu(a, randn(16, 16), ab12_dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"grouped_gemm_glu: limit: expected a positive clamp limit for "
+                                         r"swiglu_clamped, got 0\.0"):
+        ops.grouped_gemm_glu(a, b, offsets, activation="swiglu_clamped", limit=0.0)
+    # An I that breaks the 16-byte rule blames b, whose N sets it.
+    with pytest.raises(ValueError, match=r"grouped_gemm_glu: b: expected I = N/2 with I \* sizeof\(bf16\) a "
+                                         r"multiple of 16 bytes .*in d of dtype bf16.*got N=24 \(I=12\)"):
+        ops.grouped_gemm_glu(a, weights(2, 16, 24, "nk"), offsets)
 
 
 def test_operands_on_the_meta_device_are_rejected():
@@ -252,7 +268,7 @@ def test_operands_on_the_meta_device_are_rejected():
     with pytest.raises(ValueError, match=r"grouped_gemm_wgrad: dy: .*got one on meta"):
         ops.grouped_gemm_wgrad(a, randn(8, 8).to("meta"), offsets)
     module = moegemm.torch.MoEMLP(2, 16, 16, dtype=torch.bfloat16, device="meta")
-    with pytest.raises(ValueError, match=r"grouped_gemm_glu: b: .*got one on meta"):
+    with pytest.raises(ValueError, match=r"moe_mlp: w_up: expected a tensor on cpu \(the device of x\), got meta"):
         module(a, offsets)
     # every operand on meta: shapes only, as torch's meta kernels do
     d, c = ops.grouped_gemm(a.to("meta"), b.to("meta"), offsets.to("meta"), generate_c=True)

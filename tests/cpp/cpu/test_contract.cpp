@@ -430,7 +430,7 @@ TEST(Contract, GluNeedsN2IAndItsLayoutRules) {
   auto x = glu_args(m, 48);
   x.glu.layout = GluLayout::interleaved32;
   expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
-               {"grouped_gemm_glu: b: expected N = 2I a multiple of 64 for glu layout interleaved32", "got N=96"});
+               {"grouped_gemm_glu: b: expected 2I = N a multiple of 64 for glu layout interleaved32", "got N=96"});
   x.glu.layout = GluLayout::interleaved32_up_first;
   expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument, {"interleaved32_up_first", "got N=96"});
   x = glu_args(m, 64);
@@ -438,14 +438,25 @@ TEST(Contract, GluNeedsN2IAndItsLayoutRules) {
   EXPECT_EQ(contract::check(x), Device::cuda);
   // halves: the up half starts at column I, 16-byte aligned in 16-bit outputs: I % 8 == 0.
   x = glu_args(m, 12);
+  // The error names b, the operand whose N sets I, and the tensor whose dtype asks for the alignment.
   expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
-               {"grouped_gemm_glu: d: expected I * sizeof(bf16) a multiple of 16 bytes", "I % 8 == 0 for bf16",
-                "got I=12 (24 bytes)"});
+               {"grouped_gemm_glu: b: expected I = N/2 with I * sizeof(bf16) a multiple of 16 bytes",
+                "in d of dtype bf16", "I % 8 == 0 for bf16", "got N=24 (I=12)"});
   x.d = m.t(DType::f32, {kM, 12});
   expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
-               {"grouped_gemm_glu: c: expected I * sizeof(bf16)", "got I=12"});
+               {"grouped_gemm_glu: b: expected I = N/2 with I * sizeof(bf16)", "in c of dtype bf16", "got N=24 (I=12)"});
   x.c = m.t(DType::f32, {kM, 24});
   EXPECT_EQ(contract::check(x), Device::cuda);  // f32 outputs need only I % 4
+  // dGLU: b's N is I itself. f32 operands on the host pass b's own rule at I = 4; the bf16 c does not.
+  Maker host{Device::host};
+  auto dg = dglu_args(host, 4);
+  dg.a = host.t(DType::f32, {kM, kK});
+  dg.b.dense = host.t(DType::f32, {kE, 4, kK});
+  dg.dc = host.t(DType::f32, {kM, 8});
+  expect_error([&] { contract::check(dg); }, ErrorCode::invalid_argument,
+               {"grouped_gemm_dglu: b: expected I = N with I * sizeof(bf16)", "in c of dtype bf16", "got N=4 (I=4)"});
+  dg.c = host.t(DType::f32, {kM, 8});
+  EXPECT_EQ(contract::check(dg), Device::host);
   // d has I columns, c has 2I.
   x = glu_args(m);
   x.d = m.t(DType::bf16, {kM, kN});
@@ -459,7 +470,7 @@ TEST(Contract, ClampedSwigluNeedsPositiveLimit) {
   x.glu.activation = Activation::swiglu_clamped;
   x.glu.limit = 0.0f;
   expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
-               {"grouped_gemm_glu: glu.limit: expected a positive clamp limit", "got 0"});
+               {"grouped_gemm_glu: limit: expected a positive clamp limit", "got 0"});
 }
 
 TEST(Contract, DgluShapesFollowI) {
