@@ -44,8 +44,10 @@ def static_float(op: str, name: str, value) -> float:
 def clamp_limit(op: str, activation: str, limit) -> float:
     """The clamp limit as a static float; ValueError unless positive where swiglu_clamped uses it."""
     value = static_float(op, "limit", limit)
-    if activation == "swiglu_clamped" and not value > 0:
-        raise ValueError(f"moegemm.jax.{op}: limit: expected a positive clamp limit for swiglu_clamped, got {value}")
+    # The kernels take it as f32: a positive value that f32 rounds to 0 is no limit either.
+    if activation == "swiglu_clamped" and not np.float32(value) > 0:
+        raise ValueError(f"moegemm.jax.{op}: limit: expected a positive clamp limit for swiglu_clamped (in f32), "
+                         f"got {value}")
     return value
 
 
@@ -75,6 +77,8 @@ def check_dtype(op: str, name: str, x, allowed: Iterable) -> None:
 def check_output_dtype(op: str, name: str, dtype, allowed: Iterable = OUTPUT_FLOATS):
     """The numpy dtype of an output-dtype option; TypeError when it is not allowed."""
     allowed = tuple(np.dtype(d) for d in allowed)
+    if dtype is None:  # np.dtype(None) would be float64
+        raise TypeError(f"moegemm.jax.{op}: {name}: expected one of {dtype_names(allowed)}, got None")
     try:
         dt = np.dtype(dtype)
     except TypeError as e:

@@ -11,6 +11,7 @@ from ._torch_weights import dense_grad, flipped, weight_grad_like, weight_operan
 _OP = "grouped_mm"
 _OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _IN_DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
+_MAX_GROUPS = 1024  # the contract's kMaxExperts (docs/ops.md section 0)
 
 # The inner ops' operands as grouped_mm's caller knows them.
 _ROWS_NAMES = {("grouped_gemm", "a"): "a", ("grouped_gemm", "b"): "b", ("grouped_gemm", "offsets"): "offs",
@@ -70,6 +71,11 @@ def _check_no_groups(a, b, k_a, k_b, where, n, offs=None, bias=None):
     if offs is not None and (offs.dtype != torch.int32 or offs.shape != (0,)):
         raise ValueError(f"{_OP}: offs: expected an int32 tensor of shape (0,) for 0 groups, got {offs.dtype} of "
                          f"shape {tuple(offs.shape)}")
+    for name, t in (("b", b), ("offs", offs), ("bias", bias)):
+        if t is not None and t.device != a.device:
+            raise ValueError(f"{_OP}: {name}: expected a tensor on {a.device} (the device of a), got {t.device}")
+    if bias is not None and bias.dtype not in (torch.bfloat16, torch.float32):
+        raise ValueError(f"{_OP}: bias: expected dtype torch.bfloat16 or torch.float32, got {bias.dtype}")
     if a.dtype not in _IN_DTYPES:
         raise ValueError(f"{_OP}: a: expected dtype torch.bfloat16 (torch.float16, torch.float32 or torch.float64 "
                          f"on CPU), got {a.dtype}")
@@ -118,6 +124,10 @@ def _rows_mm(a, b, offs, bias, out_dtype, zero_tail):
                          f"{tuple(offs.shape)}")
     if b.shape[0] == 0:
         _check_no_groups(a, b, a.shape[1], b.shape[1], "b.shape[1]", b.shape[2], offs, bias)
+        if a.shape[0] > 1 and a.shape[1] > 1 and a.stride(1) != 1:
+            raise ValueError(f"{_OP}: a: expected a row-major (M, K) tensor (stride(1) == 1), got strides "
+                             f"{tuple(a.stride())}")
+        weight_operand(b, _OP, "b")  # its stride order, as with groups
         return _NoGroupsMM.apply(a, b, bias, out_dtype, zero_tail)
     needs_grad = torch.is_grad_enabled() and (
         a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad))
@@ -143,6 +153,11 @@ def _ragged_k_mm(a, b, offs, out_dtype):
     if b.shape[0] != a.shape[1]:
         raise ValueError(f"{_OP}: b: expected shape (T={a.shape[1]}, N) with T (the ragged dimension) from "
                          f"a.shape[1], got {tuple(b.shape)}")
+    if b.dtype != a.dtype:
+        raise ValueError(f"{_OP}: b: expected a's dtype {a.dtype}, got {b.dtype}")
+    if b.shape[0] > 1 and b.shape[1] > 1 and b.stride(1) != 1:
+        raise ValueError(f"{_OP}: b: expected a row-major (T, N) tensor (stride(1) == 1), got strides "
+                         f"{tuple(b.stride())}")
     if offs.dim() == 1 and offs.shape[0] == 0:  # no groups, no output (as torch._grouped_mm)
         _check_no_groups(a, b, a.shape[1], b.shape[0], "b.shape[0]", b.shape[1], offs)
         if a.shape[0] % (16 // a.element_size()):
@@ -185,10 +200,14 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
 
     dtypes: bf16 inputs (f16, f32, f64 on CPU only); ``out_dtype`` bf16, f16 or f32 (default ``a.dtype``),
     unlike torch which only allows ``a.dtype``. ``bias`` (E, N) bf16/f32 is supported (torch rejects any
-    bias). Errors: ValueError naming the operand for shapes, dtypes, strides, alignment (N and K multiples
-    of 8 for 16-bit types); NotImplementedError for f16/f32 inputs on CUDA and for unsupported modes.
+    bias). Errors: ValueError naming the operand for shapes, dtypes, devices, strides, alignment (N and K
+    multiples of 8 for 16-bit types), also with no groups; TypeError for an operand that is not a tensor;
+    NotImplementedError for f16/f32 inputs on CUDA and for unsupported modes.
     Formula source: docs/ops.md §1 and §5; ``torch._grouped_mm`` (torch/_meta_registrations.py).
     """
+    for name, t in (("a", a), ("b", b), ("offs", offs), ("bias", bias)):
+        if not isinstance(t, torch.Tensor) and (t is not None or name in ("a", "b")):
+            raise TypeError(f"{_OP}: {name}: expected a torch.Tensor, got {type(t).__name__}")
     if out_dtype is not None and out_dtype not in _OUT_DTYPES:
         raise ValueError(f"{_OP}: out_dtype: expected None, torch.bfloat16, torch.float16 or torch.float32, "
                          f"got {out_dtype}")
@@ -209,6 +228,11 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
         if b.shape[0] != e or b.shape[1] != k:
             raise ValueError(f"{_OP}: b: expected shape (E={e}, K={k}, N) with E and K from a, got shape "
                              f"{tuple(b.shape)}")
+        if e > _MAX_GROUPS:
+            raise ValueError(f"{_OP}: a: expected at most {_MAX_GROUPS} groups (dim 0), got shape {tuple(a.shape)}")
+        if bias is not None and tuple(bias.shape) != (e, b.shape[2]):
+            raise ValueError(f"{_OP}: bias: expected shape (E={e}, N={b.shape[2]}) with E and N from b, got "
+                             f"{tuple(bias.shape)}")
         try:
             rows = a.view(e * m, k)
         except RuntimeError:

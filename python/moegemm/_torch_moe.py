@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import operator
 
 import torch
 from torch.autograd.function import once_differentiable
@@ -132,6 +133,17 @@ def _check_operands(x, w_up, w_down, offsets, prob, activation, glu_layout) -> N
     if offsets.dim() != 1 or offsets.shape[0] != e or offsets.dtype != torch.int32:
         raise ValueError(f"{_OP}: offsets: expected an (E={e},) int32 tensor with E from w_up, got shape "
                          f"{tuple(offsets.shape)} and dtype {offsets.dtype}")
+    # Base addresses and x's row pitch (the 16-byte rule), so that a bad w_down is refused before the
+    # up-projection runs, not by the second op.
+    if torch.compiler.is_compiling():
+        return  # traced tensors have no addresses
+    for name, t in (("x", x), ("w_up", w_up), ("w_down", w_down)):
+        if t.numel() and t.device.type != "meta" and t.data_ptr() % 16:
+            raise ValueError(f"{_OP}: {name}: expected a 16-byte aligned base address (16-byte alignment rule), "
+                             f"got {t.data_ptr():#x}")
+    if x.shape[0] > 1 and x.stride(0) * x.element_size() % 16:
+        raise ValueError(f"{_OP}: x: expected a row stride that is a multiple of 16 bytes, got stride(0)="
+                         f"{x.stride(0)}")
 
 
 def moe_mlp(x: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, offsets: torch.Tensor,
@@ -188,9 +200,26 @@ class MoEMLP(torch.nn.Module):
         super().__init__()
         factory = {"device": device, "dtype": dtype}
         _check_config("MoEMLP", activation, glu_layout)
+        sizes = {}
         for name, value in (("num_experts", num_experts), ("hidden", hidden), ("intermediate", intermediate)):
-            if not isinstance(value, int) or value < 1:
+            try:
+                sizes[name] = operator.index(value) if not isinstance(value, bool) else None
+            except TypeError:
+                sizes[name] = None
+            if sizes[name] is None or sizes[name] < 1:
                 raise ValueError(f"MoEMLP: {name}: expected a positive int, got {value!r}")
+        num_experts, hidden, intermediate = sizes["num_experts"], sizes["hidden"], sizes["intermediate"]
+        if num_experts > 1024:
+            raise ValueError(f"MoEMLP: num_experts: expected at most 1024 (the kernels' expert limit), got "
+                             f"{num_experts}")
+        if glu_layout != "halves" and (2 * intermediate) % 64:
+            raise ValueError(f"MoEMLP: intermediate: expected a multiple of 32 for glu_layout {glu_layout!r} "
+                             f"(2I in whole 64-column gate/up block pairs), got {intermediate}")
+        if (dtype or torch.get_default_dtype()).itemsize == 2:
+            for name, value in (("hidden", hidden), ("intermediate", intermediate)):
+                if value % 8:
+                    raise ValueError(f"MoEMLP: {name}: expected a multiple of 8 for 16-bit weights (16-byte "
+                                     f"aligned rows), got {value}")
         self.activation = activation
         self.glu_layout = glu_layout
         self.zero_tail = zero_tail
@@ -205,6 +234,10 @@ class MoEMLP(torch.nn.Module):
 
     def forward(self, x: torch.Tensor, offsets: torch.Tensor, prob: torch.Tensor | None = None) -> torch.Tensor:
         """x (M, H), offsets (E,) int32, prob optional (M,) -> y (M, H); see :func:`moe_mlp`."""
+        hidden = self.w_up.shape[1]
+        if isinstance(x, torch.Tensor) and (x.dim() != 2 or x.shape[1] != hidden):
+            raise ValueError(f"MoEMLP: x: expected an (M, H={hidden}) tensor with H the module's hidden size, got "
+                             f"shape {tuple(x.shape)}")
         return moe_mlp(x, self.w_up, self.w_down, offsets, prob, self.activation, self.glu_layout,
                        zero_tail=self.zero_tail)
 

@@ -14,18 +14,29 @@ def weight_operand(w: torch.Tensor, op: str, name: str) -> tuple[torch.Tensor, s
     transposed view of a row-major (E, N, K) tensor (``w.stride(-2) == 1``, e.g. ``weight.mT`` of an
     ``nn.Linear``-style stack) is passed as that (E, N, K) tensor with ``"nk"``. Nothing is copied.
     Raises ValueError naming ``op: name`` for any other stride order (neither of the last two dims
-    contiguous, or experts interleaved inside a matrix); the moegemm contract then checks the rest
-    (expert stride, 16-byte alignment).
+    contiguous, or experts interleaved inside a matrix) and for experts that are not packed one after
+    another (``w[::2]``), with the caller's shape and strides; the moegemm contract then checks the rest
+    (16-byte alignment).
     """
     # One read of shape and strides: each accessor is a separate dispatcher-level call on the eager path.
     shape = w.shape
     if len(shape) != 3:
         raise ValueError(f"{op}: {name}: expected a 3-D (E, K, N) weight tensor, got shape {tuple(shape)}")
-    _, rows, cols = shape
-    _, row_stride, col_stride = w.stride()
+    e, rows, cols = shape
+    expert_stride, row_stride, col_stride = w.stride()
+    layout = None
     if col_stride == 1 and (rows <= 1 or row_stride >= cols):
+        layout, matrix = "kn", rows * row_stride if rows > 1 else cols
+    elif row_stride == 1 and (cols <= 1 or col_stride >= rows):
+        layout, matrix = "nk", cols * col_stride if cols > 1 else rows
+    if layout is not None and e > 1 and expert_stride != matrix:
+        raise ValueError(
+            f"{op}: {name}: expected the experts' matrices packed one after another (expert stride "
+            f"{matrix}), got shape {tuple(shape)} with strides {tuple(w.stride())}; pass w.contiguous() to "
+            f"copy it")
+    if layout == "kn":
         return w, "kn"
-    if row_stride == 1 and (cols <= 1 or col_stride >= rows):
+    if layout == "nk":
         return w.mT, "nk"
     raise ValueError(
         f"{op}: {name}: expected an (E, K, N) weight whose N dim is contiguous (stride(-1) == 1) or a "

@@ -293,7 +293,7 @@ def grouped_gemm_wgrad(x, dy, offsets, *, transpose_output=False, w_dtype=jnp.fl
     chk.check_rank(op, "offsets", offsets, 1, "(E,)")
     chk.check_dtype(op, "offsets", offsets, (jnp.int32,))
     e, h, n = offsets.shape[0], x.shape[1], dy.shape[1]
-    w_dt = chk.check_output_dtype(op, "w_dtype", w_dtype, (jnp.float32, jnp.bfloat16))
+    w_dt = chk.check_output_dtype(op, "w_dtype", w_dtype or jnp.float32, (jnp.float32, jnp.bfloat16))
     shape = (e, n, h) if transpose_output else (e, h, n)
     (w,) = native.call(op, [x, dy, offsets], [_spec(shape, w_dt)],
                        dict(transpose_output=bool(transpose_output)))
@@ -314,7 +314,7 @@ def gemm_swiglu(a, b, *, b_layout="nk", alpha=1.0, glu_layout="interleaved32_up_
     n, _ = _dense_weights(op, a, b, b_layout)
     if n % 2:
         raise ValueError(f"moegemm.jax.{op}: b: N must be even, got N = {n}")
-    outputs = [_spec((m, n), chk.check_output_dtype(op, "ab12_dtype", ab12_dtype)),
+    outputs = [_spec((m, n), chk.check_output_dtype(op, "ab12_dtype", ab12_dtype or jnp.float32)),
                _spec((m, n // 2), chk.check_output_dtype(op, "c_dtype", c_dtype or a.dtype))]
     attrs = dict(b_layout=b_layout, alpha=chk.static_float(op, "alpha", alpha),
                  glu_layout=chk.check_choice(op, "glu_layout", glu_layout, GLU_LAYOUTS))

@@ -1,5 +1,6 @@
 // contract::check of every op: the operand rules of rules.hpp composed per docs/ops.md.
 #include <initializer_list>
+#include <sstream>
 #include <string>
 #include <utility>
 
@@ -190,8 +191,9 @@ void check_glu_split(Rules& r, const char* b_name, int64_t n2, int64_t b_n, GluL
 void check_glu_params(Rules& r, const GluParams& glu) {
   if (glu.activation == Activation::swiglu_clamped && !(glu.limit > 0.0f)) {
     // Named `limit`, as the torch and JAX ops' argument (in C++ it is the GluParams field).
-    r.fail(ErrorCode::invalid_argument, "limit", "a positive clamp limit for swiglu_clamped",
-           std::to_string(glu.limit));
+    std::ostringstream got;  // as given (std::to_string would print 1e-30 as 0.000000)
+    got << glu.limit;
+    r.fail(ErrorCode::invalid_argument, "limit", "a positive clamp limit for swiglu_clamped", got.str());
   }
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -41,14 +42,17 @@ inline void require_glu_width(GluLayout layout, int64_t two_i, const char* op) {
 /// x itself where its rounding to t stays on x's side of `bound` (the clamp acts for x > bound when `above`,
 /// else for x < bound); else the value of t next to that rounding, back on x's side. The dGLU of the saved
 /// C then cuts off exactly the gradients the forward's clamps cut off, as autodiff of the forward does.
-/// The forward computes D from the returned value too, as the kernels do.
+/// The forward computes D from the returned value too, as the kernels do. Where t has no finite value on
+/// x's side (a bound at or past t's largest finite value), x itself: C then holds x's plain rounding, and
+/// no value of C lies further than that from G.
 template <class T>
 inline T saved_on_clamp_side(T x, T bound, bool above, DType t) {
   const T r = rounded_to(t, x);
   const bool clamped = above ? x > bound : x < bound;
   const bool saved_clamped = above ? r > bound : r < bound;
-  if (clamped == saved_clamped) return x;
-  return next_value(t, r, clamped == above);
+  if (clamped == saved_clamped || !std::isfinite(r)) return x;
+  const T moved = next_value(t, r, clamped == above);
+  return std::isfinite(moved) ? moved : x;
 }
 
 /// h = act(gate, up) and, for the backward, dh/dgate and dh/dup.

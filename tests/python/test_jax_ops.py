@@ -245,10 +245,17 @@ def test_trace_time_errors_name_the_operand():
         with pytest.raises(TypeError, match=r"grouped_gemm_glu: limit: expected a real number"):
             mj.grouped_gemm_glu(a, b, off, activation="swiglu_clamped", limit=bad)
     with pytest.raises(ValueError, match=r"grouped_gemm_glu: limit: expected a positive clamp limit for "
-                                         r"swiglu_clamped, got 0.0"):
+                                         r"swiglu_clamped \(in f32\), got 0.0"):
         mj.grouped_gemm_glu(a, b, off, activation="swiglu_clamped", limit=0)
     with pytest.raises(TypeError, match=r"grouped_gemm: d_dtype: expected one of .*got 'bogus'"):
         mj.grouped_gemm(a, b, off, d_dtype="bogus")
+    with pytest.raises(ValueError, match=r"grouped_gemm_glu: limit: expected a positive clamp limit for "
+                                         r"swiglu_clamped \(in f32\), got 1e-50"):
+        mj.grouped_gemm_glu(a, b, off, activation="swiglu_clamped", limit=1e-50)
+    # None is the documented default of every dtype option (f32 for wgrad's W and gemm_swiglu's ab12).
+    x, dy = rand(rng, (32, 16)), rand(rng, (32, 8))
+    assert mj.grouped_gemm_wgrad(x, dy, offsets_of([10, 22]), w_dtype=None).dtype == jnp.float32
+    assert mj.gemm_swiglu(a, b[0], glu_layout="halves", ab12_dtype=None)[0].dtype == jnp.float32
     # A message of the library's own checks names the op once.
     with pytest.raises(ValueError, match=r"^moegemm\.jax\.grouped_gemm: offsets: expected 1 <= E <= 1024"):
         mj.grouped_gemm(a[:, :8], jnp.ones((1025, 8, 8), jnp.bfloat16), jnp.arange(1025, dtype=jnp.int32) % 200)

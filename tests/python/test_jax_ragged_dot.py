@@ -377,6 +377,8 @@ def test_moe_mlp_offsets_argument_and_errors():
         mj.moe_mlp(x, w_up, w_down, group_sizes=jnp.array([10, 22]), activation="relu")
     with pytest.raises(ValueError, match=r"moe_mlp: glu_layout: expected one of .*got 'bogus'"):
         mj.moe_mlp(x, w_up, w_down, group_sizes=jnp.array([10, 22]), glu_layout="bogus")
+    with pytest.raises(ValueError, match=r"moe_mlp: w_up: 2I = 32 \(its last dim\) is not a multiple of 64"):
+        mj.moe_mlp(x, w_up, w_down, group_sizes=jnp.array([10, 22]), glu_layout="interleaved32")
     with pytest.raises(ValueError, match=r"moe_mlp: limit: expected a positive clamp limit"):
         mj.moe_mlp(x, w_up, w_down, group_sizes=jnp.array([10, 22]), activation="swiglu_clamped", limit=-1.0)
     with pytest.raises(ValueError, match=r"moe_mlp: w_up: expected 1 to 1024 experts \(dim 0\)"):

@@ -216,11 +216,15 @@ def test_ops_refuse_to_drop_gradients():
     ("x_h", r"moe_mlp: x: H = 12 is not a multiple of 8"),
     ("w_up_i", r"moe_mlp: w_up: I = 12 \(half of its last dim\) is not a multiple of 8"),
     ("x_transposed", r"moe_mlp: x: expected a row-major \(M, H\) tensor \(stride\(1\) == 1\), got strides \(1, 64\)"),
-    # Left to the ops, reported under the caller's names:
-    ("x_misaligned", r"moe_mlp: x: expected a 16-byte aligned base address .*\(checked as grouped_gemm_glu's a\)"),
-    ("w_up_strided", r"moe_mlp: w_up: expected a contiguous row-major tensor .*\(checked as grouped_gemm_glu's b\)"),
-    ("w_down_strided", r"moe_mlp: w_down: expected a contiguous row-major tensor .*\(checked as grouped_gemm's b\)"),
+    # Checked before any op runs (a bad w_down must not wait for the up-projection):
+    ("x_misaligned", r"moe_mlp: x: expected a 16-byte aligned base address \(16-byte alignment rule\), got 0x"),
+    ("w_up_strided", r"moe_mlp: w_up: expected the experts' matrices packed one after another \(expert stride "
+                     r"1024\), got shape \(4, 32, 32\) with strides \(2048, 32, 1\)"),
+    ("w_down_strided", r"moe_mlp: w_down: expected the experts' matrices packed one after another"),
     ("w_up_device", r"moe_mlp: w_up: expected a tensor on meta \(the device of x\), got cpu"),
+    # Left to the ops, reported under the caller's names:
+    ("too_many_experts", r"moe_mlp: offsets: expected 1 <= E <= 1024 experts, got E=1025 "
+                         r"\(checked as grouped_gemm_glu's offsets\)"),
 ])
 def test_moe_mlp_errors_name_its_own_operands(case, pattern):
     """Shape and dtype errors of moe_mlp name x, w_up or w_down (not the a, b, d of the ops it calls),
@@ -246,6 +250,8 @@ def test_moe_mlp_errors_name_its_own_operands(case, pattern):
         "w_up_strided": dict(w_up=randn(8, 32, 32, seed=1)[::2]),
         "w_down_strided": dict(w_down=randn(8, 16, 32, seed=2)[::2]),
         "w_up_device": dict(x=x.to("meta")),
+        "too_many_experts": dict(w_up=randn(1025, 32, 32, seed=3), w_down=randn(1025, 16, 32, seed=4),
+                                 offsets=offsets_of([0] * 1024 + [64])),
     }[case]
     args = dict(x=x, w_up=w_up, w_down=w_down, offsets=offsets) | bad
     with pytest.raises(ValueError, match=pattern):
@@ -282,6 +288,19 @@ def test_moe_mlp_module_checks_its_configuration_when_built():
         mt.MoEMLP(2, 16, 8, glu_layout="bogus")
     with pytest.raises(ValueError, match=r"MoEMLP: intermediate: expected a positive int, got 0"):
         mt.MoEMLP(2, 16, 0)
+    with pytest.raises(ValueError, match=r"MoEMLP: hidden: expected a positive int, got True"):
+        mt.MoEMLP(2, True, 16)
+    with pytest.raises(ValueError, match=r"MoEMLP: hidden: expected a multiple of 8 for 16-bit weights"):
+        mt.MoEMLP(2, 12, 16, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"MoEMLP: intermediate: expected a multiple of 32 for glu_layout "
+                                         r"'interleaved32'"):
+        mt.MoEMLP(2, 16, 16, glu_layout="interleaved32", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"MoEMLP: num_experts: expected at most 1024"):
+        mt.MoEMLP(2000, 16, 16, dtype=torch.bfloat16)
+    module = mt.MoEMLP(2, 16, 16, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"MoEMLP: x: expected an \(M, H=16\) tensor .*got shape \(16, 24\)"):
+        module(randn(16, 24), offsets_of([8, 8]))
+    assert mt.MoEMLP(2, torch.tensor(16).item(), 16).w_up.shape == (2, 16, 32)
 
 
 def test_empty_batch_backward():

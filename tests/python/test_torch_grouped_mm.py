@@ -44,7 +44,7 @@ def test_2d_3d_matches_torch(device, strided, b_row_major, zero_size):
     if strided:
         # every other expert of a bigger tensor: the kernels read packed expert stacks only, and a weight
         # is never copied behind the caller's back, so this is refused with the operand named
-        with pytest.raises(ValueError, match="grouped_mm: b: expected a contiguous"):
+        with pytest.raises(ValueError, match="grouped_mm: b: expected the experts' matrices packed one after another"):
             mt.grouped_mm(a, b, offs)
         b = b.contiguous() if b_row_major is False else b.mT.contiguous().mT
     out = mt.grouped_mm(a, b, offs)
@@ -244,16 +244,31 @@ def test_errors():
         mt.grouped_mm(a, b, offs, bias=randn(G, 16))
     # 2-D x 2-D: b is the (T, N) operand of the op's dy.
     x, dy = randn(M * G, K), randn(M * G, N)
-    with pytest.raises(ValueError, match=r"grouped_mm: b: expected a row-major matrix .*grouped_gemm_wgrad's dy"):
+    with pytest.raises(ValueError, match=r"grouped_mm: b: expected a row-major \(T, N\) tensor \(stride\(1\) == 1\)"):
         mt.grouped_mm(x.t(), randn(N, M * G).t(), offs)
+    with pytest.raises(ValueError, match=r"grouped_mm: b: expected a's dtype torch\.bfloat16, got torch\.float16"):
+        mt.grouped_mm(x.t(), dy.half(), offs)
+    # 3-D x 3-D has no offs to blame.
+    with pytest.raises(ValueError, match=r"grouped_mm: a: expected at most 1024 groups \(dim 0\)"):
+        mt.grouped_mm(randn(1025, 1, 16), randn(1025, 16, 8))
+    with pytest.raises(ValueError, match=r"grouped_mm: bias: expected shape \(E=4, N=32\) with E and N from b"):
+        mt.grouped_mm(randn(G, M, K), b, bias=randn(3, N))
+    # A transposed view with strided experts: the caller's strides in the message.
+    with pytest.raises(ValueError, match=r"grouped_mm: b: expected the experts' matrices packed one after "
+                                         r"another \(expert stride 2048\), got shape \(4, 64, 32\) with strides "
+                                         r"\(4096, 1, 64\)"):
+        mt.grouped_mm(a, randn(2 * G, N, K)[::2].mT, offs)
+    for name, args in (("a", ([[1.0]], b, offs)), ("offs", (a, b, [M] * G))):
+        with pytest.raises(TypeError, match=rf"grouped_mm: {name}: expected a torch\.Tensor, got list"):
+            mt.grouped_mm(*args)
     with pytest.raises(ValueError, match=r"grouped_mm: b: expected shape \(T=64, N\) with T .*from a.shape\[1\], "
                                          r"got \(120, 32\)"):
         mt.grouped_mm(x.t(), randn(120, N), offs)
 
 
 def test_zero_groups_check_their_operands():
-    """With no groups no op runs, and grouped_mm checks what the ops would have: dtypes, the 16-byte rule on K
-    and N, bias."""
+    """With no groups no op runs, and grouped_mm checks what the ops would have: dtypes, devices, stride
+    orders, the 16-byte rule on K and N, bias."""
     no_offs = torch.zeros(0, dtype=torch.int32)
     a = randn(M, K)
     with pytest.raises(ValueError, match=r"grouped_mm: b: expected N a multiple of 8 for torch\.bfloat16.*got N=33"):
@@ -266,6 +281,14 @@ def test_zero_groups_check_their_operands():
         mt.grouped_mm(a, randn(0, K, N), no_offs, bias=torch.randn(5, 5))
     with pytest.raises(ValueError, match=r"grouped_mm: a: expected H = a.shape\[0\] a multiple of 8"):
         mt.grouped_mm(randn(M, 12).t(), randn(M, N), no_offs)
+    with pytest.raises(ValueError, match=r"grouped_mm: offs: expected a tensor on cpu \(the device of a\), got meta"):
+        mt.grouped_mm(a, randn(0, K, N), no_offs.to("meta"))
+    with pytest.raises(ValueError, match=r"grouped_mm: bias: expected dtype torch\.bfloat16 or torch\.float32"):
+        mt.grouped_mm(a, randn(0, K, N), no_offs, bias=torch.zeros(0, N, dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"grouped_mm: a: expected a row-major \(M, K\) tensor"):
+        mt.grouped_mm(randn(K, M).t(), randn(0, K, N), no_offs)
+    with pytest.raises(ValueError, match=r"grouped_mm: b: expected a row-major \(T, N\) tensor"):
+        mt.grouped_mm(randn(32, K).t(), randn(N, 32).t(), no_offs)
 
 
 def test_f32_bias_gradient_sums_the_f32_output_gradient():

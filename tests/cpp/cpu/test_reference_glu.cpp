@@ -12,6 +12,7 @@
 #include "common/offsets.hpp"
 #include "common/poison.hpp"
 #include "common/random_fill.hpp"
+#include "reference/glu.hpp"
 #include "reference/reference.hpp"
 
 namespace moegemm::testing {
@@ -178,6 +179,23 @@ TEST(GluReference, ClampedSavedPreactivationKeepsEachClampDecision) {
       }
     }
   }
+}
+
+// Where the 16-bit type has no finite value on G's side of the bound, C keeps G's plain rounding (the
+// kernels' clamp_crossing interval is empty there too), never a value further from G.
+TEST(GluReference, SavedClampSideNeedsAFiniteNeighbour) {
+  using reference::saved_on_clamp_side;
+  // f16's largest finite value is 65504; 65510 rounds to it. Above the bound 65504 there is only inf.
+  EXPECT_EQ(saved_on_clamp_side(65510.f, 65504.f, true, DType::f16), 65510.f);
+  // A bound past f16's range: 66000 rounds to inf, which is not moved back to 65504.
+  EXPECT_EQ(saved_on_clamp_side(66000.f, 1e5f, true, DType::f16), 66000.f);
+  EXPECT_EQ(saved_on_clamp_side(-66000.f, -1e5f, false, DType::f16), -66000.f);
+  // Within range the value moves one f16 step across: 7.001 rounds to 7 (the bound), kept above it.
+  EXPECT_EQ(saved_on_clamp_side(7.001f, 7.f, true, DType::f16), 7.00390625f);
+  EXPECT_EQ(saved_on_clamp_side(-7.001f, -7.f, false, DType::f16), -7.00390625f);
+  // Nothing to move where the rounding keeps the side, or for NaN.
+  EXPECT_EQ(saved_on_clamp_side(6.999f, 7.f, true, DType::bf16), 6.999f);
+  EXPECT_TRUE(std::isnan(saved_on_clamp_side(NAN, 7.f, true, DType::bf16)));
 }
 
 class GemmSwigluReference : public ::testing::TestWithParam<std::tuple<GluLayout, BLayout, DType>> {};
