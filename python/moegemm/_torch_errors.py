@@ -5,22 +5,19 @@ The ops they call check everything before any launch, but name their own operand
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 
 
-@contextlib.contextmanager
-def named_as(public_op: str, names: dict[tuple[str, str], str]):
-    """Re-raises a ValueError or NotImplementedError of an inner op whose message starts with
-    ``"<op>: <operand>: "`` as ``"<public_op>: <name>: ... (checked as <op>'s <operand>)"``, where ``names`` maps
-    (op, operand) to the caller's name for it; other errors pass unchanged. Inactive while torch.compile
-    traces (the fake kernels raise their own errors there)."""
+def call_named(public_op: str, names: dict[tuple[str, str], str], fn, *args, **kwargs):
+    """``fn(*args, **kwargs)``; a ValueError or NotImplementedError of an inner op whose message starts with
+    ``"<op>: <operand>: "`` is re-raised as ``"<public_op>: <name>: ... (checked as <op>'s <operand>)"``, where
+    ``names`` maps (op, operand) to the caller's name for it; other errors pass unchanged. While torch.compile
+    traces, ``fn`` is called as it is (the fake kernels raise their own errors there). Costs the eager path a
+    call and a check (~0.3 µs; a context manager took ~1.8 µs)."""
     if torch.compiler.is_compiling():
-        yield
-        return
+        return fn(*args, **kwargs)
     try:
-        yield
+        return fn(*args, **kwargs)
     except (ValueError, NotImplementedError) as e:
         message = str(e)
         for (op, operand), name in names.items():

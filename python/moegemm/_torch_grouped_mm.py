@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
-from ._torch_errors import named_as
+from ._torch_errors import call_named
 from ._torch_weights import dense_grad, flipped, weight_grad_like, weight_operand
 
 _OP = "grouped_mm"
@@ -131,13 +131,12 @@ def _rows_mm(a, b, offs, bias, out_dtype, zero_tail):
         return _NoGroupsMM.apply(a, b, bias, out_dtype, zero_tail)
     needs_grad = torch.is_grad_enabled() and (
         a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad))
-    with named_as(_OP, _ROWS_NAMES):
-        if needs_grad:
-            return _RaggedRowsMM.apply(a, b, offs, bias, out_dtype, zero_tail)
-        b_op, layout = weight_operand(b, _OP, "b")
-        out, _ = torch.ops.moegemm.grouped_gemm(a, b_op, offs, b_layout=layout, bias=bias, out_dtype=out_dtype,
-                                                zero_tail=zero_tail)
-        return out
+    if needs_grad:
+        return call_named(_OP, _ROWS_NAMES, _RaggedRowsMM.apply, a, b, offs, bias, out_dtype, zero_tail)
+    b_op, layout = weight_operand(b, _OP, "b")
+    out, _ = call_named(_OP, _ROWS_NAMES, torch.ops.moegemm.grouped_gemm, a, b_op, offs, b_layout=layout, bias=bias,
+                        out_dtype=out_dtype, zero_tail=zero_tail)
+    return out
 
 
 def _ragged_k_mm(a, b, offs, out_dtype):
@@ -164,8 +163,8 @@ def _ragged_k_mm(a, b, offs, out_dtype):
             raise ValueError(f"{_OP}: a: expected H = a.shape[0] a multiple of {16 // a.element_size()} for "
                              f"{a.dtype} (16-byte aligned rows of a.t()), got H={a.shape[0]}")
         return a.new_empty((0, a.shape[0], b.shape[1]), dtype=out_dtype or a.dtype)
-    with named_as(_OP, _RAGGED_K_NAMES):
-        return torch.ops.moegemm.grouped_gemm_wgrad(a.t(), b, offs, out_dtype=out_dtype or a.dtype)
+    return call_named(_OP, _RAGGED_K_NAMES, torch.ops.moegemm.grouped_gemm_wgrad, a.t(), b, offs,
+                      out_dtype=out_dtype or a.dtype)
 
 
 def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = None, bias: torch.Tensor | None = None,

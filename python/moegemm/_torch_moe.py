@@ -8,7 +8,7 @@ import operator
 import torch
 from torch.autograd.function import once_differentiable
 
-from ._torch_errors import named_as
+from ._torch_errors import call_named
 from ._torch_options import ACTIVATIONS, GLU_LAYOUTS, check_choice
 from ._torch_weights import dense_grad, flipped, weight_grad_like, weight_operand
 
@@ -183,8 +183,8 @@ def moe_mlp(x: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, offsets: 
         serve (f16 or f32 inputs on CUDA).
     """
     _check_operands(x, w_up, w_down, offsets, prob, activation, glu_layout)
-    with named_as(_OP, _INNER_NAMES):
-        return _MoEMLPFunction.apply(x, w_up, w_down, offsets, prob, activation, glu_layout, zero_tail)
+    return call_named(_OP, _INNER_NAMES, _MoEMLPFunction.apply, x, w_up, w_down, offsets, prob, activation,
+                      glu_layout, zero_tail)
 
 
 class MoEMLP(torch.nn.Module):
