@@ -6,12 +6,12 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from ._torch_errors import call_named
+from ._torch_options import MAX_EXPERTS
 from ._torch_weights import dense_grad, flipped, weight_grad_like, weight_operand
 
 _OP = "grouped_mm"
 _OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _IN_DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
-_MAX_GROUPS = 1024  # the contract's kMaxExperts (docs/ops.md section 0)
 
 # The inner ops' operands as grouped_mm's caller knows them.
 _ROWS_NAMES = {("grouped_gemm", "a"): "a", ("grouped_gemm", "b"): "b", ("grouped_gemm", "offsets"): "offs",
@@ -227,8 +227,8 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
         if b.shape[0] != e or b.shape[1] != k:
             raise ValueError(f"{_OP}: b: expected shape (E={e}, K={k}, N) with E and K from a, got shape "
                              f"{tuple(b.shape)}")
-        if e > _MAX_GROUPS:
-            raise ValueError(f"{_OP}: a: expected at most {_MAX_GROUPS} groups (dim 0), got shape {tuple(a.shape)}")
+        if e > MAX_EXPERTS:
+            raise ValueError(f"{_OP}: a: expected at most {MAX_EXPERTS} groups (dim 0), got shape {tuple(a.shape)}")
         if bias is not None and tuple(bias.shape) != (e, b.shape[2]):
             raise ValueError(f"{_OP}: bias: expected shape (E={e}, N={b.shape[2]}) with E and N from b, got "
                              f"{tuple(bias.shape)}")

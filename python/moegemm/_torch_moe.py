@@ -9,7 +9,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from ._torch_errors import call_named
-from ._torch_options import ACTIVATIONS, GLU_LAYOUTS, check_choice
+from ._torch_options import ACTIVATIONS, GLU_LAYOUTS, MAX_EXPERTS, check_choice
 from ._torch_weights import dense_grad, flipped, weight_grad_like, weight_operand
 
 _OP = "moe_mlp"
@@ -77,8 +77,8 @@ class _MoEMLPFunction(torch.autograd.Function):
         return dx, dw_up, dw_down, None, dprob, None, None, None
 
 
-# The inner ops' operands as moe_mlp's caller knows them (for what _check_operands leaves to the ops:
-# base-address alignment, expert strides, E <= 1024).
+# The inner ops' operands as moe_mlp's caller knows them (for what _check_operands leaves to the ops, such
+# as E <= 1024).
 _INNER_NAMES = {("grouped_gemm_glu", "a"): "x", ("grouped_gemm_glu", "b"): "w_up",
                 ("grouped_gemm_glu", "offsets"): "offsets", ("grouped_gemm_glu", "prob"): "prob",
                 ("grouped_gemm", "b"): "w_down", ("grouped_gemm", "offsets"): "offsets"}
@@ -187,6 +187,17 @@ def moe_mlp(x: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, offsets: 
                       glu_layout, zero_tail)
 
 
+def _positive_int(name: str, value) -> int:
+    """An int-like size (not a bool) that is at least 1; ValueError naming MoEMLP's argument otherwise."""
+    try:
+        size = None if isinstance(value, bool) else operator.index(value)
+    except TypeError:
+        size = None
+    if size is None or size < 1:
+        raise ValueError(f"MoEMLP: {name}: expected a positive int, got {value!r}")
+    return size
+
+
 class MoEMLP(torch.nn.Module):
     """Expert MLP weights and :func:`moe_mlp`: ``forward(x, offsets, prob=None) -> y``.
 
@@ -200,18 +211,12 @@ class MoEMLP(torch.nn.Module):
         super().__init__()
         factory = {"device": device, "dtype": dtype}
         _check_config("MoEMLP", activation, glu_layout)
-        sizes = {}
-        for name, value in (("num_experts", num_experts), ("hidden", hidden), ("intermediate", intermediate)):
-            try:
-                sizes[name] = operator.index(value) if not isinstance(value, bool) else None
-            except TypeError:
-                sizes[name] = None
-            if sizes[name] is None or sizes[name] < 1:
-                raise ValueError(f"MoEMLP: {name}: expected a positive int, got {value!r}")
-        num_experts, hidden, intermediate = sizes["num_experts"], sizes["hidden"], sizes["intermediate"]
-        if num_experts > 1024:
-            raise ValueError(f"MoEMLP: num_experts: expected at most 1024 (the kernels' expert limit), got "
-                             f"{num_experts}")
+        num_experts = _positive_int("num_experts", num_experts)
+        hidden = _positive_int("hidden", hidden)
+        intermediate = _positive_int("intermediate", intermediate)
+        if num_experts > MAX_EXPERTS:
+            raise ValueError(f"MoEMLP: num_experts: expected at most {MAX_EXPERTS} (the kernels' expert limit), "
+                             f"got {num_experts}")
         if glu_layout != "halves" and (2 * intermediate) % 64:
             raise ValueError(f"MoEMLP: intermediate: expected a multiple of 32 for glu_layout {glu_layout!r} "
                              f"(2I in whole 64-column gate/up block pairs), got {intermediate}")
