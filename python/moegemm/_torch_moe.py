@@ -31,17 +31,19 @@ class _MoEMLPFunction(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x, w_up, w_down, offsets, prob, activation, glu_layout, zero_tail):
+    def forward(ctx, x, w_up, w_down, offsets, prob, activation, glu_layout, limit, act_alpha, linear_offset,
+                zero_tail):
         up, up_layout = weight_operand(w_up, _OP, "w_up")
         down, down_layout = weight_operand(w_down, _OP, "w_down")
         prob32 = _as_f32(prob)
-        h, c = torch.ops.moegemm.grouped_gemm_glu(x, up, offsets, b_layout=up_layout, prob=prob32,
-                                                  activation=activation, glu_layout=glu_layout, generate_c=True,
-                                                  zero_tail=zero_tail)
+        glu = dict(activation=activation, glu_layout=glu_layout, limit=limit, act_alpha=act_alpha,
+                   linear_offset=linear_offset)
+        h, c = torch.ops.moegemm.grouped_gemm_glu(x, up, offsets, b_layout=up_layout, prob=prob32, generate_c=True,
+                                                  zero_tail=zero_tail, **glu)
         y, _ = torch.ops.moegemm.grouped_gemm(h, down, offsets, b_layout=down_layout, zero_tail=zero_tail)
         ctx.save_for_backward(x, up, down, offsets, prob32, h, c)
         ctx.layouts = (up_layout, down_layout)
-        ctx.config = (activation, glu_layout, zero_tail)
+        ctx.config = (glu, zero_tail)
         ctx.dtypes = (w_up.dtype, w_down.dtype, None if prob is None else prob.dtype)
         return y
 
@@ -50,7 +52,7 @@ class _MoEMLPFunction(torch.autograd.Function):
     def backward(ctx, dy):
         x, up, down, offsets, prob32, h, c = ctx.saved_tensors
         up_layout, down_layout = ctx.layouts
-        activation, glu_layout, zero_tail = ctx.config
+        glu, zero_tail = ctx.config
         w_up_dtype, w_down_dtype, prob_dtype = ctx.dtypes
         need_x, need_up, need_down, _, need_prob = ctx.needs_input_grad[:5]
         dy = dense_grad(dy, h.dtype)
@@ -59,8 +61,8 @@ class _MoEMLPFunction(torch.autograd.Function):
             # prob's gradient is written on every row: zeros past offsets[-1] (rows that no expert owns)
             # whatever zero_tail, since it feeds the router.
             dc, dprob32, _, _ = torch.ops.moegemm.grouped_gemm_dglu(
-                dy, down, c, offsets, b_layout=flipped(down_layout), prob=prob32, activation=activation,
-                glu_layout=glu_layout, compute_dprob=bool(need_prob), zero_tail=zero_tail or bool(need_prob))
+                dy, down, c, offsets, b_layout=flipped(down_layout), prob=prob32, compute_dprob=bool(need_prob),
+                zero_tail=zero_tail or bool(need_prob), **glu)
             if need_prob:
                 dprob = dprob32.to(prob_dtype)
             if need_x:
@@ -74,19 +76,28 @@ class _MoEMLPFunction(torch.autograd.Function):
             transpose, fix = weight_grad_like(down_layout)
             dw_down = fix(torch.ops.moegemm.grouped_gemm_wgrad(h, dy, offsets, transpose_output=transpose,
                                                                out_dtype=w_down_dtype))
-        return dx, dw_up, dw_down, None, dprob, None, None, None
+        return dx, dw_up, dw_down, None, dprob, None, None, None, None, None, None
 
 
 # The inner ops' operands as moe_mlp's caller knows them (for what _check_operands leaves to the ops, such
 # as E <= 1024).
 _INNER_NAMES = {("grouped_gemm_glu", "a"): "x", ("grouped_gemm_glu", "b"): "w_up",
                 ("grouped_gemm_glu", "offsets"): "offsets", ("grouped_gemm_glu", "prob"): "prob",
+                ("grouped_gemm_glu", "limit"): "limit",
                 ("grouped_gemm", "b"): "w_down", ("grouped_gemm", "offsets"): "offsets"}
 
 
 def _check_config(op, activation, glu_layout) -> None:
     check_choice(op, "activation", activation, ACTIVATIONS)
     check_choice(op, "glu_layout", glu_layout, GLU_LAYOUTS)
+
+
+def _clamp_parameter(name: str, value) -> float:
+    """A real number for limit, act_alpha or linear_offset; TypeError naming it otherwise (a traced value is
+    fine: torch.compile passes it on)."""
+    if isinstance(value, (str, bytes, bool, complex)) or value is None:
+        raise TypeError(f"{_OP}: {name}: expected a real number, got {type(value).__name__} {value!r}")
+    return float(value)
 
 
 def _check_operands(x, w_up, w_down, offsets, prob, activation, glu_layout) -> None:
@@ -148,15 +159,17 @@ def _check_operands(x, w_up, w_down, offsets, prob, activation, glu_layout) -> N
 
 def moe_mlp(x: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, offsets: torch.Tensor,
             prob: torch.Tensor | None = None, activation: str = "swiglu", glu_layout: str = "halves", *,
-            zero_tail: bool = True) -> torch.Tensor:
+            zero_tail: bool = True, limit: float = 7.0, act_alpha: float = 1.702,
+            linear_offset: float = 1.0) -> torch.Tensor:
     """The expert MLP of a Mixture-of-Experts layer, differentiable in x, w_up, w_down and prob.
 
     For expert g and each row r it owns (rows [offsets[g-1], offsets[g])):
     ``y[r] = (prob[r] * act(gate, up)) @ w_down[g]`` with ``[gate | up] = x[r] @ w_up[g]`` paired by
     ``glu_layout`` ("halves": gate = columns [0, I), up = [I, 2I); "interleaved32": alternating 32-column
     gate/up blocks; "interleaved32_up_first": up/gate blocks) and ``act`` = "swiglu" (silu(gate) * up),
-    "geglu" (gelu_tanh(gate) * up) or "swiglu_clamped" (gpt-oss, limit 7.0, alpha 1.702, offset 1.0);
-    formulas: docs/ops.md §2-§3.
+    "geglu" (gelu_tanh(gate) * up) or "swiglu_clamped" (gpt-oss: ``limit``, ``act_alpha``,
+    ``linear_offset``, by default 7.0, 1.702 and 1.0; the other activations ignore them); formulas:
+    docs/ops.md §2-§3.
 
     Args:
         x: (M, H) tokens sorted by expert, row-major; bf16 (also f16, and f32/f64 for gradient checks, on
@@ -169,6 +182,8 @@ def moe_mlp(x: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, offsets: 
             moegemm.jax.moe_mlp does, so that no unspecified value reaches the layers around it (e.g. through a
             padded dispatch's backward). False leaves those rows unwritten and their content unspecified.
             prob's gradient is zero on those rows either way (written by the dGLU op).
+        limit, act_alpha, linear_offset: swiglu_clamped's parameters (docs/ops.md §2), real numbers, as
+            moegemm.jax.moe_mlp takes them; limit > 0.
 
     Returns:
         y: (M, H) in x's dtype.
@@ -183,8 +198,10 @@ def moe_mlp(x: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, offsets: 
         serve (f16 or f32 inputs on CUDA).
     """
     _check_operands(x, w_up, w_down, offsets, prob, activation, glu_layout)
+    clamp = [_clamp_parameter(name, value) for name, value in
+             (("limit", limit), ("act_alpha", act_alpha), ("linear_offset", linear_offset))]
     return call_named(_OP, _INNER_NAMES, _MoEMLPFunction.apply, x, w_up, w_down, offsets, prob, activation,
-                      glu_layout, zero_tail)
+                      glu_layout, *clamp, zero_tail)
 
 
 def _positive_int(name: str, value) -> int:
@@ -203,11 +220,12 @@ class MoEMLP(torch.nn.Module):
 
     Parameters: ``w_up`` (E, H, 2I) and ``w_down`` (E, I, H), initialised uniform in
     [-1/sqrt(fan_in), 1/sqrt(fan_in)] (fan_in H for w_up, I for w_down), as nn.Linear does. ``zero_tail``
-    (default True) as in :func:`moe_mlp`.
+    (default True) and swiglu_clamped's ``limit``, ``act_alpha``, ``linear_offset`` as in :func:`moe_mlp`.
     """
 
     def __init__(self, num_experts: int, hidden: int, intermediate: int, *, activation: str = "swiglu",
-                 glu_layout: str = "halves", zero_tail: bool = True, device=None, dtype=None):
+                 glu_layout: str = "halves", zero_tail: bool = True, limit: float = 7.0, act_alpha: float = 1.702,
+                 linear_offset: float = 1.0, device=None, dtype=None):
         super().__init__()
         factory = {"device": device, "dtype": dtype}
         _check_config("MoEMLP", activation, glu_layout)
@@ -228,6 +246,8 @@ class MoEMLP(torch.nn.Module):
         self.activation = activation
         self.glu_layout = glu_layout
         self.zero_tail = zero_tail
+        self.clamp = dict(limit=_clamp_parameter("limit", limit), act_alpha=_clamp_parameter("act_alpha", act_alpha),
+                          linear_offset=_clamp_parameter("linear_offset", linear_offset))
         self.w_up = torch.nn.Parameter(torch.empty(num_experts, hidden, 2 * intermediate, **factory))
         self.w_down = torch.nn.Parameter(torch.empty(num_experts, intermediate, hidden, **factory))
         self.reset_parameters()
@@ -244,7 +264,7 @@ class MoEMLP(torch.nn.Module):
             raise ValueError(f"MoEMLP: x: expected an (M, H={hidden}) tensor with H the module's hidden size, got "
                              f"shape {tuple(x.shape)}")
         return moe_mlp(x, self.w_up, self.w_down, offsets, prob, self.activation, self.glu_layout,
-                       zero_tail=self.zero_tail)
+                       zero_tail=self.zero_tail, **self.clamp)
 
     def extra_repr(self) -> str:
         e, h, n2 = self.w_up.shape

@@ -10,13 +10,13 @@ from torch_helpers import (DEVICES, activation, assert_close, clamp_edge_inputs,
                            randn, ranges)
 
 
-def torch_moe_mlp(x, w_up, w_down, offsets, prob=None, act="swiglu", layout="halves"):
-    """The same MLP in plain torch (rows past offsets[-1] give zero)."""
+def torch_moe_mlp(x, w_up, w_down, offsets, prob=None, act="swiglu", layout="halves", **clamp):
+    """The same MLP in plain torch (rows past offsets[-1] give zero); `clamp`: swiglu_clamped's parameters."""
     out = x.new_zeros(x.shape[0], w_down.shape[2])
     pieces = []
     for g, s, e in ranges(offsets, x.shape[0]):
         gate, up = glu_halves(x[s:e] @ w_up[g], layout)
-        h = activation(gate, up, act)
+        h = activation(gate, up, act, **clamp)
         if prob is not None:
             h = h * prob[s:e, None]
         pieces.append((s, e, h @ w_down[g]))
@@ -94,7 +94,7 @@ MOE_CASES = [("small", "swiglu", "halves", False), ("small", "geglu", "interleav
              ("unaligned", "geglu", "interleaved32", False)]
 
 
-def _expect_grads_match_f32_autograd(x, w_up, w_down, prob, dy, sizes, act, layout, zero_tail):
+def _expect_grads_match_f32_autograd(x, w_up, w_down, prob, dy, sizes, act, layout, zero_tail, **clamp):
     """moe_mlp forward and backward (moegemm's autograd: grouped_gemm_dglu, grouped_gemm, grouped_gemm_wgrad)
     on the inputs' device, against torch.autograd of the plain float32 implementation on float32 copies of
     the same inputs and output gradient, to the spec's bf16 tolerances (docs/ops.md section 9)."""
@@ -103,9 +103,9 @@ def _expect_grads_match_f32_autograd(x, w_up, w_down, prob, dy, sizes, act, layo
     offsets = offsets_of(sizes, device)
     ours = [t.clone().requires_grad_(True) for t in (x, w_up, w_down, prob)]
     ref = [t.detach().float().cpu().requires_grad_(True) for t in (x, w_up, w_down, prob)]
-    y = mt.moe_mlp(*ours[:3], offsets, ours[3], act, layout, zero_tail=zero_tail)
+    y = mt.moe_mlp(*ours[:3], offsets, ours[3], act, layout, zero_tail=zero_tail, **clamp)
     y.backward(dy)
-    y_ref = torch_moe_mlp(*ref[:3], offsets.cpu(), ref[3], act, layout)
+    y_ref = torch_moe_mlp(*ref[:3], offsets.cpu(), ref[3], act, layout, **clamp)
     y_ref.backward(dy.float().cpu())
     rows = slice(0, end)  # rows past the last expert: zero with zero_tail, unspecified without
     assert y.device.type == device and y.dtype == torch.bfloat16
@@ -133,6 +133,28 @@ def test_moe_mlp_grads_match_f32_autograd(device, shape, act, layout, zero_tail)
     prob = randn(m, dtype=torch.float32, seed=34, device=device).abs()
     dy = randn(m, h, seed=35, device=device)
     _expect_grads_match_f32_autograd(x, w_up, w_down, prob, dy, sizes, act, layout, zero_tail)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_clamped_moe_mlp_with_its_own_limit_alpha_and_offset(device):
+    """moe_mlp and MoEMLP pass swiglu_clamped's limit, act_alpha and linear_offset to the forward and the
+    backward ops: values and gradients against torch.autograd of the f32 layer with the same parameters, on
+    data that often passes the limit 3.3 (no bf16 value)."""
+    m, h, i, sizes = 96, 64, 64, [30, 0, 50, 10]
+    e = len(sizes)
+    clamp = dict(limit=3.3, act_alpha=1.2, linear_offset=0.5)
+    x = randn(m, h, seed=41, device=device)
+    w_up = randn(e, h, 2 * i, seed=42, scale=3 / h ** 0.5, device=device)
+    w_down = randn(e, i, h, seed=43, scale=1 / i ** 0.5, device=device)
+    prob = randn(m, dtype=torch.float32, seed=44, device=device).abs()
+    dy = randn(m, h, seed=45, device=device)
+    _expect_grads_match_f32_autograd(x, w_up, w_down, prob, dy, sizes, "swiglu_clamped", "halves", True, **clamp)
+    module = mt.MoEMLP(e, h, i, activation="swiglu_clamped", dtype=torch.bfloat16, device=device, **clamp)
+    with torch.no_grad():
+        module.w_up.copy_(w_up)
+        module.w_down.copy_(w_down)
+    assert torch.equal(module(x, offsets_of(sizes, device), prob),
+                       mt.moe_mlp(x, w_up, w_down, offsets_of(sizes, device), prob, "swiglu_clamped", **clamp))
 
 
 @pytest.mark.parametrize("layout", ["halves", "interleaved32"])
@@ -268,6 +290,9 @@ def test_moe_mlp_errors_name_its_own_operands(case, pattern):
     ("glu_layout", ValueError, r"moe_mlp: glu_layout: expected one of .*got 'bogus'"),
     ("prob_int", ValueError, r"moe_mlp: prob: expected a floating dtype, got torch\.int32"),
     ("prob_shape", ValueError, r"moe_mlp: prob: expected shape \(M=64,\) with M from x, got \(63,\)"),
+    ("limit_str", TypeError, r"moe_mlp: limit: expected a real number, got str '7'"),
+    ("limit_zero", ValueError, r"moe_mlp: limit: expected a positive clamp limit for swiglu_clamped, got 0 "
+                               r"\(checked as grouped_gemm_glu's limit\)"),
 ])
 def test_moe_mlp_rejects_bad_arguments_by_name(case, error, pattern):
     x, w_up, w_down = randn(64, 32), randn(4, 32, 32, seed=1), randn(4, 16, 32, seed=2)
@@ -276,9 +301,12 @@ def test_moe_mlp_rejects_bad_arguments_by_name(case, error, pattern):
     args |= {"x_list": dict(x=[[1.0]]), "activation_none": dict(activation=None),
              "glu_layout": dict(glu_layout="bogus"),
              "prob_int": dict(prob=torch.ones(64, dtype=torch.int32)),
-             "prob_shape": dict(prob=torch.ones(63))}[case]
+             "prob_shape": dict(prob=torch.ones(63)),
+             "limit_str": dict(activation="swiglu_clamped", limit="7"),
+             "limit_zero": dict(activation="swiglu_clamped", limit=0.0)}[case]
+    clamp = {k: args.pop(k) for k in ("limit",) if k in args}
     with pytest.raises(error, match=pattern):
-        mt.moe_mlp(*args.values())
+        mt.moe_mlp(*args.values(), **clamp)
 
 
 def test_moe_mlp_module_checks_its_configuration_when_built():
