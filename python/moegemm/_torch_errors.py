@@ -1,4 +1,5 @@
-"""Errors of the composite torch functions (grouped_mm, moe_mlp), named by the operands their callers pass.
+"""Errors of the composite torch functions (grouped_mm, moe_mlp), named by the operands their callers pass,
+and the checks they share.
 
 The ops they call check everything before any launch, but name their own operands (a, b, offsets, x, dy).
 """
@@ -6,6 +7,14 @@ The ops they call check everything before any launch, but name their own operand
 from __future__ import annotations
 
 import torch
+
+
+def check_row_major(op: str, name: str, t: torch.Tensor, dims: str, hint: str = "") -> None:
+    """ValueError ``"<op>: <name>: expected a row-major <dims> tensor (stride(1) == 1), ..."`` unless the 2-D
+    ``t`` has a unit column stride (or a single row or column, where strides do not matter)."""
+    if t.shape[0] > 1 and t.shape[1] > 1 and t.stride(1) != 1:
+        raise ValueError(f"{op}: {name}: expected a row-major {dims} tensor (stride(1) == 1), got strides "
+                         f"{tuple(t.stride())}{hint}")
 
 
 def call_named(public_op: str, names: dict[tuple[str, str], str], fn, *args, **kwargs):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
-from ._torch_errors import call_named
+from ._torch_errors import call_named, check_row_major
 from ._torch_options import MAX_EXPERTS
 from ._torch_weights import dense_grad, flipped, weight_grad_like, weight_operand
 
@@ -124,9 +124,7 @@ def _rows_mm(a, b, offs, bias, out_dtype, zero_tail):
                          f"{tuple(offs.shape)}")
     if b.shape[0] == 0:
         _check_no_groups(a, b, a.shape[1], b.shape[1], "b.shape[1]", b.shape[2], offs, bias)
-        if a.shape[0] > 1 and a.shape[1] > 1 and a.stride(1) != 1:
-            raise ValueError(f"{_OP}: a: expected a row-major (M, K) tensor (stride(1) == 1), got strides "
-                             f"{tuple(a.stride())}")
+        check_row_major(_OP, "a", a, "(M, K)")
         weight_operand(b, _OP, "b")  # its stride order, as with groups
         return _NoGroupsMM.apply(a, b, bias, out_dtype, zero_tail)
     needs_grad = torch.is_grad_enabled() and (
@@ -154,9 +152,7 @@ def _ragged_k_mm(a, b, offs, out_dtype):
                          f"a.shape[1], got {tuple(b.shape)}")
     if b.dtype != a.dtype:
         raise ValueError(f"{_OP}: b: expected a's dtype {a.dtype}, got {b.dtype}")
-    if b.shape[0] > 1 and b.shape[1] > 1 and b.stride(1) != 1:
-        raise ValueError(f"{_OP}: b: expected a row-major (T, N) tensor (stride(1) == 1), got strides "
-                         f"{tuple(b.stride())}")
+    check_row_major(_OP, "b", b, "(T, N)")
     if offs.dim() == 1 and offs.shape[0] == 0:  # no groups, no output (as torch._grouped_mm)
         _check_no_groups(a, b, a.shape[1], b.shape[0], "b.shape[0]", b.shape[1], offs)
         if a.shape[0] % (16 // a.element_size()):

@@ -8,7 +8,7 @@ import operator
 import torch
 from torch.autograd.function import once_differentiable
 
-from ._torch_errors import call_named
+from ._torch_errors import call_named, check_row_major
 from ._torch_options import ACTIVATIONS, GLU_LAYOUTS, MAX_EXPERTS, check_choice
 from ._torch_weights import dense_grad, flipped, weight_grad_like, weight_operand
 
@@ -116,9 +116,7 @@ def _check_operands(x, w_up, w_down, offsets, prob, activation, glu_layout) -> N
             raise ValueError(f"{_OP}: {name}: expected a tensor on {x.device} (the device of x), got {t.device}")
     if x.dim() != 2:
         raise ValueError(f"{_OP}: x: expected a 2-D (M, H) tensor, got shape {tuple(x.shape)}")
-    if x.shape[0] > 1 and x.shape[1] > 1 and x.stride(1) != 1:
-        raise ValueError(f"{_OP}: x: expected a row-major (M, H) tensor (stride(1) == 1), got strides "
-                         f"{tuple(x.stride())}; pass x.contiguous()")
+    check_row_major(_OP, "x", x, "(M, H)", "; pass x.contiguous()")
     h = x.shape[1]
     if w_up.dim() != 3:
         raise ValueError(f"{_OP}: w_up: expected a 3-D (E, H, 2I) tensor, got shape {tuple(w_up.shape)}")
