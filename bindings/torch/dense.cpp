@@ -37,7 +37,7 @@ Pair gemm_swiglu_op(const at::Tensor& a, const at::Tensor& b, c10::string_view b
   args.alpha = static_cast<float>(alpha);
   DeviceContext context(a);
   const int64_t m = a.size(0);
-  at::Tensor ab12 = at::empty({m, n}, a.options().dtype(out_dtype_or(ab12_dtype, a.scalar_type(), op, "ab12_dtype")));
+  at::Tensor ab12 = at::empty({m, n}, a.options().dtype(out_dtype_or(ab12_dtype, f32_default_dtype(a), op, "ab12_dtype")));
   at::Tensor c = at::empty({m, n / 2}, a.options().dtype(out_dtype_or(out_dtype, a.scalar_type(), op, "out_dtype")));
   args.ab12 = view_of(ab12, op, "ab12");
   args.c = view_of(c, op, "c");

@@ -52,8 +52,7 @@ Outputs allocate_outputs(Args& args, const char* op, const at::Tensor& a, const 
   at::Tensor dc = at::empty({m, columns}, a.options().dtype(out_dtype_or(dc_dtype, c.scalar_type(), op, "dc_dtype")));
   at::Tensor dprob = compute_dprob ? at::empty({m}, side) : not_requested(dc);
   at::Tensor dbias = compute_dbias
-                         ? at::empty({e, columns}, a.options().dtype(out_dtype_or(dbias_dtype, at::kFloat, op,
-                                                                                  "dbias_dtype")))
+                         ? at::empty({e, columns}, a.options().dtype(dbias_dtype_or_f32(dbias_dtype, op)))
                          : not_requested(dc);
   at::Tensor amax = compute_amax ? at::empty({amax_len}, side) : not_requested(dc);
   args.dc = view_of(dc, op, "dc");

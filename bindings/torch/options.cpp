@@ -40,6 +40,15 @@ at::ScalarType out_dtype_or(const std::optional<at::ScalarType>& requested, at::
   return t;
 }
 
+at::ScalarType dbias_dtype_or_f32(const std::optional<at::ScalarType>& requested, const char* op) {
+  if (!requested.has_value()) return at::kFloat;
+  const at::ScalarType t = *requested;
+  TORCH_CHECK_VALUE(t == at::kFloat || t == at::kBFloat16, op,
+                    ": dbias_dtype: expected None, torch.float32 or torch.bfloat16, got torch.",
+                    std::string(c10::getDtypeNames(t).first));
+  return t;
+}
+
 GluParams glu_params(std::string_view activation, std::string_view glu_layout, double limit,
                      double act_alpha, double linear_offset, const char* op) {
   GluParams p;

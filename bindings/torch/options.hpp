@@ -25,13 +25,18 @@ GluParams glu_params(std::string_view activation, std::string_view glu_layout, d
 
 /// Output dtype: `requested` when given, else `fallback`. A requested dtype that is not a floating type the
 /// ops write (bf16, f16, f32, f64) is a ValueError naming the schema argument `arg`; whether the device
-/// takes it (f64 on the host only, dbias f32/bf16) is the contract's to say.
+/// takes it (f64 on the host only) is the contract's to say.
 at::ScalarType out_dtype_or(const std::optional<at::ScalarType>& requested, at::ScalarType fallback,
                             const char* op, const char* arg);
 
-/// Default dtype of grouped_gemm_wgrad's output: float64 for float64 inputs (gradient checks on the host
-/// backend), float32 otherwise. (dprob, amax and alpha/prob are float32 on every backend.)
-inline at::ScalarType wgrad_default_dtype(const at::Tensor& x) {
+/// dbias's dtype: `requested` when given, else float32. The per-expert column sums are f32 or bf16 on every
+/// backend (docs/ops.md §3); anything else is a ValueError naming `dbias_dtype`.
+at::ScalarType dbias_dtype_or_f32(const std::optional<at::ScalarType>& requested, const char* op);
+
+/// Default dtype of the outputs that default to f32 (grouped_gemm_wgrad's W, gemm_swiglu's ab12, as in the
+/// cuDNN ops): float64 for float64 inputs (gradient checks on the host backend), float32 otherwise. (dprob,
+/// amax and alpha/prob are float32 on every backend.)
+inline at::ScalarType f32_default_dtype(const at::Tensor& x) {
   return x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
 }
 

@@ -100,9 +100,16 @@ def _grouped_gemm_srelu_fake(a, b, offsets, *, b_layout="nk", alpha=None, prob=N
     return d, (d.new_empty((a.shape[0], n)) if generate_c else _absent(d))
 
 
-def _backward_outputs(a, c, offsets, columns, amax_len, compute_dprob, compute_dbias, compute_amax,
+def _f32_default(x):
+    """The default dtype of outputs that default to f32 (wgrad's W, gemm_swiglu's ab12): f64 for f64 inputs."""
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def _backward_outputs(op, a, c, offsets, columns, amax_len, compute_dprob, compute_dbias, compute_amax,
                       dc_dtype, dbias_dtype):
     m, e = a.shape[0], offsets.shape[0]
+    if compute_dbias and dbias_dtype not in (None, torch.float32, torch.bfloat16):
+        raise ValueError(f"{op}: dbias_dtype: expected None, torch.float32 or torch.bfloat16, got {dbias_dtype}")
     dc = a.new_empty((m, columns), dtype=dc_dtype or c.dtype)
     dprob = a.new_empty((m,), dtype=torch.float32) if compute_dprob else _absent(dc)
     dbias = a.new_empty((e, columns), dtype=dbias_dtype or torch.float32) if compute_dbias else _absent(dc)
@@ -119,8 +126,8 @@ def _grouped_gemm_dglu_fake(a, b, c, offsets, *, b_layout="nk", alpha=None, beta
     _check_choice("grouped_gemm_dglu", "activation", activation, _ACTIVATIONS)
     _check_choice("grouped_gemm_dglu", "glu_layout", glu_layout, _GLU_LAYOUTS)
     n = _weights_n("grouped_gemm_dglu", b, b_layout)
-    return _backward_outputs(a, c, offsets, 2 * n, 2, compute_dprob, compute_dbias, compute_amax, dc_dtype,
-                             dbias_dtype)
+    return _backward_outputs("grouped_gemm_dglu", a, c, offsets, 2 * n, 2, compute_dprob, compute_dbias,
+                             compute_amax, dc_dtype, dbias_dtype)
 
 
 @torch.library.register_fake("moegemm::grouped_gemm_dsrelu")
@@ -129,16 +136,15 @@ def _grouped_gemm_dsrelu_fake(a, b, c, offsets, *, b_layout="nk", alpha=None, pr
                               zero_tail=False, validate=False):
     _same_device("grouped_gemm_dsrelu", a=a, b=b, c=c, offsets=offsets, alpha=alpha, prob=prob)
     n = _weights_n("grouped_gemm_dsrelu", b, b_layout)
-    return _backward_outputs(a, c, offsets, n, 1, compute_dprob, compute_dbias, compute_amax, dc_dtype,
-                             dbias_dtype)
+    return _backward_outputs("grouped_gemm_dsrelu", a, c, offsets, n, 1, compute_dprob, compute_dbias,
+                             compute_amax, dc_dtype, dbias_dtype)
 
 
 @torch.library.register_fake("moegemm::grouped_gemm_wgrad")
 def _grouped_gemm_wgrad_fake(x, dy, offsets, *, transpose_output=False, out_dtype=None, validate=False):
     _same_device("grouped_gemm_wgrad", x=x, dy=dy, offsets=offsets)
     e, h, n = offsets.shape[0], x.shape[1], dy.shape[1]
-    dtype = out_dtype or (torch.float64 if x.dtype == torch.float64 else torch.float32)
-    return x.new_empty((e, n, h) if transpose_output else (e, h, n), dtype=dtype)
+    return x.new_empty((e, n, h) if transpose_output else (e, h, n), dtype=out_dtype or _f32_default(x))
 
 
 @torch.library.register_fake("moegemm::grouped_gemm_wgrad.accumulate")
@@ -153,7 +159,7 @@ def _gemm_swiglu_fake(a, b, *, b_layout="nk", alpha=1.0, glu_layout="interleaved
     _same_device("gemm_swiglu", a=a, b=b)
     _check_choice("gemm_swiglu", "glu_layout", glu_layout, _GLU_LAYOUTS)
     n = _weights_n("gemm_swiglu", b, b_layout)
-    return (a.new_empty((a.shape[0], n), dtype=ab12_dtype or a.dtype),
+    return (a.new_empty((a.shape[0], n), dtype=ab12_dtype or _f32_default(a)),
             a.new_empty((a.shape[0], n // 2), dtype=out_dtype or a.dtype))
 
 

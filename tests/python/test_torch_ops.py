@@ -210,6 +210,37 @@ def test_dense_ops_values(b_layout):
     assert_close(dprob, (c2.double().relu() ** 2 * dh).sum(1))
 
 
+def test_f32_outputs_default_to_f32():
+    # wgrad's w and gemm_swiglu's ab12 default to f32, as in the cuDNN ops and moegemm.jax (f64 for f64 inputs);
+    # the other outputs follow a. The fake kernels give the same dtypes.
+    a, b, offsets = randn(8, 32), weights(2, 32, 64, "nk"), offsets_of([3, 5])
+    for device in ("cpu", "meta"):
+        x, dense = a.to(device), b[0].to(device)
+        ab12, c = ops.gemm_swiglu(x, dense)
+        assert ab12.dtype == torch.float32 and c.dtype == torch.bfloat16
+        assert ops.grouped_gemm_wgrad(x, x, offsets.to(device)).dtype == torch.float32
+        assert ops.gemm_swiglu(x, dense, ab12_dtype=torch.bfloat16)[0].dtype == torch.bfloat16
+    ab12, c = ops.gemm_swiglu(a.double(), b[0].double())
+    assert ab12.dtype == torch.float64 and c.dtype == torch.float64
+    assert_close(ab12, a.double() @ b[0].double().t())
+
+
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+def test_dbias_dtype_is_checked_by_name(device):
+    # dbias is f32 or bf16 on every backend: another dtype is refused as the schema's argument, not as the output.
+    a, b, offsets = randn(8, 16), weights(2, 16, 8, "nk"), offsets_of([3, 5])
+    a, b, offsets = a.to(device), b.to(device), offsets.to(device)
+    glu_c, srelu_c = randn(8, 16).to(device), randn(8, 16).to(device)  # C: (M, 2N) and (M, N)
+    expected = r"expected None, torch\.float32 or torch\.bfloat16, got torch\.float16"
+    with pytest.raises(ValueError, match=r"grouped_gemm_dglu: dbias_dtype: " + expected):
+        ops.grouped_gemm_dglu(a, b, glu_c, offsets, compute_dbias=True, dbias_dtype=torch.float16)
+    with pytest.raises(ValueError, match=r"grouped_gemm_dsrelu: dbias_dtype: " + expected):
+        ops.grouped_gemm_dsrelu(a, weights(2, 16, 16, "nk").to(device), srelu_c, offsets, compute_dbias=True,
+                                dbias_dtype=torch.float16)
+    _, _, dbias, _ = ops.grouped_gemm_dglu(a, b, glu_c, offsets, compute_dbias=True, dbias_dtype=torch.bfloat16)
+    assert dbias.dtype == torch.bfloat16 and dbias.shape == (2, 16)
+
+
 def test_glu_join_inverts_split():
     g = randn(3, 128, dtype=torch.float64)
     for layout in ("halves", "interleaved32", "interleaved32_up_first"):
