@@ -92,12 +92,25 @@ def _check_config(op, activation, glu_layout) -> None:
     check_choice(op, "glu_layout", glu_layout, GLU_LAYOUTS)
 
 
-def _clamp_parameter(name: str, value) -> float:
+def _clamp_parameter(name: str, value, op: str = _OP) -> float:
     """A real number for limit, act_alpha or linear_offset; TypeError naming it otherwise (a traced value is
     fine: torch.compile passes it on)."""
     if isinstance(value, (str, bytes, bool, complex)) or value is None:
-        raise TypeError(f"{_OP}: {name}: expected a real number, got {type(value).__name__} {value!r}")
+        raise TypeError(f"{op}: {name}: expected a real number, got {type(value).__name__} {value!r}")
     return float(value)
+
+
+# The smallest double that f32 does not round to 0 is just above 2^-150 (half the smallest f32 subnormal).
+_F32_ROUNDS_TO_ZERO = 2.0 ** -150
+
+
+def _clamp_limit(op: str, activation: str, limit) -> float:
+    """swiglu_clamped's limit as a float; ValueError unless it is positive as the kernels take it (in f32), as
+    moegemm.jax checks it. Checked before the autograd.Function runs, so that no op raises inside it."""
+    value = _clamp_parameter("limit", limit, op)
+    if activation == "swiglu_clamped" and not value > _F32_ROUNDS_TO_ZERO:
+        raise ValueError(f"{op}: limit: expected a positive clamp limit for swiglu_clamped (in f32), got {limit!r}")
+    return value
 
 
 def _check_operands(x, w_up, w_down, offsets, prob, activation, glu_layout) -> None:
@@ -196,8 +209,8 @@ def moe_mlp(x: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, offsets: 
         serve (f16 or f32 inputs on CUDA).
     """
     _check_operands(x, w_up, w_down, offsets, prob, activation, glu_layout)
-    clamp = [_clamp_parameter(name, value) for name, value in
-             (("limit", limit), ("act_alpha", act_alpha), ("linear_offset", linear_offset))]
+    clamp = [_clamp_limit(_OP, activation, limit), _clamp_parameter("act_alpha", act_alpha),
+             _clamp_parameter("linear_offset", linear_offset)]
     return call_named(_OP, _INNER_NAMES, _MoEMLPFunction.apply, x, w_up, w_down, offsets, prob, activation,
                       glu_layout, *clamp, zero_tail)
 
@@ -244,8 +257,9 @@ class MoEMLP(torch.nn.Module):
         self.activation = activation
         self.glu_layout = glu_layout
         self.zero_tail = zero_tail
-        self.clamp = dict(limit=_clamp_parameter("limit", limit), act_alpha=_clamp_parameter("act_alpha", act_alpha),
-                          linear_offset=_clamp_parameter("linear_offset", linear_offset))
+        self.clamp = dict(limit=_clamp_limit("MoEMLP", activation, limit),
+                          act_alpha=_clamp_parameter("act_alpha", act_alpha, "MoEMLP"),
+                          linear_offset=_clamp_parameter("linear_offset", linear_offset, "MoEMLP"))
         self.w_up = torch.nn.Parameter(torch.empty(num_experts, hidden, 2 * intermediate, **factory))
         self.w_down = torch.nn.Parameter(torch.empty(num_experts, intermediate, hidden, **factory))
         self.reset_parameters()

@@ -291,8 +291,11 @@ def test_moe_mlp_errors_name_its_own_operands(case, pattern):
     ("prob_int", ValueError, r"moe_mlp: prob: expected a floating dtype, got torch\.int32"),
     ("prob_shape", ValueError, r"moe_mlp: prob: expected shape \(M=64,\) with M from x, got \(63,\)"),
     ("limit_str", TypeError, r"moe_mlp: limit: expected a real number, got str '7'"),
-    ("limit_zero", ValueError, r"moe_mlp: limit: expected a positive clamp limit for swiglu_clamped, got 0 "
-                               r"\(checked as grouped_gemm_glu's limit\)"),
+    # The limit is checked as the kernels take it (in f32), before the autograd.Function runs.
+    ("limit_zero", ValueError, r"moe_mlp: limit: expected a positive clamp limit for swiglu_clamped \(in f32\), "
+                               r"got 0\.0$"),
+    ("limit_f32_zero", ValueError, r"moe_mlp: limit: expected a positive clamp limit .*got 1e-46$"),
+    ("limit_nan", ValueError, r"moe_mlp: limit: expected a positive clamp limit .*got nan$"),
 ])
 def test_moe_mlp_rejects_bad_arguments_by_name(case, error, pattern):
     x, w_up, w_down = randn(64, 32), randn(4, 32, 32, seed=1), randn(4, 16, 32, seed=2)
@@ -303,7 +306,9 @@ def test_moe_mlp_rejects_bad_arguments_by_name(case, error, pattern):
              "prob_int": dict(prob=torch.ones(64, dtype=torch.int32)),
              "prob_shape": dict(prob=torch.ones(63)),
              "limit_str": dict(activation="swiglu_clamped", limit="7"),
-             "limit_zero": dict(activation="swiglu_clamped", limit=0.0)}[case]
+             "limit_zero": dict(activation="swiglu_clamped", limit=0.0),
+             "limit_f32_zero": dict(activation="swiglu_clamped", limit=1e-46),
+             "limit_nan": dict(activation="swiglu_clamped", limit=float("nan"))}[case]
     clamp = {k: args.pop(k) for k in ("limit",) if k in args}
     with pytest.raises(error, match=pattern):
         mt.moe_mlp(*args.values(), **clamp)
@@ -323,6 +328,9 @@ def test_moe_mlp_module_checks_its_configuration_when_built():
     with pytest.raises(ValueError, match=r"MoEMLP: intermediate: expected a multiple of 32 for glu_layout "
                                          r"'interleaved32'"):
         mt.MoEMLP(2, 16, 16, glu_layout="interleaved32", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"MoEMLP: limit: expected a positive clamp limit for swiglu_clamped"):
+        mt.MoEMLP(2, 16, 16, activation="swiglu_clamped", limit=-1.0)
+    mt.MoEMLP(2, 16, 16, activation="swiglu", limit=0.0)  # the limit is swiglu_clamped's only
     with pytest.raises(ValueError, match=r"MoEMLP: num_experts: expected at most 1024"):
         mt.MoEMLP(2000, 16, 16, dtype=torch.bfloat16)
     module = mt.MoEMLP(2, 16, 16, dtype=torch.bfloat16)
