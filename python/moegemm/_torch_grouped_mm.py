@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import torch
-from torch.autograd.function import once_differentiable
 
 from ._torch_errors import call_named, check_row_major
+from ._torch_first_order import first_order_only
 from ._torch_options import MAX_EXPERTS
 from ._torch_weights import dense_grad, flipped, weight_grad_like, weight_operand
 
@@ -46,7 +46,7 @@ class _RaggedRowsMM(torch.autograd.Function):
         return out
 
     @staticmethod
-    @once_differentiable  # the backward runs moegemm ops, which have no derivative of their own
+    @first_order_only  # the backward runs moegemm ops, which have no derivative of their own
     def backward(ctx, dout):
         a, b_op, offs = ctx.saved_tensors
         if ctx.needs_input_grad[3]:  # from the incoming gradient as it is (f32 with out_dtype=f32)
@@ -104,7 +104,7 @@ class _NoGroupsMM(torch.autograd.Function):
         return make((a.shape[0], b.shape[2]), dtype=out_dtype or a.dtype)
 
     @staticmethod
-    @once_differentiable  # the backward runs moegemm ops, which have no derivative of their own
+    @first_order_only  # the backward runs moegemm ops, which have no derivative of their own
     def backward(ctx, dout):
         a_shape, b_shape, bias_shape = ctx.shapes
         make = dout.new_zeros if ctx.zero_tail else dout.new_empty

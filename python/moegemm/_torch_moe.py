@@ -6,9 +6,9 @@ import math
 import operator
 
 import torch
-from torch.autograd.function import once_differentiable
 
 from ._torch_errors import call_named, check_row_major
+from ._torch_first_order import first_order_only
 from ._torch_options import ACTIVATIONS, GLU_LAYOUTS, MAX_EXPERTS, check_choice
 from ._torch_weights import dense_grad, flipped, weight_grad_like, weight_operand
 
@@ -48,7 +48,7 @@ class _MoEMLPFunction(torch.autograd.Function):
         return y
 
     @staticmethod
-    @once_differentiable  # the backward runs moegemm ops, which have no derivative of their own
+    @first_order_only  # the backward runs moegemm ops, which have no derivative of their own
     def backward(ctx, dy):
         x, up, down, offsets, prob32, h, c = ctx.saved_tensors
         up_layout, down_layout = ctx.layouts

@@ -399,6 +399,27 @@ def test_double_backward_is_refused_with_a_clear_error():
             g.sum().backward()
 
 
+@pytest.mark.parametrize("fn", ["moe_mlp", "grouped_mm", "grouped_mm_3d"])
+def test_double_backward_of_a_linear_loss_is_refused_too(fn):
+    """With a loss linear in y the incoming gradient is a constant, but dx still depends on the weights: a
+    gradient penalty through it must fail, not train on a gradient that lacks those terms (torch's
+    once_differentiable returns it as a constant there)."""
+    offsets = offsets_of([3, 0, 5])
+    x = randn(8, 8, dtype=torch.float64, seed=17).requires_grad_(True)
+    w_up = randn(3, 8, 16, dtype=torch.float64, seed=18).requires_grad_(True)
+    w_down = randn(3, 8, 8, dtype=torch.float64, seed=19).requires_grad_(True)
+    y = {"moe_mlp": lambda: mt.moe_mlp(x, w_up, w_down, offsets),
+         "grouped_mm": lambda: mt.grouped_mm(x, w_down, offsets),
+         "grouped_mm_3d": lambda: mt.grouped_mm(torch.stack((x, 2 * x, -x)), w_down)}[fn]()
+    (g,) = torch.autograd.grad(y.sum(), x, create_graph=True)
+    assert g.requires_grad
+    with pytest.raises(RuntimeError, match="differentiate twice"):
+        (y.sum() + (g * g).sum()).backward()
+    # First-order gradients are unchanged by create_graph: the same values as without it.
+    (g_plain,) = torch.autograd.grad(y.sum(), x, retain_graph=True)
+    assert torch.equal(g.detach(), g_plain)
+
+
 def test_prob_grad_is_zero_past_the_last_offset_without_zero_tail():
     """prob feeds the router: its gradient on rows no expert owns is 0 even with zero_tail=False (where the
     tail rows of y and dx are left unspecified), over a NaN-poisoned allocator."""
