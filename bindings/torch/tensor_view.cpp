@@ -2,7 +2,10 @@
 
 #include "operands.hpp"
 
+#include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
+
+#include <string>
 
 namespace moegemm::torch_ops {
 
@@ -19,9 +22,11 @@ DType dtype_of(at::ScalarType type, const char* op, const char* operand) {
     case at::kFloat8_e5m2: return DType::e5m2;
     case at::kFloat4_e2m1fn_x2: return DType::e2m1;
     default:
-      TORCH_CHECK_VALUE(false, op, ": ", operand, ": dtype ", c10::toString(type),
-                        " has no moegemm element type (expected bfloat16, float16, float32, float64, "
-                        "int32, int64, uint8 or float8)");
+      // The operand's own rule (the contract's) names the dtypes it takes; this is the set of all of them.
+      TORCH_CHECK_VALUE(false, op, ": ", operand, ": expected a dtype moegemm reads or writes (torch.bfloat16, "
+                        "torch.float16, torch.float32 or torch.float64 for data, torch.int32 for offsets, "
+                        "torch.int64 for pointer tables, float8 for the 8-bit paths), got torch.",
+                        std::string(c10::getDtypeNames(type).first));
   }
 }
 

@@ -261,8 +261,11 @@ def test_errors_name_the_operand():
         ops.grouped_gemm(a, weights(2, 8, 8, "nk"), offsets)
     with pytest.raises(ValueError, match=r"grouped_gemm: b: .*16-byte"):
         ops.grouped_gemm(a, weights(2, 16, 12, "nk"), offsets)
-    with pytest.raises(ValueError, match=r"grouped_gemm: a: .*int8"):
+    with pytest.raises(ValueError, match=r"grouped_gemm: a: expected a dtype moegemm reads or writes "
+                                         r"\(torch\.bfloat16, .*\), got torch\.int8$"):
         ops.grouped_gemm(a.to(torch.int8), b, offsets)
+    with pytest.raises(ValueError, match=r"grouped_gemm: offsets: .*got torch\.bool$"):
+        ops.grouped_gemm(a, b, offsets.bool())
     with pytest.raises(ValueError, match=r"grouped_gemm_glu: activation: .*relu"):
         ops.grouped_gemm_glu(a, b, offsets, activation="relu")
     with pytest.raises(ValueError, match=r"grouped_gemm_wgrad: dy: "):
