@@ -34,10 +34,10 @@ class _RaggedRowsMM(torch.autograd.Function):
     """out = a @ b[g] (+ bias[g]) over the row ranges of `offs`; gradients through the moegemm ops."""
 
     @staticmethod
-    def forward(ctx, a, b, offs, bias, out_dtype, zero_tail):
+    def forward(ctx, a, b, offs, bias, out_dtype, zero_tail, validate):
         b_op, layout = weight_operand(b, _OP, "b")
         out, _ = torch.ops.moegemm.grouped_gemm(a, b_op, offs, b_layout=layout, bias=bias, out_dtype=out_dtype,
-                                                zero_tail=zero_tail)
+                                                zero_tail=zero_tail, validate=validate)
         ctx.save_for_backward(a, b_op, offs)
         ctx.layout = layout
         ctx.zero_tail = zero_tail
@@ -62,7 +62,7 @@ class _RaggedRowsMM(torch.autograd.Function):
             transpose, fix = weight_grad_like(ctx.layout)
             db = fix(torch.ops.moegemm.grouped_gemm_wgrad(a, dout, offs, transpose_output=transpose,
                                                           out_dtype=ctx.b_dtype))
-        return da, db, None, dbias, None, None
+        return da, db, None, dbias, None, None, None
 
 
 def _check_no_groups(a, b, k_a, k_b, where, n, offs=None, bias=None):
@@ -114,7 +114,7 @@ class _NoGroupsMM(torch.autograd.Function):
         return da, db, dbias, None, None
 
 
-def _rows_mm(a, b, offs, bias, out_dtype, zero_tail):
+def _rows_mm(a, b, offs, bias, out_dtype, zero_tail, validate=False):
     # Extents in the caller's terms (b may be a transposed view, which the op would report as (E, N, K)).
     if b.shape[1] != a.shape[1]:
         raise ValueError(f"{_OP}: b: expected shape (E, K={a.shape[1]}, N) with K from a.shape[1], got "
@@ -130,14 +130,14 @@ def _rows_mm(a, b, offs, bias, out_dtype, zero_tail):
     needs_grad = torch.is_grad_enabled() and (
         a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad))
     if needs_grad:
-        return call_named(_OP, _ROWS_NAMES, _RaggedRowsMM.apply, a, b, offs, bias, out_dtype, zero_tail)
+        return call_named(_OP, _ROWS_NAMES, _RaggedRowsMM.apply, a, b, offs, bias, out_dtype, zero_tail, validate)
     b_op, layout = weight_operand(b, _OP, "b")
     out, _ = call_named(_OP, _ROWS_NAMES, torch.ops.moegemm.grouped_gemm, a, b_op, offs, b_layout=layout, bias=bias,
-                        out_dtype=out_dtype, zero_tail=zero_tail)
+                        out_dtype=out_dtype, zero_tail=zero_tail, validate=validate)
     return out
 
 
-def _ragged_k_mm(a, b, offs, out_dtype):
+def _ragged_k_mm(a, b, offs, out_dtype, validate=False):
     # out[g] = a[:, rows_g] @ b[rows_g, :] = X[rows_g]^T @ dY[rows_g] with X = a.T (T, H), dY = b (T, N).
     if a.requires_grad or b.requires_grad:
         if torch.is_grad_enabled():
@@ -160,11 +160,12 @@ def _ragged_k_mm(a, b, offs, out_dtype):
                              f"{a.dtype} (16-byte aligned rows of a.t()), got H={a.shape[0]}")
         return a.new_empty((0, a.shape[0], b.shape[1]), dtype=out_dtype or a.dtype)
     return call_named(_OP, _RAGGED_K_NAMES, torch.ops.moegemm.grouped_gemm_wgrad, a.t(), b, offs,
-                      out_dtype=out_dtype or a.dtype)
+                      out_dtype=out_dtype or a.dtype, validate=validate)
 
 
 def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = None, bias: torch.Tensor | None = None,
-               out_dtype: torch.dtype | None = None, *, zero_tail: bool = False) -> torch.Tensor:
+               out_dtype: torch.dtype | None = None, *, zero_tail: bool = False,
+               validate: bool = False) -> torch.Tensor:
     """Grouped matrix multiply with ``torch._grouped_mm`` semantics, on the moegemm kernels.
 
     Modes (E groups, ``offs`` (E,) int32 on the operands' device: cumulative end of each group along the
@@ -193,6 +194,10 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
     (whose output is an uninitialised ``empty`` there, on CPU and CUDA); ``zero_tail=True`` (an extension)
     writes zeros to exactly those rows, and to the same rows of dA in the backward.
 
+    ``validate=True`` (an extension; docs/ops.md §0) checks ``offs`` on the host first (a copy and a sync) and
+    raises ValueError naming offs at the first offset that is negative, decreasing or past the ragged
+    extent. Without it, bad offsets are clamped on the device and nothing is read out of bounds.
+
     dtypes: bf16 inputs (f16, f32, f64 on CPU only); ``out_dtype`` bf16, f16 or f32 (default ``a.dtype``),
     unlike torch which only allows ``a.dtype``. ``bias`` (E, N) bf16/f32 is supported (torch rejects any
     bias). Errors: ValueError naming the operand for shapes, dtypes, devices, strides, alignment (N and K
@@ -209,13 +214,13 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
     if a.dim() == 2 and b.dim() == 3:
         if offs is None:
             raise ValueError(f"{_OP}: offs: required for 2-D x 3-D inputs (an (E,) int32 tensor), got None")
-        return _rows_mm(a, b, offs, bias, out_dtype, zero_tail)
+        return _rows_mm(a, b, offs, bias, out_dtype, zero_tail, bool(validate))
     if a.dim() == 2 and b.dim() == 2:
         if offs is None:
             raise ValueError(f"{_OP}: offs: required for 2-D x 2-D inputs (an (E,) int32 tensor), got None")
         if bias is not None:
             raise ValueError(f"{_OP}: bias: not supported in the 2-D x 2-D mode, got a tensor")
-        return _ragged_k_mm(a, b, offs, out_dtype)
+        return _ragged_k_mm(a, b, offs, out_dtype, bool(validate))
     if a.dim() == 3 and b.dim() == 3:
         if offs is not None:
             raise ValueError(f"{_OP}: offs: must be None for 3-D x 3-D inputs, got a tensor")

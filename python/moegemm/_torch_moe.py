@@ -32,14 +32,14 @@ class _MoEMLPFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, w_up, w_down, offsets, prob, activation, glu_layout, limit, act_alpha, linear_offset,
-                zero_tail):
+                zero_tail, validate):
         up, up_layout = weight_operand(w_up, _OP, "w_up")
         down, down_layout = weight_operand(w_down, _OP, "w_down")
         prob32 = _as_f32(prob)
         glu = dict(activation=activation, glu_layout=glu_layout, limit=limit, act_alpha=act_alpha,
                    linear_offset=linear_offset)
         h, c = torch.ops.moegemm.grouped_gemm_glu(x, up, offsets, b_layout=up_layout, prob=prob32, generate_c=True,
-                                                  zero_tail=zero_tail, **glu)
+                                                  zero_tail=zero_tail, validate=validate, **glu)
         y, _ = torch.ops.moegemm.grouped_gemm(h, down, offsets, b_layout=down_layout, zero_tail=zero_tail)
         ctx.save_for_backward(x, up, down, offsets, prob32, h, c)
         ctx.layouts = (up_layout, down_layout)
@@ -76,7 +76,7 @@ class _MoEMLPFunction(torch.autograd.Function):
             transpose, fix = weight_grad_like(down_layout)
             dw_down = fix(torch.ops.moegemm.grouped_gemm_wgrad(h, dy, offsets, transpose_output=transpose,
                                                                out_dtype=w_down_dtype))
-        return dx, dw_up, dw_down, None, dprob, None, None, None, None, None, None
+        return dx, dw_up, dw_down, None, dprob, None, None, None, None, None, None, None
 
 
 # The inner ops' operands as moe_mlp's caller knows them (for what _check_operands leaves to the ops, such
@@ -171,7 +171,7 @@ def _check_operands(x, w_up, w_down, offsets, prob, activation, glu_layout) -> N
 def moe_mlp(x: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, offsets: torch.Tensor,
             prob: torch.Tensor | None = None, activation: str = "swiglu", glu_layout: str = "halves", *,
             zero_tail: bool = True, limit: float = 7.0, act_alpha: float = 1.702,
-            linear_offset: float = 1.0) -> torch.Tensor:
+            linear_offset: float = 1.0, validate: bool = False) -> torch.Tensor:
     """The expert MLP of a Mixture-of-Experts layer, differentiable in x, w_up, w_down and prob.
 
     For expert g and each row r it owns (rows [offsets[g-1], offsets[g])):
@@ -195,6 +195,9 @@ def moe_mlp(x: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, offsets: 
             prob's gradient is zero on those rows either way (written by the dGLU op).
         limit, act_alpha, linear_offset: swiglu_clamped's parameters (docs/ops.md §2), real numbers, as
             moegemm.jax.moe_mlp takes them; limit > 0.
+        validate: an opt-in host check of offsets (docs/ops.md §0): copies them to the host (a sync) and raises
+            ValueError naming offsets at the first one that is negative, decreasing or past M. Without it,
+            bad offsets are clamped on the device and nothing is read out of bounds.
 
     Returns:
         y: (M, H) in x's dtype.
@@ -212,7 +215,7 @@ def moe_mlp(x: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, offsets: 
     clamp = [_clamp_limit(_OP, activation, limit), _clamp_parameter("act_alpha", act_alpha),
              _clamp_parameter("linear_offset", linear_offset)]
     return call_named(_OP, _INNER_NAMES, _MoEMLPFunction.apply, x, w_up, w_down, offsets, prob, activation,
-                      glu_layout, *clamp, zero_tail)
+                      glu_layout, *clamp, zero_tail, bool(validate))
 
 
 def _positive_int(name: str, value) -> int:
@@ -269,14 +272,16 @@ class MoEMLP(torch.nn.Module):
             bound = 1.0 / math.sqrt(fan_in)
             torch.nn.init.uniform_(w, -bound, bound)
 
-    def forward(self, x: torch.Tensor, offsets: torch.Tensor, prob: torch.Tensor | None = None) -> torch.Tensor:
-        """x (M, H), offsets (E,) int32, prob optional (M,) -> y (M, H); see :func:`moe_mlp`."""
+    def forward(self, x: torch.Tensor, offsets: torch.Tensor, prob: torch.Tensor | None = None, *,
+                validate: bool = False) -> torch.Tensor:
+        """x (M, H), offsets (E,) int32, prob optional (M,) -> y (M, H); see :func:`moe_mlp` (also for
+        ``validate``)."""
         hidden = self.w_up.shape[1]
         if isinstance(x, torch.Tensor) and (x.dim() != 2 or x.shape[1] != hidden):
             raise ValueError(f"MoEMLP: x: expected an (M, H={hidden}) tensor with H the module's hidden size, got "
                              f"shape {tuple(x.shape)}")
         return moe_mlp(x, self.w_up, self.w_down, offsets, prob, self.activation, self.glu_layout,
-                       zero_tail=self.zero_tail, **self.clamp)
+                       zero_tail=self.zero_tail, validate=validate, **self.clamp)
 
     def extra_repr(self) -> str:
         e, h, n2 = self.w_up.shape

@@ -314,6 +314,24 @@ def test_moe_mlp_rejects_bad_arguments_by_name(case, error, pattern):
         mt.moe_mlp(*args.values(), **clamp)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_moe_mlp_validate_reports_bad_offsets(device):
+    """validate=True (spec §0's opt-in host check) names moe_mlp's offsets; the module passes it through."""
+    x = randn(8, 16, device=device)
+    module = mt.MoEMLP(2, 16, 16, dtype=torch.bfloat16, device=device)
+    for offs, got in (([5, 3], r"offsets\[1\] = 3 < offsets\[0\] = 5"), ([3, 9], r"offsets\[1\] = 9"),
+                      ([-1, 8], r"offsets\[0\] = -1")):
+        offs = torch.tensor(offs, dtype=torch.int32, device=device)
+        pattern = r"moe_mlp: offsets: expected non-decreasing expert end rows .*got " + got
+        with pytest.raises(ValueError, match=pattern):
+            mt.moe_mlp(x, module.w_up, module.w_down, offs, validate=True)
+        with pytest.raises(ValueError, match=pattern):
+            module(x, offs, validate=True)
+        assert module(x, offs).shape == (8, 16)  # clamped on the device without it
+    good = offsets_of([3, 5]).to(device)
+    assert torch.equal(module(x, good, validate=True), module(x, good))
+
+
 def test_moe_mlp_module_checks_its_configuration_when_built():
     with pytest.raises(ValueError, match=r"MoEMLP: activation: expected one of .*got 'bogus'"):
         mt.MoEMLP(2, 16, 8, activation="bogus")

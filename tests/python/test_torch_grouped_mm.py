@@ -211,6 +211,25 @@ def test_extensions_bias_out_dtype_zero_tail():
     assert (out[35:] == 0).all()
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_validate_reports_bad_offs_by_the_callers_name(device):
+    """validate=True (spec §0's opt-in host check) in every mode that takes offs, with and without autograd;
+    without it, the same offsets are clamped and the call returns."""
+    a, b = randn(8, 16, device=device), randn(2, 16, 16, seed=1, device=device)
+    bad = {"decreasing": ([5, 3], r"offsets\[1\] = 3 < offsets\[0\] = 5"),
+           "past_the_end": ([3, 9], r"offsets\[1\] = 9")}
+    for offs, got in bad.values():
+        offs = torch.tensor(offs, dtype=torch.int32, device=device)
+        for x in (a, a.clone().requires_grad_()):
+            with pytest.raises(ValueError, match=r"grouped_mm: offs: expected non-decreasing .*" + got):
+                mt.grouped_mm(x, b, offs, validate=True)
+            assert mt.grouped_mm(x, b, offs).shape == (8, 16)
+        with pytest.raises(ValueError, match=r"grouped_mm: offs: expected non-decreasing .*" + got):
+            mt.grouped_mm(randn(8, 16, device=device).t(), randn(8, 16, seed=2, device=device), offs, validate=True)
+    good = offsets_of([3, 5]).to(device)
+    torch.testing.assert_close(mt.grouped_mm(a, b, good, validate=True), mt.grouped_mm(a, b, good), rtol=0, atol=0)
+
+
 def test_errors():
     """Every error names grouped_mm and the caller's operand (a, b, offs, bias, out_dtype), also where an op
     it calls finds the problem (the message then says which op's operand it checked)."""
