@@ -116,6 +116,24 @@ def test_64_bit_group_sizes_clamp_instead_of_wrapping():
             assert_close(ours, ref, f"group sizes {sizes}")
 
 
+def test_64_bit_group_sizes_whose_sum_leaves_the_type_saturate_at_m():
+    """Sums past 2**63 (int64) or 2**64 (uint64) clamp at M as the exact sum would; jax.lax.ragged_dot's own
+    running sum wraps there, so the reference is the exact (Python int) sum, clamped."""
+    rng = np.random.default_rng(16)
+    lhs, rhs = rand(rng, (32, 16)), rand(rng, (3, 16, 8))
+    with on_cpu(), jax.enable_x64(True):
+        for sizes, dtype in (([2**62, 2**62, 5], np.int64), ([3, 2**63 - 1, 5], np.int64),
+                             ([2**64 - 1, 1, 3], np.uint64), ([7, 2**64 - 2, 5], np.uint64)):
+            ours = np.asarray(mj.ragged_dot(lhs, rhs, jnp.asarray(np.array(sizes, dtype)),
+                                            preferred_element_type=jnp.float32))
+            ends = np.minimum(np.cumsum(np.array(sizes, dtype=object)), 32).astype(np.int64)
+            ref = np.zeros((32, 8))
+            for g, (s, e) in enumerate(zip(np.concatenate(([0], ends[:-1])), ends)):
+                ref[s:e] = f32(lhs)[s:e] @ f32(rhs)[g]
+            assert np.abs(ref).sum() > 0
+            assert_close(ours, ref, f"group sizes {sizes} ({np.dtype(dtype).name})")
+
+
 def test_unsigned_group_sizes_past_2_31_clamp_instead_of_wrapping():
     """uint32 group sizes of 2**31 and more clamp at M, as in jax.lax.ragged_dot, rather than wrapping an int32
     running sum negative (every row would then fall in the tail); uint8 and uint16 sizes agree too. The sums
