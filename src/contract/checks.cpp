@@ -1,6 +1,6 @@
 // contract::check of every op: the operand rules of rules.hpp composed per docs/ops.md.
+#include <charconv>
 #include <initializer_list>
-#include <sstream>
 #include <string>
 #include <utility>
 
@@ -191,9 +191,13 @@ void check_glu_split(Rules& r, const char* b_name, int64_t n2, int64_t b_n, GluL
 void check_glu_params(Rules& r, const GluParams& glu) {
   if (glu.activation == Activation::swiglu_clamped && !(glu.limit > 0.0f)) {
     // Named `limit`, as the torch and JAX ops' argument (in C++ it is the GluParams field).
-    std::ostringstream got;  // as given (std::to_string would print 1e-30 as 0.000000)
-    got << glu.limit;
-    r.fail(ErrorCode::invalid_argument, "limit", "a positive clamp limit for swiglu_clamped", got.str());
+    // As given, in the shortest form that reads back (std::to_string would print 1e-30 as 0.000000), and
+    // without iostreams: an ostream's number formatting goes through the locale's facets, which a library
+    // linked with its own copy of libstdc++ may find under another copy's facet ids (a crash seen with torch
+    // 2.11 on Ubuntu's Python 3.12).
+    char got[32];
+    const auto end = std::to_chars(got, got + sizeof got, glu.limit).ptr;
+    r.fail(ErrorCode::invalid_argument, "limit", "a positive clamp limit for swiglu_clamped", std::string(got, end));
   }
 }
 

@@ -8,7 +8,9 @@
 #include <cstring>
 #include <functional>
 #include <initializer_list>
+#include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/expect_error.hpp"
@@ -471,6 +473,15 @@ TEST(Contract, ClampedSwigluNeedsPositiveLimit) {
   x.glu.limit = 0.0f;
   expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
                {"grouped_gemm_glu: limit: expected a positive clamp limit", "got 0"});
+  // The limit is printed as given, in the shortest form that reads back, with no locale involved.
+  for (const auto& [limit, text] : {std::pair{-2.5f, "got -2.5"}, std::pair{-1e-30f, "got -1e-30"},
+                                    std::pair{std::numeric_limits<float>::quiet_NaN(), "got nan"},
+                                    std::pair{-std::numeric_limits<float>::infinity(), "got -inf"}}) {
+    x.glu.limit = limit;
+    expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument, {std::string(text)});
+  }
+  x.glu.limit = 1e-30f;
+  EXPECT_EQ(contract::check(x), Device::cuda);
 }
 
 TEST(Contract, DgluShapesFollowI) {
