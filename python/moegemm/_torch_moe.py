@@ -105,8 +105,8 @@ _F32_ROUNDS_TO_ZERO = 2.0 ** -150
 
 
 def _clamp_limit(op: str, activation: str, limit) -> float:
-    """swiglu_clamped's limit as a float; ValueError unless it is positive as the kernels take it (in f32), as
-    moegemm.jax checks it. Checked before the autograd.Function runs, so that no op raises inside it."""
+    """swiglu_clamped's limit as a float; ValueError naming the caller's ``limit`` unless it is positive as the
+    kernels take it (in f32), as moegemm.jax checks it. MoEMLP checks it when built."""
     value = _clamp_parameter("limit", limit, op)
     if activation == "swiglu_clamped" and not value > _F32_ROUNDS_TO_ZERO:
         raise ValueError(f"{op}: limit: expected a positive clamp limit for swiglu_clamped (in f32), got {limit!r}")
