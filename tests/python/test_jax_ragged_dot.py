@@ -416,3 +416,22 @@ def test_ragged_dot_group_limit_and_empty_contraction():
     assert (f32(empty_k) == 0).all()
     with pytest.raises(TypeError, match=r"ragged_dot: preferred_element_type: expected one of .*got 'bogus'"):
         mj.ragged_dot(x, jnp.ones((2, 8, 8), jnp.bfloat16), jnp.array([6, 10]), preferred_element_type="bogus")
+
+
+def test_second_derivatives_raise():
+    """The backward passes call moegemm's FFI ops, which have no derivative: a second derivative raises (as torch's
+    moe_mlp does), also for a loss linear in the output, never returning a gradient that lacks terms."""
+    rng = np.random.default_rng(21)
+    x, w_up, w_down = rand(rng, (8, 16)), rand(rng, (2, 16, 32), scale=0.2), rand(rng, (2, 16, 16), scale=0.2)
+    sizes = jnp.array([3, 5], jnp.int32)
+
+    def dx_of(w_down_):
+        return jax.grad(lambda x_: mj.moe_mlp(x_, w_up, w_down_, group_sizes=sizes).astype(jnp.float32).sum())(x)
+
+    with on_cpu():
+        assert dx_of(w_down).shape == x.shape
+        with pytest.raises(ValueError, match="cannot be differentiated"):
+            jax.grad(lambda w: jnp.sum(dx_of(w).astype(jnp.float32) ** 2))(w_down)
+        with pytest.raises(ValueError, match="cannot be differentiated"):
+            jax.grad(lambda l: jnp.sum(jax.grad(lambda r: mj.ragged_dot(l, r, sizes).astype(jnp.float32).sum())(
+                w_down).astype(jnp.float32) ** 2))(x)
