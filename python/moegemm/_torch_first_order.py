@@ -1,10 +1,13 @@
 """The backward of moegemm's autograd Functions: first order only, and saying so on a second derivative.
 
 torch's ``once_differentiable`` marks the gradients it returns so that differentiating them again raises, but
-only when the incoming gradient requires grad. With a loss linear in the output (``y.sum()``), the incoming
-gradient is a constant, yet the returned gradients still depend on the saved inputs (dA on B, dB on A):
-``once_differentiable`` then returns them as constants and a double backward (a gradient penalty) silently
-drops those terms. ``first_order_only`` marks them whenever the graph is being built (``create_graph=True``).
+only when the incoming gradient requires grad, and only along the gradients themselves. With a loss linear in
+the output (``y.sum()``) the incoming gradient is a constant, yet the returned gradients still depend on the
+saved inputs (dA on B, dB on A): a double backward (a gradient penalty) then silently dropped those terms, and
+``torch.autograd.grad(g, w)`` or a Hessian found no path from the gradient to ``w`` and gave None or zeros.
+``first_order_only`` connects the gradients, whenever torch builds a graph of the backward
+(``create_graph=True``), to every saved input and incoming gradient that requires grad, through a node that
+raises when a second derivative reaches it.
 """
 
 from __future__ import annotations
@@ -18,18 +21,22 @@ _MESSAGE = (b"moegemm: trying to differentiate twice: the backward of moe_mlp an
 
 
 def first_order_only(backward):
-    """Decorates an autograd Function's ``backward(ctx, *grads)``: runs it without grad, and when torch builds a
-    graph of the backward (``create_graph=True``) returns its gradients through a node that raises
-    RuntimeError ("trying to differentiate twice ...") if a second derivative reaches it."""
+    """Decorates an autograd Function's ``backward(ctx, saved, *grads)``, where ``saved`` is
+    ``ctx.saved_tensors``, unpacked once here (a checkpointed Function may unpack them only once). Runs it
+    without grad; when torch builds a graph of the backward (``create_graph=True``), its gradients come out of
+    a node whose inputs also include the saved tensors and incoming gradients that require grad, and whose
+    backward raises RuntimeError ("trying to differentiate twice ..."), so that any second derivative, with
+    respect to any input, raises."""
 
     @functools.wraps(backward)
     def wrapper(ctx, *grads):
+        saved = ctx.saved_tensors
         with torch.no_grad():
-            outputs = backward(ctx, *grads)
+            outputs = backward(ctx, saved, *grads)
         if not torch.is_grad_enabled():  # create_graph=False: nothing differentiates these gradients
             return outputs
         outs = outputs if isinstance(outputs, tuple) else (outputs,)
-        error = torch._C._functions.DelayedError(_MESSAGE, len(outs))
+        depends = [t for t in (*saved, *grads) if isinstance(t, torch.Tensor) and t.requires_grad]
 
         def marked(v):  # an alias that requires grad, so that the error node becomes its grad_fn
             if v is None:
@@ -38,7 +45,8 @@ def first_order_only(backward):
             v.requires_grad_(True)
             return v
 
-        marked_outs = error(*[marked(v) for v in outs])
+        error = torch._C._functions.DelayedError(_MESSAGE, len(outs) + len(depends))
+        marked_outs = tuple(error(*[marked(v) for v in outs], *depends)[:len(outs)])
         return marked_outs if isinstance(outputs, tuple) else marked_outs[0]
 
     return wrapper

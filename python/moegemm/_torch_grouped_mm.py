@@ -47,8 +47,8 @@ class _RaggedRowsMM(torch.autograd.Function):
 
     @staticmethod
     @first_order_only  # the backward runs moegemm ops, which have no derivative of their own
-    def backward(ctx, dout):
-        a, b_op, offs = ctx.saved_tensors
+    def backward(ctx, saved, dout):
+        a, b_op, offs = saved
         if ctx.needs_input_grad[3]:  # from the incoming gradient as it is (f32 with out_dtype=f32)
             dbias = _segment_column_sums(dout, offs, ctx.bias_dtype)
         else:
@@ -105,7 +105,7 @@ class _NoGroupsMM(torch.autograd.Function):
 
     @staticmethod
     @first_order_only  # the backward runs moegemm ops, which have no derivative of their own
-    def backward(ctx, dout):
+    def backward(ctx, saved, dout):
         a_shape, b_shape, bias_shape = ctx.shapes
         make = dout.new_zeros if ctx.zero_tail else dout.new_empty
         da = make(a_shape) if ctx.needs_input_grad[0] else None

@@ -49,8 +49,8 @@ class _MoEMLPFunction(torch.autograd.Function):
 
     @staticmethod
     @first_order_only  # the backward runs moegemm ops, which have no derivative of their own
-    def backward(ctx, dy):
-        x, up, down, offsets, prob32, h, c = ctx.saved_tensors
+    def backward(ctx, saved, dy):
+        x, up, down, offsets, prob32, h, c = saved
         up_layout, down_layout = ctx.layouts
         glu, zero_tail = ctx.config
         w_up_dtype, w_down_dtype, prob_dtype = ctx.dtypes

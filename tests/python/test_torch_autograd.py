@@ -4,6 +4,7 @@ iterations, dirtied allocator) and C12 (empty experts stay connected)."""
 
 import pytest
 import torch
+import torch.utils.checkpoint
 
 import moegemm.torch as mt
 from torch_helpers import (DEVICES, activation, assert_close, clamp_edge_inputs, glu_halves, offsets_of, poison,
@@ -432,10 +433,42 @@ def test_double_backward_of_a_linear_loss_is_refused_too(fn):
     (g,) = torch.autograd.grad(y.sum(), x, create_graph=True)
     assert g.requires_grad
     with pytest.raises(RuntimeError, match="differentiate twice"):
-        (y.sum() + (g * g).sum()).backward()
+        (y.sum() + (g * g).sum()).backward(retain_graph=True)
+    # Asked for one input only, autograd still reaches the error (it must not find "no path" and give None or
+    # zeros): dx depends on the weights and on x itself.
+    for wrt in (w_down, x):
+        with pytest.raises(RuntimeError, match="differentiate twice"):
+            torch.autograd.grad((g * g).sum(), wrt, retain_graph=True, allow_unused=True)
+        with pytest.raises(RuntimeError, match="differentiate twice"):
+            (g * g).sum().backward(inputs=[wrt], retain_graph=True)
     # First-order gradients are unchanged by create_graph: the same values as without it.
     (g_plain,) = torch.autograd.grad(y.sum(), x, retain_graph=True)
     assert torch.equal(g.detach(), g_plain)
+
+
+def test_hessian_through_moe_mlp_raises():
+    """torch.autograd.functional.hessian needs a second derivative: it raises instead of returning zeros."""
+    offsets = offsets_of([3, 0, 5])
+    x = randn(8, 8, dtype=torch.float64, seed=17)
+    w_up, w_down = randn(3, 8, 16, dtype=torch.float64, seed=18), randn(3, 8, 8, dtype=torch.float64, seed=19)
+    with pytest.raises(RuntimeError, match="differentiate twice"):
+        torch.autograd.functional.hessian(lambda v: mt.moe_mlp(v, w_up, w_down, offsets).sum(), x)
+    with pytest.raises(RuntimeError, match="differentiate twice"):
+        torch.autograd.functional.hessian(lambda v: mt.grouped_mm(v, w_down, offsets).square().sum(), x)
+
+
+def test_checkpointed_moe_mlp_keeps_its_first_order_gradients():
+    """Under non-reentrant checkpointing with create_graph (saved tensors unpack once), the gradients are
+    those of the plain call."""
+    offsets = offsets_of([3, 0, 5])
+    x = randn(8, 8, dtype=torch.float64, seed=17).requires_grad_(True)
+    w_up = randn(3, 8, 16, dtype=torch.float64, seed=18).requires_grad_(True)
+    w_down = randn(3, 8, 8, dtype=torch.float64, seed=19).requires_grad_(True)
+    plain = torch.autograd.grad(mt.moe_mlp(x, w_up, w_down, offsets).sum(), (x, w_up, w_down))
+    y = torch.utils.checkpoint.checkpoint(mt.moe_mlp, x, w_up, w_down, offsets, use_reentrant=False)
+    checkpointed = torch.autograd.grad(y.sum(), (x, w_up, w_down), create_graph=True)
+    for got, want in zip(checkpointed, plain):
+        assert torch.equal(got.detach(), want)
 
 
 def test_prob_grad_is_zero_past_the_last_offset_without_zero_tail():
