@@ -124,31 +124,18 @@ def check_group_sizes(op: str, group_sizes, groups: int, what: str) -> None:
     check_extent(op, "group_sizes", group_sizes, 0, groups, what)
 
 
-# A 64-bit signed size is clipped to +-2^52 before the sum: 1024 groups (the most there are) of that cannot
-# wrap int64, and a size that large is past any M anyway.
-_INT64_SIZE_CLIP = 2**52
-
-
 def offsets_from_sizes(group_sizes, m: int):
     """(G,) int32 offsets = cumsum(group_sizes) clamped to [0, M], computed in the traced function (it stays
-    on the device). The clamp is the kernels' own offset clamp, applied before the int32 cast, and no sum
-    wraps: unsigned sizes (of any width) are summed with saturation at M; 64-bit signed sizes
-    (jax_enable_x64) are clipped to +-2^52 and summed in 64 bits, so that sizes past 2^31 clamp at M;
-    narrower signed ones are summed in int32."""
+    on the device). No sum wraps, whatever the dtype: each size is clipped to [0, M] in its own dtype (a
+    negative size counts as 0), then the sizes are summed in uint32 with saturation at M (each step adds two
+    values <= M < 2^31). For sizes >= 0 that is exactly min(cumsum, M): a size of M or more fills every row
+    that is left either way."""
     dtype = jax.dtypes.canonicalize_dtype(group_sizes.dtype)  # int64 is int32 unless jax_enable_x64
-    if jnp.issubdtype(dtype, jnp.unsignedinteger):
-        # Unsigned sizes are never negative, so the running sum saturates at M: each step adds two values
-        # <= M < 2^31, which cannot wrap in 32 or more bits (a uint32 size of 3e9 would wrap an int32 sum).
-        work = jnp.uint64 if dtype.itemsize == 8 else jnp.uint32
-        capped = jnp.minimum(group_sizes.astype(work), work(m))
-        ends = jax.lax.associative_scan(lambda a, b: jnp.minimum(a + b, work(m)), capped)
-        return ends.astype(jnp.int32)
-    if dtype.itemsize == 8:
-        sizes = jnp.clip(group_sizes, -_INT64_SIZE_CLIP, _INT64_SIZE_CLIP)
-        ends = jnp.cumsum(sizes, dtype=dtype)
-    else:
-        ends = jnp.cumsum(group_sizes, dtype=jnp.int32)
-    return jnp.clip(ends, 0, m).astype(jnp.int32)
+    if dtype.itemsize < 4:  # widen first, so that M is representable in the clip
+        group_sizes = group_sizes.astype(jnp.uint32 if jnp.issubdtype(dtype, jnp.unsignedinteger) else jnp.int32)
+    capped = jnp.clip(group_sizes, 0, m).astype(jnp.uint32)
+    ends = jax.lax.associative_scan(lambda a, b: jnp.minimum(a + b, jnp.uint32(m)), capped)
+    return ends.astype(jnp.int32)
 
 
 def check_choice(op: str, name: str, value: str, choices: Iterable[str]) -> str:

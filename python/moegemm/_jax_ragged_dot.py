@@ -53,9 +53,9 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
     Args:
       lhs: (M, K) bf16 or f16 (f16 on the CPU backend only: the GPU kernels take bf16).
       rhs: (G, K, N), lhs's dtype. K and N multiples of 8 (16-byte aligned rows).
-      group_sizes: (G,) integer array; offsets = cumsum(group_sizes) clamped to [0, M], as int32, inside
-        the computation (no host sync; 64-bit sizes are summed in 64 bits before the clamp). Sizes summing
-        past M are clamped at M, as in jax.lax.ragged_dot.
+      group_sizes: (G,) integer array of any integer dtype; offsets = cumsum(group_sizes) clamped to [0, M],
+        as int32, inside the computation (no host sync). The sum saturates at M and never wraps (a negative
+        size counts as 0): sizes summing past M are clamped at M, as in jax.lax.ragged_dot.
       precision: accepted for compatibility and ignored: products accumulate in f32 always.
       preferred_element_type: output dtype, bf16/f16/f32 (default lhs.dtype).
       group_offset: not supported (raises NotImplementedError, as jax's default lowering does).

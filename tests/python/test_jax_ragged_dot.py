@@ -116,14 +116,15 @@ def test_64_bit_group_sizes_clamp_instead_of_wrapping():
             assert_close(ours, ref, f"group sizes {sizes}")
 
 
-def test_64_bit_group_sizes_whose_sum_leaves_the_type_saturate_at_m():
-    """Sums past 2**63 (int64) or 2**64 (uint64) clamp at M as the exact sum would; jax.lax.ragged_dot's own
-    running sum wraps there, so the reference is the exact (Python int) sum, clamped."""
+def test_group_sizes_whose_sum_leaves_the_type_saturate_at_m():
+    """Sums past 2**31 (int32), 2**63 (int64) or 2**64 (uint64) clamp at M as the exact sum would;
+    jax.lax.ragged_dot's own running sum wraps there, so the reference is the exact (Python int) sum, clamped."""
     rng = np.random.default_rng(16)
     lhs, rhs = rand(rng, (32, 16)), rand(rng, (3, 16, 8))
     with on_cpu(), jax.enable_x64(True):
         for sizes, dtype in (([2**62, 2**62, 5], np.int64), ([3, 2**63 - 1, 5], np.int64),
-                             ([2**64 - 1, 1, 3], np.uint64), ([7, 2**64 - 2, 5], np.uint64)):
+                             ([2**64 - 1, 1, 3], np.uint64), ([7, 2**64 - 2, 5], np.uint64),
+                             ([1, 2**31 - 1, 1], np.int32), ([2**31 - 1, 2**31 - 1, 2], np.int32)):
             ours = np.asarray(mj.ragged_dot(lhs, rhs, jnp.asarray(np.array(sizes, dtype)),
                                             preferred_element_type=jnp.float32))
             ends = np.minimum(np.cumsum(np.array(sizes, dtype=object)), 32).astype(np.int64)
@@ -132,6 +133,30 @@ def test_64_bit_group_sizes_whose_sum_leaves_the_type_saturate_at_m():
                 ref[s:e] = f32(lhs)[s:e] @ f32(rhs)[g]
             assert np.abs(ref).sum() > 0
             assert_close(ours, ref, f"group sizes {sizes} ({np.dtype(dtype).name})")
+
+
+@pytest.mark.parametrize("x64", [False, True])
+def test_offsets_from_group_sizes_of_every_integer_dtype(x64):
+    """offsets = min(cumsum(sizes), M) exactly, for random non-negative sizes of every integer dtype, near each
+    type's limits too; a negative size counts as 0 (group sizes are counts)."""
+    from moegemm._jax_checks import offsets_from_sizes
+    rng = np.random.default_rng(22)
+    m = 1000
+    with on_cpu(), jax.enable_x64(x64):
+        for dtype in (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64):
+            top = int(np.iinfo(dtype).max)
+            for _ in range(20):
+                if not x64 and np.dtype(dtype).itemsize == 8:
+                    break  # without x64, jnp.asarray narrows 64-bit sizes to 32 bits first
+                choices = [v for v in (0, 1, 7, 300, 999, top // 2, top - 1, top) if v <= top]
+                sizes = [choices[i] for i in rng.integers(0, len(choices), size=6)]
+                got = np.asarray(offsets_from_sizes(jnp.asarray(np.array(sizes, dtype)), m))
+                want = np.minimum(np.cumsum(np.array(sizes, dtype=object)), m).astype(np.int64)
+                assert got.tolist() == want.tolist(), (np.dtype(dtype).name, sizes)
+            if np.issubdtype(dtype, np.signedinteger) and (x64 or np.dtype(dtype).itemsize < 8):
+                sizes = np.array([5, -3, 4, -100, 2], dtype)
+                got = np.asarray(offsets_from_sizes(jnp.asarray(sizes), m))
+                assert got.tolist() == [5, 5, 9, 9, 11]
 
 
 def test_unsigned_group_sizes_past_2_31_clamp_instead_of_wrapping():
