@@ -41,13 +41,18 @@ def static_float(op: str, name: str, value) -> float:
         raise TypeError(f"moegemm.jax.{op}: {name}: expected a real number, got {type(value).__name__}") from e
 
 
+# The smallest normal f32: a float attribute of an XLA custom call reaches the op with subnormals flushed to 0.
+_F32_SMALLEST_NORMAL = float(np.finfo(np.float32).tiny)
+
+
 def clamp_limit(op: str, activation: str, limit) -> float:
-    """The clamp limit as a static float; ValueError unless positive where swiglu_clamped uses it."""
+    """The clamp limit as a static float; ValueError unless positive where swiglu_clamped uses it. The kernels
+    take it as f32, and the call passes it as an XLA attribute, which flushes f32 subnormals to 0: a limit
+    that is 0 or subnormal in f32 is no limit either."""
     value = static_float(op, "limit", limit)
-    # The kernels take it as f32: a positive value that f32 rounds to 0 is no limit either.
-    if activation == "swiglu_clamped" and not np.float32(value) > 0:
-        raise ValueError(f"moegemm.jax.{op}: limit: expected a positive clamp limit for swiglu_clamped (in f32), "
-                         f"got {value}")
+    if activation == "swiglu_clamped" and not np.float32(value) >= _F32_SMALLEST_NORMAL:
+        raise ValueError(f"moegemm.jax.{op}: limit: expected a positive clamp limit for swiglu_clamped (in f32; "
+                         f"subnormals are passed as 0, so at least {_F32_SMALLEST_NORMAL:.8g}), got {value}")
     return value
 
 

@@ -245,13 +245,17 @@ def test_trace_time_errors_name_the_operand():
         with pytest.raises(TypeError, match=r"grouped_gemm_glu: limit: expected a real number"):
             mj.grouped_gemm_glu(a, b, off, activation="swiglu_clamped", limit=bad)
     with pytest.raises(ValueError, match=r"grouped_gemm_glu: limit: expected a positive clamp limit for "
-                                         r"swiglu_clamped \(in f32\), got 0.0"):
+                                         r"swiglu_clamped \(in f32.*\), got 0.0"):
         mj.grouped_gemm_glu(a, b, off, activation="swiglu_clamped", limit=0)
     with pytest.raises(TypeError, match=r"grouped_gemm: d_dtype: expected one of .*got 'bogus'"):
         mj.grouped_gemm(a, b, off, d_dtype="bogus")
     with pytest.raises(ValueError, match=r"grouped_gemm_glu: limit: expected a positive clamp limit for "
-                                         r"swiglu_clamped \(in f32\), got 1e-50"):
+                                         r"swiglu_clamped \(in f32.*\), got 1e-50"):
         mj.grouped_gemm_glu(a, b, off, activation="swiglu_clamped", limit=1e-50)
+    # A limit that is subnormal in f32 would reach the op as 0 (XLA flushes subnormal attributes).
+    with pytest.raises(ValueError, match=r"grouped_gemm_glu: limit: .*at least 1.1754944e-38\), got 1e-40"):
+        mj.grouped_gemm_glu(a, b, off, activation="swiglu_clamped", limit=1e-40)
+    assert mj.grouped_gemm_glu(a, b, off, activation="swiglu_clamped", limit=1.2e-38).shape[0] == a.shape[0]
     # None is the documented default of every dtype option (f32 for wgrad's W and gemm_swiglu's ab12).
     x, dy = rand(rng, (32, 16)), rand(rng, (32, 8))
     assert mj.grouped_gemm_wgrad(x, dy, offsets_of([10, 22]), w_dtype=None).dtype == jnp.float32
