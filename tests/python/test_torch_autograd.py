@@ -405,13 +405,17 @@ def test_gradcheck_of_a_slice_of_moe_mlp_by_default():
                                     atol=1e-6, rtol=1e-4)
 
 
+def _small_f64_layer(requires_grad=True):
+    """offsets and f64 x (8, 8), w_up (3, 8, 16), w_down (3, 8, 8) of the second-derivative tests."""
+    weights = [randn(8, 8, dtype=torch.float64, seed=17), randn(3, 8, 16, dtype=torch.float64, seed=18),
+               randn(3, 8, 8, dtype=torch.float64, seed=19)]
+    return (offsets_of([3, 0, 5]), *(w.requires_grad_(requires_grad) for w in weights))
+
+
 def test_double_backward_is_refused_with_a_clear_error():
     """The backward passes run moegemm ops, which have no derivative of their own: differentiating them again
     fails at once with torch's once_differentiable message, for moe_mlp and grouped_mm alike."""
-    offsets = offsets_of([3, 0, 5])
-    x = randn(8, 8, dtype=torch.float64, seed=17).requires_grad_(True)
-    w_up = randn(3, 8, 16, dtype=torch.float64, seed=18).requires_grad_(True)
-    w_down = randn(3, 8, 8, dtype=torch.float64, seed=19).requires_grad_(True)
+    offsets, x, w_up, w_down = _small_f64_layer()
     for y in (mt.moe_mlp(x, w_up, w_down, offsets), mt.grouped_mm(x, w_down, offsets)):
         (g,) = torch.autograd.grad((y * y).sum(), x, create_graph=True)  # dy depends on x
         with pytest.raises(RuntimeError, match="differentiate twice"):
@@ -423,10 +427,7 @@ def test_double_backward_of_a_linear_loss_is_refused_too(fn):
     """With a loss linear in y the incoming gradient is a constant, but dx still depends on the weights: a
     gradient penalty through it must fail, not train on a gradient that lacks those terms (torch's
     once_differentiable returns it as a constant there)."""
-    offsets = offsets_of([3, 0, 5])
-    x = randn(8, 8, dtype=torch.float64, seed=17).requires_grad_(True)
-    w_up = randn(3, 8, 16, dtype=torch.float64, seed=18).requires_grad_(True)
-    w_down = randn(3, 8, 8, dtype=torch.float64, seed=19).requires_grad_(True)
+    offsets, x, w_up, w_down = _small_f64_layer()
     y = {"moe_mlp": lambda: mt.moe_mlp(x, w_up, w_down, offsets),
          "grouped_mm": lambda: mt.grouped_mm(x, w_down, offsets),
          "grouped_mm_3d": lambda: mt.grouped_mm(torch.stack((x, 2 * x, -x)), w_down)}[fn]()
@@ -448,9 +449,7 @@ def test_double_backward_of_a_linear_loss_is_refused_too(fn):
 
 def test_hessian_through_moe_mlp_raises():
     """torch.autograd.functional.hessian needs a second derivative: it raises instead of returning zeros."""
-    offsets = offsets_of([3, 0, 5])
-    x = randn(8, 8, dtype=torch.float64, seed=17)
-    w_up, w_down = randn(3, 8, 16, dtype=torch.float64, seed=18), randn(3, 8, 8, dtype=torch.float64, seed=19)
+    offsets, x, w_up, w_down = _small_f64_layer(requires_grad=False)
     with pytest.raises(RuntimeError, match="differentiate twice"):
         torch.autograd.functional.hessian(lambda v: mt.moe_mlp(v, w_up, w_down, offsets).sum(), x)
     with pytest.raises(RuntimeError, match="differentiate twice"):
@@ -460,10 +459,7 @@ def test_hessian_through_moe_mlp_raises():
 def test_checkpointed_moe_mlp_keeps_its_first_order_gradients():
     """Under non-reentrant checkpointing with create_graph (saved tensors unpack once), the gradients are
     those of the plain call."""
-    offsets = offsets_of([3, 0, 5])
-    x = randn(8, 8, dtype=torch.float64, seed=17).requires_grad_(True)
-    w_up = randn(3, 8, 16, dtype=torch.float64, seed=18).requires_grad_(True)
-    w_down = randn(3, 8, 8, dtype=torch.float64, seed=19).requires_grad_(True)
+    offsets, x, w_up, w_down = _small_f64_layer()
     plain = torch.autograd.grad(mt.moe_mlp(x, w_up, w_down, offsets).sum(), (x, w_up, w_down))
     y = torch.utils.checkpoint.checkpoint(mt.moe_mlp, x, w_up, w_down, offsets, use_reentrant=False)
     checkpointed = torch.autograd.grad(y.sum(), (x, w_up, w_down), create_graph=True)
