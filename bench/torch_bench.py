@@ -11,6 +11,8 @@
               call, which a GPU busy with earlier work hides (same for graph: the cost of one replay)
      b2b    : wall time per call of those 30 calls until the last has finished; b2b - kernel is the gap per
               call on the GPU (launch latency, or the host not keeping up with short kernels)
+   A one-element in-place add, measured the same way, is the floor: what a call and a replay cost the host
+   for a kernel that does next to nothing.
 2. Throughput on the workloads file (default bench/workloads/moe_workloads.json): for every GEMM and for
    uniform and zipf routing (numpy default_rng(0), unaligned group sizes), the median of >= 30 CUDA-event
    timed calls after warm-up, rotating through copies of the inputs whose total exceeds the L2 cache:
@@ -44,6 +46,8 @@ except (ImportError, OSError) as _err:  # torch._grouped_mm's numbers are still 
 SEED_SHAPES = [(2048, 2048, 2048), (4096, 2048, 2048), (8192, 4096, 2048), (16384, 4096, 4096)]  # M, N, K
 SEED_EXPERTS = 8
 L2_BYTES = 50 * 2**20  # H200
+# A graph of one kernel that does next to nothing: what any replay costs the host, whatever it holds.
+FLOOR_CALL = "one-element add_ (floor)"
 
 
 def group_sizes(m: int, e: int, routing: str, rng: np.random.Generator) -> list[int]:
@@ -127,10 +131,12 @@ def dispatch_rows(iters: int, quick: bool) -> list[dict]:
         a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16) * 0.1
         w = torch.randn(SEED_EXPERTS, n, k, device="cuda", dtype=torch.bfloat16) * 0.1
         offs = offsets_of([m // SEED_EXPERTS] * SEED_EXPERTS)
+        one = torch.zeros(1, device="cuda")
         calls = {
             "moegemm.grouped_gemm_glu": lambda _i: torch.ops.moegemm.grouped_gemm_glu(a, w, offs),
             "moegemm.grouped_mm": lambda _i: mt.grouped_mm(a, w.mT, offs),
             "torch._grouped_mm": lambda _i: torch._grouped_mm(a, w.mT, offs=offs),
+            FLOOR_CALL: lambda _i: one.add_(1),
         }
         for name, fn in calls.items():
             if mt is None and name.startswith("moegemm"):
