@@ -21,12 +21,16 @@ _RAGGED_K_NAMES = {("grouped_gemm_wgrad", "x"): "a (read as a.t(), the (T, H) te
 
 
 def _segment_column_sums(dout: torch.Tensor, offs: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Per-expert column sums of the rows each expert owns (the bias gradient), (E, N) in `dtype`."""
-    e = offs.shape[0]
-    rows = torch.arange(dout.shape[0], device=dout.device, dtype=offs.dtype)
-    owner = torch.searchsorted(offs, rows, right=True)  # rows at or past offs[-1] get E: dropped below
-    sums = dout.new_zeros((e + 1, dout.shape[1]), dtype=torch.float32)
-    sums.index_add_(0, owner, dout.to(torch.float32))
+    """Per-expert column sums of the rows each expert owns (the bias gradient), (E, N) in `dtype`, summed in
+    f32 (f64 for f64 tensors). Expert g owns the rows the forward gave it: the offsets clamped as the kernels
+    clamp them (docs/ops.md §0), end_g = min(M, max(0, offs[0..g]))."""
+    e, m = offs.shape[0], dout.shape[0]
+    ends = torch.cummax(offs.long().clamp(0, m), 0).values
+    rows = torch.arange(m, device=dout.device, dtype=torch.int64)
+    owner = torch.searchsorted(ends, rows, right=True)  # rows at or past the last end get E: dropped below
+    acc = torch.float64 if torch.float64 in (dout.dtype, dtype) else torch.float32
+    sums = dout.new_zeros((e + 1, dout.shape[1]), dtype=acc)
+    sums.index_add_(0, owner, dout.to(acc))
     return sums[:e].to(dtype)
 
 
@@ -74,8 +78,10 @@ def _check_no_groups(a, b, k_a, k_b, where, n, offs=None, bias=None):
     for name, t in (("b", b), ("offs", offs), ("bias", bias)):
         if t is not None and t.device != a.device:
             raise ValueError(f"{_OP}: {name}: expected a tensor on {a.device} (the device of a), got {t.device}")
-    if bias is not None and bias.dtype not in (torch.bfloat16, torch.float32):
-        raise ValueError(f"{_OP}: bias: expected dtype torch.bfloat16 or torch.float32, got {bias.dtype}")
+    bias_dtypes = (torch.bfloat16, torch.float32) + ((torch.float64,) if a.device.type == "cpu" else ())
+    if bias is not None and bias.dtype not in bias_dtypes:
+        names = ", ".join(map(str, bias_dtypes[:-1])) + f" or {bias_dtypes[-1]}"
+        raise ValueError(f"{_OP}: bias: expected dtype {names}, got {bias.dtype}")
     if a.dtype not in _IN_DTYPES:
         raise ValueError(f"{_OP}: a: expected dtype torch.bfloat16 (torch.float16, torch.float32 or torch.float64 "
                          f"on CPU), got {a.dtype}")
@@ -85,11 +91,24 @@ def _check_no_groups(a, b, k_a, k_b, where, n, offs=None, bias=None):
         raise ValueError(f"{_OP}: b: expected {where} = {k_a} (from a), got {k_b}")
     per_16_bytes = 16 // a.element_size()
     for name, symbol, value in (("a", "K", k_a), ("b", "N", n)):
+        if value == 0:
+            raise ValueError(f"{_OP}: {name}: expected {symbol} > 0, got {symbol}=0")
         if value % per_16_bytes:
             raise ValueError(f"{_OP}: {name}: expected {symbol} a multiple of {per_16_bytes} for {a.dtype} "
                              f"(16-byte aligned rows), got {symbol}={value}")
     if bias is not None and tuple(bias.shape) != (0, n):
         raise ValueError(f"{_OP}: bias: expected shape (E=0, N={n}), got {tuple(bias.shape)}")
+
+
+def _check_aligned_rows(a):
+    """The 16-byte rule on a row-major (M, K) ``a`` as the ops check it: row stride and base address."""
+    stride_bytes = a.stride(0) * a.element_size()
+    if a.shape[0] > 1 and stride_bytes % 16:
+        raise ValueError(f"{_OP}: a: expected a row stride that is a multiple of 16 bytes (16-byte alignment rule), "
+                         f"got stride(0)={a.stride(0)} elements ({stride_bytes} bytes)")
+    if a.numel() and a.data_ptr() % 16:
+        raise ValueError(f"{_OP}: a: expected a 16-byte aligned base address (16-byte alignment rule), got "
+                         f"{a.data_ptr():#x}")
 
 
 class _NoGroupsMM(torch.autograd.Function):
@@ -125,6 +144,7 @@ def _rows_mm(a, b, offs, bias, out_dtype, zero_tail, validate=False):
     if b.shape[0] == 0:
         _check_no_groups(a, b, a.shape[1], b.shape[1], "b.shape[1]", b.shape[2], offs, bias)
         check_row_major(_OP, "a", a, "(M, K)")
+        _check_aligned_rows(a)
         weight_operand(b, _OP, "b")  # its stride order, as with groups
         return _NoGroupsMM.apply(a, b, bias, out_dtype, zero_tail)
     needs_grad = torch.is_grad_enabled() and (

@@ -120,6 +120,8 @@ def _check_operands(x, w_up, w_down, offsets, prob, activation, glu_layout) -> N
         if not isinstance(t, torch.Tensor) and (t is not None or name != "prob"):
             raise TypeError(f"{_OP}: {name}: expected a torch.Tensor, got {type(t).__name__}")
     _check_config(_OP, activation, glu_layout)
+    if x.dim() != 2:  # before anything reads M from x
+        raise ValueError(f"{_OP}: x: expected a 2-D (M, H) tensor, got shape {tuple(x.shape)}")
     if prob is not None and not prob.is_floating_point():
         raise ValueError(f"{_OP}: prob: expected a floating dtype, got {prob.dtype}")
     if prob is not None and tuple(prob.shape) != (x.shape[0],):
@@ -127,8 +129,6 @@ def _check_operands(x, w_up, w_down, offsets, prob, activation, glu_layout) -> N
     for name, t in (("w_up", w_up), ("w_down", w_down), ("offsets", offsets), ("prob", prob)):
         if t is not None and t.device != x.device:
             raise ValueError(f"{_OP}: {name}: expected a tensor on {x.device} (the device of x), got {t.device}")
-    if x.dim() != 2:
-        raise ValueError(f"{_OP}: x: expected a 2-D (M, H) tensor, got shape {tuple(x.shape)}")
     check_row_major(_OP, "x", x, "(M, H)", "; pass x.contiguous()")
     h = x.shape[1]
     if w_up.dim() != 3:

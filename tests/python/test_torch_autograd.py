@@ -291,6 +291,8 @@ def test_moe_mlp_errors_name_its_own_operands(case, pattern):
     ("glu_layout", ValueError, r"moe_mlp: glu_layout: expected one of .*got 'bogus'"),
     ("prob_int", ValueError, r"moe_mlp: prob: expected a floating dtype, got torch\.int32"),
     ("prob_shape", ValueError, r"moe_mlp: prob: expected shape \(M=64,\) with M from x, got \(63,\)"),
+    # x's rank is checked before prob's shape reads M from it.
+    ("x_0d_with_prob", ValueError, r"moe_mlp: x: expected a 2-D \(M, H\) tensor, got shape \(\)"),
     ("limit_str", TypeError, r"moe_mlp: limit: expected a real number, got str '7'"),
     # The limit is checked as the kernels take it (in f32), before the autograd.Function runs.
     ("limit_zero", ValueError, r"moe_mlp: limit: expected a positive clamp limit for swiglu_clamped \(in f32\), "
@@ -306,6 +308,7 @@ def test_moe_mlp_rejects_bad_arguments_by_name(case, error, pattern):
              "glu_layout": dict(glu_layout="bogus"),
              "prob_int": dict(prob=torch.ones(64, dtype=torch.int32)),
              "prob_shape": dict(prob=torch.ones(63)),
+             "x_0d_with_prob": dict(x=torch.tensor(1.0, dtype=torch.bfloat16), prob=torch.ones(1)),
              "limit_str": dict(activation="swiglu_clamped", limit="7"),
              "limit_zero": dict(activation="swiglu_clamped", limit=0.0),
              "limit_f32_zero": dict(activation="swiglu_clamped", limit=1e-46),

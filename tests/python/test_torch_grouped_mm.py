@@ -287,7 +287,7 @@ def test_errors():
 
 def test_zero_groups_check_their_operands():
     """With no groups no op runs, and grouped_mm checks what the ops would have: dtypes, devices, stride
-    orders, the 16-byte rule on K and N, bias."""
+    orders, K and N (> 0, the 16-byte rule), a's row stride and base address, bias."""
     no_offs = torch.zeros(0, dtype=torch.int32)
     a = randn(M, K)
     with pytest.raises(ValueError, match=r"grouped_mm: b: expected N a multiple of 8 for torch\.bfloat16.*got N=33"):
@@ -302,8 +302,22 @@ def test_zero_groups_check_their_operands():
         mt.grouped_mm(randn(M, 12).t(), randn(M, N), no_offs)
     with pytest.raises(ValueError, match=r"grouped_mm: offs: expected a tensor on cpu \(the device of a\), got meta"):
         mt.grouped_mm(a, randn(0, K, N), no_offs.to("meta"))
-    with pytest.raises(ValueError, match=r"grouped_mm: bias: expected dtype torch\.bfloat16 or torch\.float32"):
+    with pytest.raises(ValueError, match=r"grouped_mm: bias: expected dtype torch\.bfloat16, torch\.float32 or "
+                                         r"torch\.float64, got torch\.int32"):
         mt.grouped_mm(a, randn(0, K, N), no_offs, bias=torch.zeros(0, N, dtype=torch.int32))
+    # What the ops check with groups, checked with none too: K, N > 0, a's row stride and base address.
+    with pytest.raises(ValueError, match=r"grouped_mm: a: expected K > 0, got K=0"):
+        mt.grouped_mm(randn(M, 0), randn(0, 0, N), no_offs)
+    with pytest.raises(ValueError, match=r"grouped_mm: b: expected N > 0, got N=0"):
+        mt.grouped_mm(a, randn(0, K, 0), no_offs)
+    with pytest.raises(ValueError, match=r"grouped_mm: a: expected a row stride that is a multiple of 16 bytes "
+                                         r"\(16-byte alignment rule\), got stride\(0\)=68 elements \(136 bytes\)"):
+        mt.grouped_mm(randn(M, K + 4)[:, :K], randn(0, K, N), no_offs)
+    with pytest.raises(ValueError, match=r"grouped_mm: a: expected a 16-byte aligned base address"):
+        mt.grouped_mm(randn(M * K + 1)[1:].view(M, K), randn(0, K, N), no_offs)
+    f64 = torch.float64  # an f64 bias is the CPU backend's, with groups or without
+    assert mt.grouped_mm(randn(M, K, dtype=f64), randn(0, K, N, dtype=f64), no_offs,
+                         bias=torch.zeros(0, N, dtype=f64)).shape == (M, N)
     with pytest.raises(ValueError, match=r"grouped_mm: a: expected a row-major \(M, K\) tensor"):
         mt.grouped_mm(randn(K, M).t(), randn(0, K, N), no_offs)
     with pytest.raises(ValueError, match=r"grouped_mm: b: expected a row-major \(T, N\) tensor"):
@@ -321,3 +335,35 @@ def test_f32_bias_gradient_sums_the_f32_output_gradient():
     for g, (s, e) in enumerate([(0, 10), (10, 10), (10, 30), (30, 35)]):
         expected = dout[s:e].sum(0)
         assert torch.allclose(bias.grad[g].double(), expected, rtol=0, atol=0.05), (g, bias.grad[g], expected)
+
+
+@pytest.mark.parametrize("bad, clamped", [
+    ([4, 2, 10, 12], [4, 4, 10, 12]),    # decreasing
+    ([-5, 6, 3, 100], [0, 6, 6, 16]),    # negative, decreasing, past M
+])
+def test_bias_gradient_owns_the_rows_of_the_clamped_offsets(bad, clamped):
+    """Without validate, bad offsets are clamped as the kernels clamp them (docs/ops.md §0); dbias sums the rows
+    each expert owned in the forward, as dA and dB do. Reference: the same call with the clamped offsets, and
+    the per-expert sums of the incoming gradient over those rows."""
+    a, b = randn(16, 8, dtype=torch.float64, seed=21), randn(G, 8, 8, dtype=torch.float64, seed=22)
+    dout = randn(16, 8, dtype=torch.float64, seed=23)
+    grads = []
+    for offs in (bad, clamped):
+        bias = randn(G, 8, dtype=torch.float64, seed=24).requires_grad_(True)
+        out = mt.grouped_mm(a, b, torch.tensor(offs, dtype=torch.int32), bias=bias)
+        grads.append((out[:clamped[-1]].detach(), torch.autograd.grad(out, bias, dout)[0]))
+    assert torch.equal(grads[0][0], grads[1][0])  # the forward clamps
+    assert torch.equal(grads[0][1], grads[1][1])
+    starts = [0] + clamped[:-1]
+    expected = torch.stack([dout[s:e].sum(0) for s, e in zip(starts, clamped)])
+    assert torch.allclose(grads[0][1], expected, rtol=0, atol=1e-12)
+
+
+def test_f64_bias_gradient_is_summed_in_f64():
+    """f64 operands (the CPU backend's gradient checks): dbias is exact to f64 rounding, not summed in f32."""
+    a, b = randn(16, 8, dtype=torch.float64, seed=25), randn(2, 8, 8, dtype=torch.float64, seed=26)
+    bias = torch.zeros(2, 8, dtype=torch.float64, requires_grad=True)
+    dout = torch.full((16, 8), 0.1, dtype=torch.float64)
+    dbias, = torch.autograd.grad(mt.grouped_mm(a, b, offsets_of([7, 16]), bias=bias), bias, dout)
+    expected = torch.stack([dout[:7].sum(0), dout[7:].sum(0)])
+    assert torch.allclose(dbias, expected, rtol=1e-15, atol=0), (dbias - expected).abs().max()
