@@ -280,6 +280,9 @@ class MoEMLP(torch.nn.Module):
         if isinstance(x, torch.Tensor) and (x.dim() != 2 or x.shape[1] != hidden):
             raise ValueError(f"MoEMLP: x: expected an (M, H={hidden}) tensor with H the module's hidden size, got "
                              f"shape {tuple(x.shape)}")
+        if isinstance(x, torch.Tensor) and x.dtype != self.w_up.dtype:  # x is the caller's; the weights are ours
+            raise ValueError(f"MoEMLP: x: expected dtype {self.w_up.dtype} (the module's parameters' dtype), got "
+                             f"{x.dtype}")
         return moe_mlp(x, self.w_up, self.w_down, offsets, prob, self.activation, self.glu_layout,
                        zero_tail=self.zero_tail, validate=validate, **self.clamp)
 

@@ -358,6 +358,9 @@ def test_moe_mlp_module_checks_its_configuration_when_built():
     module = mt.MoEMLP(2, 16, 16, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match=r"MoEMLP: x: expected an \(M, H=16\) tensor .*got shape \(16, 24\)"):
         module(randn(16, 24), offsets_of([8, 8]))
+    with pytest.raises(ValueError, match=r"MoEMLP: x: expected dtype torch\.bfloat16 \(the module's parameters' "
+                                         r"dtype\), got torch\.float32"):
+        module(randn(16, 16).float(), offsets_of([8, 8]))
     assert mt.MoEMLP(2, torch.tensor(16).item(), 16).w_up.shape == (2, 16, 32)
 
 
