@@ -2,6 +2,7 @@
 #include <optional>
 
 #include <ATen/ops/empty.h>
+#include <torch/csrc/autograd/variable.h>
 
 #include "launch.hpp"
 #include "operands.hpp"
@@ -59,6 +60,10 @@ void grouped_gemm_wgrad_accumulate_op(const at::Tensor& x, const at::Tensor& dy,
   args.w = view_of(w, op, "w");
   args.accumulate = true;
   run(context, x, args);
+  // w changed in place: move its version counter, as torch's in-place ops do, so that autograd refuses a w
+  // that a graph saved before this call (the Autograd fallback skips ADInplaceOrView for an op that returns
+  // nothing, and torch.compile does not functionalize a custom op whose return aliases an input).
+  torch::autograd::impl::bump_version(w);
 }
 
 }  // namespace

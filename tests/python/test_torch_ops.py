@@ -185,6 +185,20 @@ def test_grouped_gemm_wgrad_accumulate_adds_in_place_and_leaves_empty_experts():
     assert_close(w[2], start[2].double() + ref[2])
 
 
+def test_grouped_gemm_wgrad_accumulate_bumps_the_version_of_w():
+    """accumulate writes w in place (schema Tensor(a!) w): its version counter moves, as with torch's in-place
+    ops, so that autograd refuses a w saved before the write instead of using the overwritten values."""
+    x, dy, offsets = randn(16, 8, seed=19), randn(16, 8, seed=20), offsets_of([8, 8])
+    w0 = randn(2, 8, 8, dtype=torch.float32, seed=21).requires_grad_(True)
+    w = w0.clone()
+    loss = (w ** 2).sum()  # saves w for the backward
+    before = w._version
+    ops.grouped_gemm_wgrad.accumulate(x, dy, offsets, w)
+    assert w._version > before
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+
+
 @pytest.mark.parametrize("b_layout", ["nk", "kn"])
 def test_dense_ops_values(b_layout):
     m, k, n = 12, 32, 128
