@@ -1,6 +1,8 @@
 // The per-expert weight gradient (ragged K): grouped_gemm_wgrad and its accumulating overload.
 #include <optional>
+#include <utility>
 
+#include <ATen/MemoryOverlap.h>
 #include <ATen/ops/empty.h>
 #include <torch/csrc/autograd/variable.h>
 
@@ -56,6 +58,13 @@ void grouped_gemm_wgrad_accumulate_op(const at::Tensor& x, const at::Tensor& dy,
   fill_inputs(args, op, x, dy, offsets, transpose_output, validate);
   expect_rank(w, 3, op, "w", transpose_output ? "(E, N, H)" : "(E, H, N)");
   expect_device(x, w, op, "w");
+  // The kernel reads x and dy while it adds into w: memory they share would make the sums depend on the order
+  // of the writes (torch's out= ops refuse overlap the same way).
+  for (const auto& [input, name] : {std::pair{&x, "x"}, std::pair{&dy, "dy"}}) {
+    TORCH_CHECK_VALUE(at::get_overlap_status(w, *input) == at::MemOverlapStatus::No, op,
+                      ": w: expected memory that does not overlap ", name, ", got a w that shares memory with ",
+                      name);
+  }
   DeviceContext context(x);
   args.w = view_of(w, op, "w");
   args.accumulate = true;

@@ -185,6 +185,22 @@ def test_grouped_gemm_wgrad_accumulate_adds_in_place_and_leaves_empty_experts():
     assert_close(w[2], start[2].double() + ref[2])
 
 
+def test_grouped_gemm_wgrad_accumulate_refuses_a_w_that_shares_memory_with_its_inputs():
+    """accumulate reads x and dy while it adds into w: a w over their memory is refused by name, before any
+    work, and left as it was."""
+    offsets = offsets_of([8, 8])
+    buf = randn(2 * 8 * 8, dtype=torch.float32, seed=22)
+    x, dy = buf.view(16, 8), randn(16, 8, dtype=torch.float32, seed=23)
+    w = buf.view(2, 8, 8)
+    before = w.clone()
+    with pytest.raises(ValueError, match=r"grouped_gemm_wgrad\.accumulate: w: expected memory that does not "
+                                         r"overlap x, got a w that shares memory with x"):
+        ops.grouped_gemm_wgrad.accumulate(x, dy, offsets, w)
+    with pytest.raises(ValueError, match=r"accumulate: w: expected memory that does not overlap dy"):
+        ops.grouped_gemm_wgrad.accumulate(dy, x, offsets, w)
+    assert torch.equal(w, before)
+
+
 def test_grouped_gemm_wgrad_accumulate_bumps_the_version_of_w():
     """accumulate writes w in place (schema Tensor(a!) w): its version counter moves, as with torch's in-place
     ops, so that autograd refuses a w saved before the write instead of using the overwritten values."""
