@@ -59,9 +59,11 @@ void grouped_gemm_wgrad_accumulate_op(const at::Tensor& x, const at::Tensor& dy,
   expect_rank(w, 3, op, "w", transpose_output ? "(E, N, H)" : "(E, H, N)");
   expect_device(x, w, op, "w");
   // The kernel reads x and dy while it adds into w: memory they share would make the sums depend on the order
-  // of the writes (torch's out= ops refuse overlap the same way).
+  // of the writes. Refused as torch's out= ops refuse it (at::assert_no_overlap: a full or partial overlap;
+  // strided layouts it cannot decide pass).
   for (const auto& [input, name] : {std::pair{&x, "x"}, std::pair{&dy, "dy"}}) {
-    TORCH_CHECK_VALUE(at::get_overlap_status(w, *input) == at::MemOverlapStatus::No, op,
+    const at::MemOverlapStatus overlap = at::get_overlap_status(w, *input);
+    TORCH_CHECK_VALUE(overlap != at::MemOverlapStatus::Full && overlap != at::MemOverlapStatus::Partial, op,
                       ": w: expected memory that does not overlap ", name, ", got a w that shares memory with ",
                       name);
   }

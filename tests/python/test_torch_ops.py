@@ -199,6 +199,9 @@ def test_grouped_gemm_wgrad_accumulate_refuses_a_w_that_shares_memory_with_its_i
     with pytest.raises(ValueError, match=r"accumulate: w: expected memory that does not overlap dy"):
         ops.grouped_gemm_wgrad.accumulate(dy, x, offsets, w)
     assert torch.equal(w, before)
+    # Inputs with padded rows (not dense) and a w of its own: no overlap, nothing refused.
+    padded = randn(16, 12, dtype=torch.float32, seed=24)[:, :8]
+    ops.grouped_gemm_wgrad.accumulate(padded, dy, offsets, torch.zeros(2, 8, 8))
 
 
 def test_grouped_gemm_wgrad_accumulate_bumps_the_version_of_w():
