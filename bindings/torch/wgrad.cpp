@@ -43,9 +43,8 @@ at::Tensor grouped_gemm_wgrad_op(const at::Tensor& x, const at::Tensor& dy, cons
   DeviceContext context(x);
   const int64_t e = offsets.size(0), h = x.size(1), n = dy.size(1);
   // Not zero-filled here: the op writes every element, exact zeros for experts without rows.
-  at::Tensor w = transpose_output
-                     ? at::empty({e, n, h}, x.options().dtype(out_dtype_or(out_dtype, f32_default_dtype(x), op, "out_dtype")))
-                     : at::empty({e, h, n}, x.options().dtype(out_dtype_or(out_dtype, f32_default_dtype(x), op, "out_dtype")));
+  const auto options = x.options().dtype(out_dtype_or(out_dtype, f32_default_dtype(x), op, "out_dtype"));
+  at::Tensor w = transpose_output ? at::empty({e, n, h}, options) : at::empty({e, h, n}, options);
   args.w = view_of(w, op, "w");
   run(context, x, args);
   return w;
