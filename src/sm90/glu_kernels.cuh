@@ -19,10 +19,16 @@ void with_pairing(PairKind pairing, F&& f) {
   }
 }
 
+/// GLU tiles: the cooperative kernel with BN = block_n, or the ping-pong kernel's 128 x 128 tiles (one
+/// warpgroup's C and D stores under the other's mainloop).
 template <ActKind kAct>
-void launch_glu_act(const KernelParams& p, int block_n, BLayout layout, int grid, cudaStream_t stream) {
+void launch_glu_act(const KernelParams& p, int block_n, Schedule schedule, BLayout layout, int grid,
+                    cudaStream_t stream) {
   with_pairing(p.pairing, [&]<PairKind kPair>() {
-    dispatch_m_grouped<GluEpilogue<kAct, kPair>>(p, block_n, layout, grid, stream);
+    using Epilogue = GluEpilogue<kAct, kPair>;
+    if (schedule == Schedule::cooperative) return dispatch_m_grouped<Epilogue>(p, block_n, layout, grid, stream);
+    if (layout == BLayout::nk) launch_pingpong_kernel<TileShape<128, Major::k>, MGroupedScheduler, Epilogue>(p, grid, stream);
+    else launch_pingpong_kernel<TileShape<128, Major::mn>, MGroupedScheduler, Epilogue>(p, grid, stream);
   });
 }
 

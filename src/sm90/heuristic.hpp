@@ -65,6 +65,18 @@ inline bool linear_pingpong_pays(int64_t m, int64_t n, int64_t num_experts, int 
   return choose_tile(m, n, num_experts, sms).block_n == 128 || extra_padding * 25 >= n;
 }
 
+/// Whether the GLU pays for the ping-pong kernel (128 x 128 tiles, one warpgroup's C and D stores and its
+/// activation under the other's mainloop): with at least two such tiles per SM. Unlike the linear epilogue's
+/// (linear_pingpong_pays), the GLU's epilogue is long enough against the mainloop on every workload that
+/// hiding it outweighs the 128 x 128 tile's extra operand bytes. H200, glu suite of bench/peers.py, two
+/// rounds, us, cooperative -> ping-pong: with C and prob, seed-4k 71.7 -> 67.8, seed-8k 220 -> 215, qwen3-up
+/// 777 -> 740, gpt-oss up 2477 -> 2216, deepseek-v3 up 9564 -> 9124; D only, deepseek-v3 up 8432 -> 7132,
+/// gpt-oss up 2303 -> 2120; within 2% either way on seed-16k, mixtral-8x7b up and the zipf rows of
+/// deepseek-v3 up (docs/benchmarks.md).
+inline bool glu_pingpong_pays(int64_t m, int64_t n, int64_t num_experts, int sms) {
+  return estimated_tiles(m, n, num_experts, 128) >= 2 * static_cast<int64_t>(sms);
+}
+
 /// Whether the weight gradient pays for the ping-pong kernel (128 x 128 tiles, one warpgroup's epilogue under
 /// the other's mainloop): for f32 weights whose experts average 512-1023 rows, with two tiles per SM. A tile's
 /// mainloop runs its expert's rows and its epilogue writes 64 KiB of f32, so there the epilogue is long

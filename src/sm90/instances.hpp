@@ -11,13 +11,15 @@ namespace moegemm::sm90 {
 enum class EpilogueKind : uint8_t { linear, glu, srelu, dglu, dsrelu };
 
 /// How the two consumer warpgroups share the work: both on one tile (cooperative), or each on its own
-/// 128 x 128 tiles, one's epilogue under the other's mainloop (pingpong: the dGLU with a saved tile, the
-/// linear epilogue, the weight gradient).
+/// 128 x 128 tiles, one's epilogue under the other's mainloop (pingpong: the GLU, the dGLU with a saved tile,
+/// the linear epilogue, the weight gradient).
 enum class Schedule : uint8_t { cooperative, pingpong };
 
-/// m-grouped kernels (tiles over each expert's rows); block_n is 128 or 256 (dglu: 256 only with a saved tile).
+/// m-grouped kernels (tiles over each expert's rows); block_n is 128 or 256 (dglu: 256 only with a saved tile;
+/// ping-pong: 128).
 void launch_linear(const KernelParams& p, int block_n, BLayout layout, int grid, cudaStream_t stream);
-void launch_glu(const KernelParams& p, int block_n, BLayout layout, int grid, cudaStream_t stream);
+void launch_glu(const KernelParams& p, int block_n, Schedule schedule, BLayout layout, int grid,
+                cudaStream_t stream);
 void launch_srelu(const KernelParams& p, int block_n, BLayout layout, int grid, cudaStream_t stream);
 void launch_dglu(const KernelParams& p, int block_n, Schedule schedule, BLayout layout, int grid,
                  cudaStream_t stream);

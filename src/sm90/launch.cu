@@ -74,9 +74,13 @@ std::optional<Schedule> parse_schedule(const char* variable) {
   return std::nullopt;
 }
 
-/// MOEGEMM_DGLU_SCHEDULE, MOEGEMM_LINEAR_SCHEDULE and MOEGEMM_WGRAD_SCHEDULE replace the launcher's choice of
-/// kernel for the dGLU with a saved tile, the linear epilogue and the weight gradient (for measuring and
-/// testing both kernels of each); read once.
+/// MOEGEMM_GLU_SCHEDULE, MOEGEMM_DGLU_SCHEDULE, MOEGEMM_LINEAR_SCHEDULE and MOEGEMM_WGRAD_SCHEDULE replace the
+/// launcher's choice of kernel for the GLU, the dGLU with a saved tile, the linear epilogue and the weight
+/// gradient (for measuring and testing both kernels of each); read once.
+std::optional<Schedule> glu_schedule_override() {
+  static const std::optional<Schedule> value = parse_schedule("MOEGEMM_GLU_SCHEDULE");
+  return value;
+}
 std::optional<Schedule> dglu_schedule_override() {
   static const std::optional<Schedule> value = parse_schedule("MOEGEMM_DGLU_SCHEDULE");
   return value;
@@ -102,13 +106,20 @@ int max_ctas_override() {
 }
 
 /// An m-grouped launch's kernel: for the dGLU, ping-pong where dglu_pingpong_pays (heuristic.hpp) or the
-/// override says so, which needs a saved tile; for the linear epilogue, where linear_pingpong_pays or its
-/// override says so; cooperative for every other launch. MOEGEMM_BLOCK_N keeps the cooperative kernel.
+/// override says so, which needs a saved tile; for the linear epilogue and the GLU, where
+/// linear_pingpong_pays / glu_pingpong_pays or their override says so; cooperative for every other launch.
+/// MOEGEMM_BLOCK_N keeps the cooperative kernel.
 Schedule m_grouped_schedule(const ForwardProblem& f, bool saved_tile, int sms) {
   if (f.epilogue == EpilogueKind::linear) {
     if (const std::optional<Schedule> forced = linear_schedule_override()) return *forced;
     return !block_n_override() && linear_pingpong_pays(f.m, f.n, f.num_experts, sms) ? Schedule::pingpong
                                                                                      : Schedule::cooperative;
+  }
+  if (f.epilogue == EpilogueKind::glu) {
+    if (const std::optional<Schedule> forced = glu_schedule_override()) return *forced;
+    return !block_n_override() && glu_pingpong_pays(f.m, f.n, f.num_experts, sms)
+               ? Schedule::pingpong
+               : Schedule::cooperative;
   }
   if (f.epilogue != EpilogueKind::dglu || !saved_tile) return Schedule::cooperative;
   if (const std::optional<Schedule> forced = dglu_schedule_override()) return *forced;
@@ -198,7 +209,7 @@ void launch_m_grouped(EpilogueKind kind, const KernelParams& p, int block_n, Sch
     case EpilogueKind::linear:
       if (schedule == Schedule::pingpong) return launch_linear_pingpong(p, layout, grid, stream);
       return launch_linear(p, block_n, layout, grid, stream);
-    case EpilogueKind::glu: return launch_glu(p, block_n, layout, grid, stream);
+    case EpilogueKind::glu: return launch_glu(p, block_n, schedule, layout, grid, stream);
     case EpilogueKind::srelu: return launch_srelu(p, block_n, layout, grid, stream);
     case EpilogueKind::dglu: return launch_dglu(p, block_n, schedule, layout, grid, stream);
     case EpilogueKind::dsrelu: return launch_dsrelu(p, block_n, layout, grid, stream);
