@@ -17,6 +17,23 @@ from typing import Callable
 ROUNDS = 5
 
 
+def raise_clocks(torch, device: str, seconds: float = 0.5) -> None:
+    """Runs 4096 x 4096 x 4096 bf16 GEMMs for `seconds` (host wall time) on a CUDA device; nothing elsewhere.
+
+    A suite's first row would otherwise be timed while the GPU's clock ramps up from idle: the glu suite's first
+    row (seed-2k, ~45 µs a call) read 58 and 43 µs for the same kernel in two processes.
+    """
+    if device != "cuda":
+        return
+    a = torch.randn(4096, 4096, device=device, dtype=torch.bfloat16)
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        for _ in range(8):
+            torch.mm(a, a)
+        torch.cuda.synchronize()
+    del a
+
+
 def rotated(names: list[str], r: int) -> list[str]:
     """`names` starting at position r (mod len): round r's order."""
     if not names:
