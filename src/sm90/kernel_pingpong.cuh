@@ -1,8 +1,8 @@
 // The ping-pong variant of the persistent kernel: each consumer warpgroup owns whole 128 x BN tiles,
 // alternate tiles of the CTA's sequence, and runs its epilogue while the other warpgroup's mainloop has the
 // tensor cores. In the cooperative kernel (kernel.cuh) both warpgroups run the epilogue of their shared tile
-// and the tensor cores idle meanwhile. It pays where the epilogue is long against the mainloop (the dGLU
-// with a saved tile, f32 weight gradients of mid-length experts) and, for the linear epilogue, where the
+// and the tensor cores idle meanwhile. It pays where the epilogue is long against the mainloop (the GLU,
+// the dGLU with a saved tile, f32 weight gradients of mid-length experts) and, for the linear epilogue, where the
 // cooperative tile would be 128 columns wide too or N pads badly to 256 (heuristic.hpp); its 128 x 128
 // tiles read more operand bytes per FLOP than the cooperative 128 x 256 ones.
 //
