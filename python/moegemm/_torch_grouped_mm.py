@@ -228,6 +228,8 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
     for name, t in (("a", a), ("b", b), ("offs", offs), ("bias", bias)):
         if not isinstance(t, torch.Tensor) and (t is not None or name in ("a", "b")):
             raise TypeError(f"{_OP}: {name}: expected a torch.Tensor, got {type(t).__name__}")
+    if offs is not None and offs.dim() != 1:
+        raise ValueError(f"{_OP}: offs: expected a 1-D (E,) int32 tensor, got shape {tuple(offs.shape)}")
     if out_dtype is not None and out_dtype not in _OUT_DTYPES:
         raise ValueError(f"{_OP}: out_dtype: expected None, torch.bfloat16, torch.float16 or torch.float32, "
                          f"got {out_dtype}")

@@ -4,6 +4,8 @@ mode runs on the sm_90a kernels on CUDA (gpu_support): 2-D x 3-D forward and bac
 grouped_gemm_wgrad), 2-D x 2-D (ragged K: grouped_gemm_wgrad, empty groups exact zeros over a poisoned
 allocator), 3-D x 3-D."""
 
+import re
+
 import pytest
 import torch
 
@@ -241,9 +243,12 @@ def test_errors():
     with pytest.raises(ValueError,
                        match=r"grouped_mm: offs: expected dtype i32, got i64 \(checked as grouped_gemm's offsets\)"):
         mt.grouped_mm(a, b, offs.long())
-    with pytest.raises(ValueError,
-                       match=r"grouped_mm: offs: expected a 1-D \(E,\) int32 tensor.*grouped_gemm_wgrad's offsets"):
-        mt.grouped_mm(a.t(), randn(M * G, N), offs.view(2, 2))
+    for bad in (offs.view(2, 2), offs[0]):  # 2-D x 2-D and 2-D x 3-D; a 0-d offs too
+        with pytest.raises(ValueError, match=r"grouped_mm: offs: expected a 1-D \(E,\) int32 tensor, got shape "
+                                             + re.escape(str(tuple(bad.shape)))):
+            mt.grouped_mm(a.t(), randn(M * G, N), bad)
+        with pytest.raises(ValueError, match=r"grouped_mm: offs: expected a 1-D \(E,\) int32 tensor"):
+            mt.grouped_mm(a, b, bad)
     with pytest.raises(ValueError, match=r"grouped_mm: out_dtype: expected None, torch\.bfloat16, torch\.float16 "
                                          r"or torch\.float32, got torch\.int32"):
         mt.grouped_mm(a, b, offs, out_dtype=torch.int32)
