@@ -3,6 +3,7 @@
 #include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
 
+#include <charconv>
 #include <string>
 
 namespace moegemm::torch_ops {
@@ -55,6 +56,14 @@ GluParams glu_params(std::string_view activation, std::string_view glu_layout, d
   p.activation = parse_activation(activation, op);
   p.layout = parse_glu_layout(glu_layout, op);
   p.limit = static_cast<float>(limit);
+  // The contract checks the f32 limit the kernels take; a positive one that f32 rounds to 0 is named here
+  // with the value the caller gave (std::to_chars: no ostream in the library's messages).
+  if (p.activation == Activation::swiglu_clamped && limit > 0.0 && !(p.limit > 0.0f)) {
+    char given[32];
+    const auto end = std::to_chars(given, given + sizeof given, limit).ptr;
+    TORCH_CHECK_VALUE(false, op, ": limit: expected a positive clamp limit for swiglu_clamped (positive in f32), got ",
+                      std::string(given, end), ", which f32 rounds to 0");
+  }
   p.act_alpha = static_cast<float>(act_alpha);
   p.linear_offset = static_cast<float>(linear_offset);
   return p;

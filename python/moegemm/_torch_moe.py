@@ -164,8 +164,10 @@ def _check_operands(x, w_up, w_down, offsets, prob, activation, glu_layout) -> N
             raise ValueError(f"{_OP}: {name}: expected a 16-byte aligned base address (16-byte alignment rule), "
                              f"got {t.data_ptr():#x}")
     if x.shape[0] > 1 and x.stride(0) * x.element_size() % 16:
-        raise ValueError(f"{_OP}: x: expected a row stride that is a multiple of 16 bytes, got stride(0)="
-                         f"{x.stride(0)}")
+        per_row = 16 // x.element_size()
+        raise ValueError(f"{_OP}: x: expected a row stride that is a multiple of 16 bytes ({per_row} {x.dtype} "
+                         f"elements: with a contiguous x, H % {per_row} == 0), got stride(0)={x.stride(0)} with "
+                         f"H={x.shape[1]}")
 
 
 def moe_mlp(x: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, offsets: torch.Tensor,

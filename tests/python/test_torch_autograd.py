@@ -241,6 +241,8 @@ def test_ops_refuse_to_drop_gradients():
     ("x_transposed", r"moe_mlp: x: expected a row-major \(M, H\) tensor \(stride\(1\) == 1\), got strides \(1, 64\)"),
     # Checked before any op runs (a bad w_down must not wait for the up-projection):
     ("x_misaligned", r"moe_mlp: x: expected a 16-byte aligned base address \(16-byte alignment rule\), got 0x"),
+    ("x_f32_pitch", r"moe_mlp: x: expected a row stride that is a multiple of 16 bytes \(4 torch\.float32 "
+                    r"elements: with a contiguous x, H % 4 == 0\), got stride\(0\)=6 with H=6"),
     ("w_up_strided", r"moe_mlp: w_up: expected the experts' matrices packed one after another \(expert stride "
                      r"1024\), got shape \(4, 32, 32\) with strides \(2048, 32, 1\)"),
     ("w_down_strided", r"moe_mlp: w_down: expected the experts' matrices packed one after another"),
@@ -270,6 +272,7 @@ def test_moe_mlp_errors_name_its_own_operands(case, pattern):
         "w_up_i": dict(w_up=randn(4, 32, 24), w_down=randn(4, 12, 32)),
         "x_transposed": dict(x=randn(32, 64).t()),
         "x_misaligned": dict(x=randn(64 * 32 + 1)[1:].view(64, 32)),
+        "x_f32_pitch": dict(x=randn(64, 6).float(), w_up=randn(4, 6, 32).float(), w_down=randn(4, 16, 6).float()),
         "w_up_strided": dict(w_up=randn(8, 32, 32, seed=1)[::2]),
         "w_down_strided": dict(w_down=randn(8, 16, 32, seed=2)[::2]),
         "w_up_device": dict(x=x.to("meta")),

@@ -432,9 +432,11 @@ TEST(Contract, GluNeedsN2IAndItsLayoutRules) {
   auto x = glu_args(m, 48);
   x.glu.layout = GluLayout::interleaved32;
   expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
-               {"grouped_gemm_glu: b: expected 2I = N a multiple of 64 for glu layout interleaved32", "got N=96"});
+               {"grouped_gemm_glu: b: expected 2I = N a multiple of 64 for glu layout interleaved32",
+                "(alternating 32-column gate and up blocks)", "got N=96"});
   x.glu.layout = GluLayout::interleaved32_up_first;
-  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument, {"interleaved32_up_first", "got N=96"});
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"interleaved32_up_first (alternating 32-column up and gate blocks)", "got N=96"});
   x = glu_args(m, 64);
   x.glu.layout = GluLayout::interleaved32;
   EXPECT_EQ(contract::check(x), Device::cuda);
