@@ -1,8 +1,8 @@
 // The launcher's host-side choices (src/sm90/heuristic.hpp) on the workloads they were measured on (H200,
 // 132 SMs): the dGLU takes its ping-pong kernel up to K = 3072 when each consumer warpgroup of the grid gets
 // a 128 x 128 tile of its own, the cooperative one otherwise; the linear epilogue takes it where the
-// cooperative tile would be 128 columns wide or N pads badly to 256; the weight gradient takes it for f32
-// weights of experts averaging 512-1023 rows.
+// cooperative tile would be 128 columns wide or N pads badly to 256; the GLU wherever there are two such tiles
+// per SM; the weight gradient takes it for f32 weights of experts averaging 512-1023 rows.
 #include <gtest/gtest.h>
 
 #include "sm90/heuristic.hpp"
@@ -47,6 +47,23 @@ TEST(Heuristic, LinearPingPongWhereTheTileIs128WideOrNPadsBadlyTo256) {
   // Too few tiles to give each warpgroup of the grid one: its two mainloops would run one after the other.
   EXPECT_FALSE(linear_pingpong_pays(256, 2048, 8, kSms));
   EXPECT_FALSE(linear_pingpong_pays(0, 2048, 8, kSms));
+}
+
+TEST(Heuristic, GluPingPongWithTwoTilesPerSmWhateverNAndK) {
+  // Every GLU workload of the benchmarks (N = 2I pre-activation columns), also where the plain GEMM of the
+  // same shape stays cooperative.
+  EXPECT_TRUE(glu_pingpong_pays(2048, 2048, 8, kSms));        // seed-2k: 320 estimated tiles
+  EXPECT_TRUE(glu_pingpong_pays(16384, 4096, 8, kSms));       // seed-16k
+  EXPECT_TRUE(glu_pingpong_pays(16384, 28672, 8, kSms));      // mixtral-8x7b up
+  EXPECT_TRUE(glu_pingpong_pays(65536, 4096, 256, kSms));     // deepseek-v3 up
+  EXPECT_TRUE(glu_pingpong_pays(65536, 1536, 128, kSms));     // qwen3-30b-a3b up
+  EXPECT_TRUE(glu_pingpong_pays(32768, 5760, 128, kSms));     // gpt-oss-120b up
+  EXPECT_FALSE(linear_pingpong_pays(16384, 28672, 8, kSms));  // its plain GEMM: cooperative
+  // Fewer than two 128 x 128 tiles per SM: cooperative. N = 2048, 8 experts: (ceil(M / 128) + 4) x 16 tiles.
+  EXPECT_FALSE(glu_pingpong_pays(1536, 2048, 8, kSms));       // 16 x 16 = 256 < 264
+  EXPECT_TRUE(glu_pingpong_pays(1537, 2048, 8, kSms));        // 17 x 16 = 272
+  EXPECT_FALSE(glu_pingpong_pays(1024, 2048, 8, kSms));       // 12 x 16 = 192
+  EXPECT_FALSE(glu_pingpong_pays(0, 2048, 8, kSms));
 }
 
 TEST(Heuristic, WgradPingPongForF32WeightsOfMidLengthExperts) {
