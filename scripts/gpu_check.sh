@@ -20,6 +20,12 @@ mkdir -p "$REPORT"
 stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=(build sass test sanitize pytest bench)
 status=0
+# Every op that has a ping-pong kernel (GLU, dGLU with a saved tile, linear epilogue, weight gradient) forced onto
+# it, on three CTAs: every CTA runs many tiles, so both warpgroups take turns many times.
+PINGPONG_ENV=(MOEGEMM_GLU_SCHEDULE=pingpong MOEGEMM_DGLU_SCHEDULE=pingpong MOEGEMM_LINEAR_SCHEDULE=pingpong
+              MOEGEMM_WGRAD_SCHEDULE=pingpong MOEGEMM_MAX_CTAS=3)
+KERNEL_CHOICE_VARS=(MOEGEMM_BLOCK_N MOEGEMM_GLU_SCHEDULE MOEGEMM_DGLU_SCHEDULE MOEGEMM_LINEAR_SCHEDULE
+                    MOEGEMM_WGRAD_SCHEDULE MOEGEMM_MAX_CTAS)
 note() { printf '\n=== %s\n' "$*" | tee -a "$REPORT/summary.txt"; }
 
 for stage in "${stages[@]}"; do
@@ -41,17 +47,13 @@ for stage in "${stages[@]}"; do
       ;;
     test)
       # Three times: with the tile widths the heuristic picks (mostly BN = 128 and the cooperative kernels at
-      # test sizes), with every m-grouped op forced to BN = 256 (MOEGEMM_BLOCK_N), and with every op that has
-      # a ping-pong kernel (GLU, dGLU with a saved tile, linear epilogue, weight gradient) forced onto it on a grid
-      # of three CTAs, so that every kernel of every op runs.
-      pingpong_env=(MOEGEMM_GLU_SCHEDULE=pingpong MOEGEMM_DGLU_SCHEDULE=pingpong MOEGEMM_LINEAR_SCHEDULE=pingpong MOEGEMM_WGRAD_SCHEDULE=pingpong
-                    MOEGEMM_MAX_CTAS=3)
+      # test sizes), with every m-grouped op forced to BN = 256 (MOEGEMM_BLOCK_N), and with PINGPONG_ENV, so
+      # that every kernel of every op runs.
       for width in heuristic 256 pingpong; do
         note "GPU tests (ctest -L gpu), tile width: $width"
-        unset MOEGEMM_BLOCK_N MOEGEMM_GLU_SCHEDULE MOEGEMM_DGLU_SCHEDULE MOEGEMM_LINEAR_SCHEDULE MOEGEMM_WGRAD_SCHEDULE MOEGEMM_MAX_CTAS
+        unset "${KERNEL_CHOICE_VARS[@]}"
         [ "$width" = 256 ] && export MOEGEMM_BLOCK_N=256
-        # three CTAs: every CTA runs many tiles, so both warpgroups take turns many times
-        [ "$width" = pingpong ] && export "${pingpong_env[@]}"
+        [ "$width" = pingpong ] && export "${PINGPONG_ENV[@]}"
         filter=${MOEGEMM_GTEST_FILTER:-*}
         # ping-pong: all but the 2^31-element case, which three CTAs would take minutes over
         [ "$width" = pingpong ] && filter=${MOEGEMM_GTEST_FILTER:-'*-ForwardGpu.C11*'}
@@ -59,7 +61,7 @@ for stage in "${stages[@]}"; do
           --gtest_output=xml:"$REPORT/gpu_tests_$width.xml" > "$REPORT/gpu_tests_$width.log" 2>&1 || status=1
         grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|FAILED  \]" "$REPORT/gpu_tests_$width.log" | tee -a "$REPORT/summary.txt"
       done
-      unset MOEGEMM_BLOCK_N MOEGEMM_GLU_SCHEDULE MOEGEMM_DGLU_SCHEDULE MOEGEMM_LINEAR_SCHEDULE MOEGEMM_WGRAD_SCHEDULE MOEGEMM_MAX_CTAS
+      unset "${KERNEL_CHOICE_VARS[@]}"
       if [ -z "${MOEGEMM_GTEST_FILTER:-}" ]; then
         # The 2^31-element case on the linear ping-pong kernel, on the full grid.
         note "GPU tests: the 2^31-element case on the linear ping-pong kernel"
@@ -88,12 +90,12 @@ for stage in "${stages[@]}"; do
       echo "racecheck (BN = 256) exit $? : $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$REPORT/sanitize_racecheck_256.log" | tail -1)" | tee -a "$REPORT/summary.txt"
       # The ping-pong kernels (per-warpgroup tiles, turn barriers, the dGLU's saved-tile loader per warpgroup,
       # the weight gradient's per-tile k-blocks).
-      env MOEGEMM_GLU_SCHEDULE=pingpong MOEGEMM_DGLU_SCHEDULE=pingpong MOEGEMM_LINEAR_SCHEDULE=pingpong MOEGEMM_WGRAD_SCHEDULE=pingpong MOEGEMM_MAX_CTAS=3 \
+      env "${PINGPONG_ENV[@]}" \
         compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD"/tests/cpp/moegemm_gpu_tests \
         --gtest_filter='ForwardGpu.GarbageOffsets*:ForwardGpu.CasesC03C04C07:BackwardGpu.GarbageOffsets*:BackwardGpu.CasesC03C12EmptyExperts:BackwardGpu.DgluOptions:BackwardGpu.WgradCasesC01C02C09' \
         > "$REPORT/sanitize_memcheck_pingpong.log" 2>&1
       echo "memcheck (ping-pong) exit $? : $(grep -E 'ERROR SUMMARY' "$REPORT/sanitize_memcheck_pingpong.log" | tail -1)" | tee -a "$REPORT/summary.txt"
-      env MOEGEMM_GLU_SCHEDULE=pingpong MOEGEMM_DGLU_SCHEDULE=pingpong MOEGEMM_LINEAR_SCHEDULE=pingpong MOEGEMM_WGRAD_SCHEDULE=pingpong MOEGEMM_MAX_CTAS=3 \
+      env "${PINGPONG_ENV[@]}" \
         compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD"/tests/cpp/moegemm_gpu_tests \
         --gtest_filter='ForwardGpu.CasesC03C04C07:BackwardGpu.DgluReductionsAndWgradSmall' > "$REPORT/sanitize_racecheck_pingpong.log" 2>&1
       echo "racecheck (ping-pong) exit $? : $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$REPORT/sanitize_racecheck_pingpong.log" | tail -1)" | tee -a "$REPORT/summary.txt"
