@@ -89,10 +89,10 @@ for stage in "${stages[@]}"; do
         --gtest_filter='BackwardGpu.DgluReductionsAndWgradSmall' > "$REPORT/sanitize_racecheck_256.log" 2>&1
       echo "racecheck (BN = 256) exit $? : $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$REPORT/sanitize_racecheck_256.log" | tail -1)" | tee -a "$REPORT/summary.txt"
       # The ping-pong kernels (per-warpgroup tiles, turn barriers, the dGLU's saved-tile loader per warpgroup,
-      # the weight gradient's per-tile k-blocks).
+      # the weight gradient's per-tile k-blocks, every option of the GLU).
       env "${PINGPONG_ENV[@]}" \
         compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD"/tests/cpp/moegemm_gpu_tests \
-        --gtest_filter='ForwardGpu.GarbageOffsets*:ForwardGpu.CasesC03C04C07:BackwardGpu.GarbageOffsets*:BackwardGpu.CasesC03C12EmptyExperts:BackwardGpu.DgluOptions:BackwardGpu.WgradCasesC01C02C09' \
+        --gtest_filter='ForwardGpu.GarbageOffsets*:ForwardGpu.CasesC03C04C07:ForwardGpu.Glu:BackwardGpu.GarbageOffsets*:BackwardGpu.CasesC03C12EmptyExperts:BackwardGpu.DgluOptions:BackwardGpu.WgradCasesC01C02C09' \
         > "$REPORT/sanitize_memcheck_pingpong.log" 2>&1
       echo "memcheck (ping-pong) exit $? : $(grep -E 'ERROR SUMMARY' "$REPORT/sanitize_memcheck_pingpong.log" | tail -1)" | tee -a "$REPORT/summary.txt"
       env "${PINGPONG_ENV[@]}" \
