@@ -24,8 +24,11 @@ status=0
 # it, on three CTAs: every CTA runs many tiles, so both warpgroups take turns many times.
 PINGPONG_ENV=(MOEGEMM_GLU_SCHEDULE=pingpong MOEGEMM_DGLU_SCHEDULE=pingpong MOEGEMM_LINEAR_SCHEDULE=pingpong
               MOEGEMM_WGRAD_SCHEDULE=pingpong MOEGEMM_MAX_CTAS=3)
+# The dynamic tile order (tile_order.cuh) forced on every m-grouped launch of the cooperative kernel, on three
+# CTAs: every CTA claims many tiles, and the claimed-tile ring wraps many times.
+DYNAMIC_ENV=(MOEGEMM_TILE_ORDER=dynamic MOEGEMM_MAX_CTAS=3)
 KERNEL_CHOICE_VARS=(MOEGEMM_BLOCK_N MOEGEMM_GLU_SCHEDULE MOEGEMM_DGLU_SCHEDULE MOEGEMM_LINEAR_SCHEDULE
-                    MOEGEMM_WGRAD_SCHEDULE MOEGEMM_MAX_CTAS)
+                    MOEGEMM_WGRAD_SCHEDULE MOEGEMM_MAX_CTAS MOEGEMM_TILE_ORDER)
 note() { printf '\n=== %s\n' "$*" | tee -a "$REPORT/summary.txt"; }
 
 for stage in "${stages[@]}"; do
@@ -46,17 +49,18 @@ for stage in "${stages[@]}"; do
       grep -oE 'HGMMA\.[0-9x]+\.[A-Z0-9.]+' "$REPORT/sass.txt" | sort | uniq -c | tee -a "$REPORT/summary.txt"
       ;;
     test)
-      # Three times: with the tile widths the heuristic picks (mostly BN = 128 and the cooperative kernels at
-      # test sizes), with every m-grouped op forced to BN = 256 (MOEGEMM_BLOCK_N), and with PINGPONG_ENV, so
-      # that every kernel of every op runs.
-      for width in heuristic 256 pingpong; do
+      # Four times: with the tile widths the heuristic picks (mostly BN = 128, the cooperative kernels and the
+      # static tile order at test sizes), with every m-grouped op forced to BN = 256 (MOEGEMM_BLOCK_N), with
+      # PINGPONG_ENV, so that every kernel of every op runs, and with DYNAMIC_ENV.
+      for width in heuristic 256 pingpong dynamic; do
         note "GPU tests (ctest -L gpu), tile width: $width"
         unset "${KERNEL_CHOICE_VARS[@]}"
         [ "$width" = 256 ] && export MOEGEMM_BLOCK_N=256
         [ "$width" = pingpong ] && export "${PINGPONG_ENV[@]}"
+        [ "$width" = dynamic ] && export "${DYNAMIC_ENV[@]}"
         filter=${MOEGEMM_GTEST_FILTER:-*}
-        # ping-pong: all but the 2^31-element case, which three CTAs would take minutes over
-        [ "$width" = pingpong ] && filter=${MOEGEMM_GTEST_FILTER:-'*-ForwardGpu.C11*'}
+        # three CTAs: all but the 2^31-element case, which they would take minutes over
+        [ "$width" != heuristic ] && [ "$width" != 256 ] && filter=${MOEGEMM_GTEST_FILTER:-'*-ForwardGpu.C11*'}
         "$BUILD"/tests/cpp/moegemm_gpu_tests --gtest_filter="$filter" \
           --gtest_output=xml:"$REPORT/gpu_tests_$width.xml" > "$REPORT/gpu_tests_$width.log" 2>&1 || status=1
         grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|FAILED  \]" "$REPORT/gpu_tests_$width.log" | tee -a "$REPORT/summary.txt"
@@ -99,6 +103,16 @@ for stage in "${stages[@]}"; do
         compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD"/tests/cpp/moegemm_gpu_tests \
         --gtest_filter='ForwardGpu.CasesC03C04C07:BackwardGpu.DgluReductionsAndWgradSmall' > "$REPORT/sanitize_racecheck_pingpong.log" 2>&1
       echo "racecheck (ping-pong) exit $? : $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$REPORT/sanitize_racecheck_pingpong.log" | tail -1)" | tee -a "$REPORT/summary.txt"
+      # The dynamic tile order (the claimed-tile ring in shared memory).
+      env "${DYNAMIC_ENV[@]}" \
+        compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD"/tests/cpp/moegemm_gpu_tests \
+        --gtest_filter='ForwardGpu.GarbageOffsets*:ForwardGpu.CasesC03C04C07:ForwardGpu.Glu:BackwardGpu.GarbageOffsets*:BackwardGpu.DgluOptions' \
+        > "$REPORT/sanitize_memcheck_dynamic.log" 2>&1
+      echo "memcheck (dynamic order) exit $? : $(grep -E 'ERROR SUMMARY' "$REPORT/sanitize_memcheck_dynamic.log" | tail -1)" | tee -a "$REPORT/summary.txt"
+      env "${DYNAMIC_ENV[@]}" \
+        compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD"/tests/cpp/moegemm_gpu_tests \
+        --gtest_filter='ForwardGpu.CasesC03C04C07:BackwardGpu.DgluReductionsAndWgradSmall' > "$REPORT/sanitize_racecheck_dynamic.log" 2>&1
+      echo "racecheck (dynamic order) exit $? : $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$REPORT/sanitize_racecheck_dynamic.log" | tail -1)" | tee -a "$REPORT/summary.txt"
       ;;
     pytest)
       note "Python tests on the GPU"

@@ -94,4 +94,23 @@ inline bool wgrad_pingpong_pays(int64_t rows, int64_t num_experts, int out_bytes
   return out_bytes == 4 && expert_rows >= 512 && expert_rows < 1024 && tiles >= 2 * static_cast<int64_t>(sms);
 }
 
+/// Fewest estimated 128 x 256 tiles for which an m-grouped launch takes the dynamic tile order: two waves of
+/// an H200's 132 SMs. A count of tiles rather than of waves, since the workspace size (which holds the order's
+/// counter) depends on the choice and must not depend on the device present when it is asked for (JAX asks
+/// at trace time).
+inline constexpr int64_t kDynamicOrderMinTiles = 264;
+
+/// Whether an m-grouped launch on the cooperative kernel takes its tiles in the dynamic order
+/// (tile_order.cuh), at the cost of a 4-byte memset of its counter before the launch: where experts average
+/// at most 384 rows (three 128-row tiles) and there are two waves of tiles. There, half of an expert's tiles
+/// are short or half tiles, the static order lets the CTAs drift apart, and an expert's m-tiles stop sharing
+/// its weight panel in L2. The ping-pong kernel keeps the static order (see the launcher). H200, `moegemm
+/// gemm`, us, static -> dynamic, uniform / zipf routing: deepseek-v3 up (256-row experts) 8468 -> 7585 /
+/// 8012 -> 7946, down 4052 -> 3914 / 3967 -> 3942, gpt-oss-120b up 2270 -> 2107 / 2177 -> 2060; slower by
+/// 0.5-3% with longer experts (qwen3-30b-a3b, 512 rows; seed-4k to seed-16k) and on seed-2k (below two
+/// waves, where the memset weighs most).
+inline bool dynamic_order_pays(int64_t m, int64_t n, int64_t num_experts) {
+  return m <= 384 * num_experts && estimated_tiles(m, n, num_experts, 256) >= kDynamicOrderMinTiles;
+}
+
 }  // namespace moegemm::sm90

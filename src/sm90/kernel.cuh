@@ -1,10 +1,10 @@
 // The persistent, warp-specialised grouped GEMM kernel: one tile scheduler + the mainloop + one epilogue.
 //
 // 384 threads: warpgroup 0 is the producer (one thread issues every TMA load), warpgroups 1 and 2 are
-// consumers (64 rows of the 128-row tile each). One CTA per SM walks tiles t = blockIdx.x + i * gridDim.x
-// of the scheduler's table; producer and consumers walk the same sequence independently, so they
-// communicate only through the stage ring. While consumers run a tile's epilogue the producer is already
-// loading the next tile's stages.
+// consumers (64 rows of the 128-row tile each). One CTA per SM walks a sequence of tiles of the scheduler's
+// table, in the static or the dynamic order (tile_order.cuh); producer and consumers walk the same
+// sequence, and communicate through the stage ring (and, in the dynamic order, the ring of claimed tile
+// numbers). While consumers run a tile's epilogue the producer is already loading the next tile's stages.
 //
 // The scheduler decides what a tile is: m-grouped (the forward ops and dgrad: tiles over each expert's
 // rows, all of K) or k-grouped (the weight gradient: every expert's output tiles, K = the expert's rows).
@@ -18,6 +18,7 @@
 #include "sm90/params.cuh"
 #include "sm90/ptx.cuh"
 #include "sm90/scheduler.cuh"
+#include "sm90/tile_order.cuh"
 
 namespace moegemm::sm90 {
 
@@ -86,8 +87,9 @@ constexpr int staging_cols() {
 }
 
 /// Shared memory of a persistent kernel: the stage ring (A, then B), a staging area and a scratch area per
-/// consumer warpgroup, kBarriers mbarriers, the scheduler's table.
-template <class Shape, class Scheduler, int kStagingBytes_, int kScratchBytes_, int kBarriers>
+/// consumer warpgroup, kBarriers mbarriers, kOrderBytes for the tile order's ring (cooperative kernel), the
+/// scheduler's table.
+template <class Shape, class Scheduler, int kStagingBytes_, int kScratchBytes_, int kBarriers, int kOrderBytes = 0>
 struct SmemLayout {
   static constexpr int kAOffset = 0;
   static constexpr int kBOffset = kAOffset + Shape::kStages * Shape::kABytes;
@@ -96,19 +98,20 @@ struct SmemLayout {
   static constexpr int kScratchBytes = kScratchBytes_;
   static constexpr int kScratchOffset = kStagingOffset + 2 * kStagingBytes;
   static constexpr int kBarrierOffset = kScratchOffset + 2 * kScratchBytes;
-  static constexpr int kSchedulerOffset = kBarrierOffset + kBarriers * 8;
+  static constexpr int kOrderOffset = kBarrierOffset + kBarriers * 8;
+  static constexpr int kSchedulerOffset = kOrderOffset + kOrderBytes;
   static constexpr int kBytes = kSchedulerOffset + static_cast<int>(sizeof(typename Scheduler::Storage));
   static constexpr int kAllocBytes = kBytes + 1024;  // room to align the dynamic base to 1024 B
   static_assert(kAllocBytes <= 232448, "shared memory budget of an sm_90 CTA");
 };
 
 /// The cooperative kernel's: staging as wide as the tile, the saved tile or the epilogue asks; barriers
-/// full/empty per stage, then the saved tile's full/empty pair.
+/// full/empty per stage, then the saved tile's full/empty pair; the tile order's ring.
 template <class Shape, class Scheduler, class Epilogue>
 using SharedLayout =
     SmemLayout<Shape, Scheduler,
                Staging<std::max({Shape::kBN, saved_tile_cols<Epilogue>(), staging_cols<Epilogue>()})>::kBytes,
-               epilogue_scratch_bytes<Epilogue>(), 2 * Shape::kStages + 2>;
+               epilogue_scratch_bytes<Epilogue>(), 2 * Shape::kStages + 2, TileOrder::kBytes>;
 
 /// Prefetches the tensor maps a launch loads and stores through: A's when it is the one map of A (the
 /// k-grouped kernel has per-expert maps), B's unless per expert, D's and C's (C, or a saved tile loaded
@@ -186,8 +189,10 @@ __global__ void __launch_bounds__(kKernelThreads, 1) grouped_gemm_kernel(const _
   constexpr int kSavedPasses = saved_passes<Epilogue, Shape::kBN>();
   uint64_t* saved_full = reinterpret_cast<uint64_t*>(smem + Layout::kBarrierOffset) + 2 * Shape::kStages;
   uint64_t* saved_empty = saved_full + 1;
+  const TileOrder order(p, smem + Layout::kOrderOffset, Scheduler::kUniformK);
   if (threadIdx.x == 0) {
     mainloop.init_barriers(2);  // both consumer warpgroups read every stage
+    order.init_barriers();
     cuda::ptx::mbarrier_init(saved_full, 1);
     cuda::ptx::mbarrier_init(saved_empty, 2);
     cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
@@ -227,7 +232,10 @@ __global__ void __launch_bounds__(kKernelThreads, 1) grouped_gemm_kernel(const _
           saved_phase ^= 1;
         }
       };
-      for (int t = blockIdx.x; t < total; t += gridDim.x) {
+      for (int i = 0, t = blockIdx.x;; ++i) {
+        if (order.dynamic()) order.publish(i, t);
+        if (t >= total) break;
+        const int next = order.claim_after(t);
         const WorkTile tile = sched.tile(t);
         const LoadPlan plan = load_plan<Shape, Scheduler, Epilogue>(p, tile, acquired_expert);
         bool loaded = false;
@@ -258,6 +266,7 @@ __global__ void __launch_bounds__(kKernelThreads, 1) grouped_gemm_kernel(const _
           }
         }
         if (!loaded) mainloop.load_tile(ps, plan, 0, plan.k_blocks);
+        t = next;
       }
       if (kSavedPasses > 1 && pending_row0 >= 0) load_saved(pending_row0, pending_n_tile, 1);
     }
@@ -270,7 +279,9 @@ __global__ void __launch_bounds__(kKernelThreads, 1) grouped_gemm_kernel(const _
                                reinterpret_cast<float*>(smem + Layout::kScratchOffset + cw * Layout::kScratchBytes)};
     PipeState ps;
     uint32_t saved_phase = 0;
-    for (int t = blockIdx.x; t < total; t += gridDim.x) {
+    for (int i = 0;; ++i) {
+      const int t = order.take(i);
+      if (t >= total) break;
       const WorkTile tile = sched.tile(t);
       const bool half = half_tiles_allowed<Epilogue>() && p.half_tiles && tile.row_end - tile.row0 <= 64;
       float acc[kBN / 2];

@@ -94,6 +94,20 @@ std::optional<Schedule> wgrad_schedule_override() {
   return value;
 }
 
+/// MOEGEMM_TILE_ORDER=static or dynamic replaces the launcher's choice of tile order for the m-grouped launches
+/// on the cooperative kernel (tile_order.cuh; for measuring and testing both); nullopt when unset or anything
+/// else. Read once.
+std::optional<bool> dynamic_order_override() {
+  static const std::optional<bool> value = []() -> std::optional<bool> {
+    const char* env = std::getenv("MOEGEMM_TILE_ORDER");
+    const std::string v = env ? env : "";
+    if (v == "dynamic") return true;
+    if (v == "static") return false;
+    return std::nullopt;
+  }();
+  return value;
+}
+
 /// MOEGEMM_MAX_CTAS=N (N > 0) caps the persistent grid at N CTAs, so that tests run many tiles per CTA on
 /// small problems; 0 (no cap) when unset or anything else.
 int max_ctas_override() {
@@ -216,11 +230,22 @@ void launch_m_grouped(EpilogueKind kind, const KernelParams& p, int block_n, Sch
   }
 }
 
+/// Whether an m-grouped launch may take its tiles in the dynamic order (tile_order.cuh), which needs a counter
+/// in the workspace: where dynamic_order_pays (heuristic.hpp) or the override says so. From the shapes only,
+/// since it sizes the workspace; the launch then takes the dynamic order if it runs the cooperative kernel.
+bool dynamic_order_possible(const ForwardProblem& f) {
+  if (f.m == 0) return false;
+  return dynamic_order_override().value_or(dynamic_order_pays(f.m, f.n, f.num_experts));
+}
+
+/// The dynamic order's tile counter: one int, zeroed on the stream before the launch.
+std::size_t tile_counter_bytes(const ForwardProblem& f) { return dynamic_order_possible(f) ? 4 : 0; }
+
 }  // namespace
 
 std::size_t workspace_bytes(const ForwardProblem& f) {
   return (f.b_ptrs ? expert_maps_bytes(f.num_experts) : 0) + region(dprob_partial_bytes(f)) +
-         region(dbias_partial_bytes(f));
+         region(dbias_partial_bytes(f)) + region(tile_counter_bytes(f));
 }
 
 void launch_forward(const ForwardProblem& f, cudaStream_t stream) {
@@ -232,6 +257,7 @@ void launch_forward(const ForwardProblem& f, cudaStream_t stream) {
   Carver carve{static_cast<uint8_t*>(f.workspace) + (f.b_ptrs ? expert_maps_bytes(f.num_experts) : 0)};
   float* dprob_partials = static_cast<float*>(carve.take(dprob_partial_bytes(f)));
   float* dbias_partials = static_cast<float*>(carve.take(dbias_partial_bytes(f)));
+  int* tile_counter = static_cast<int*>(carve.take(tile_counter_bytes(f)));
   if (f.m == 0) {  // no rows: nothing is addressed and there is no tail, but every expert's dbias is 0
     if (f.dbias.defined()) {
       launch_dbias_finish(nullptr, static_cast<int>(f.dbias.size(1)), out_matrix(f.dbias), f.offsets,
@@ -331,6 +357,10 @@ void launch_forward(const ForwardProblem& f, cudaStream_t stream) {
   // than half of it, since each CTA runs two tiles at a time).
   const int64_t max_tiles = ((f.m + 127) / 128 + std::min<int64_t>(f.num_experts, f.m)) * p.n_tiles;
   const int grid = persistent_grid(sms, schedule == Schedule::pingpong ? (max_tiles + 1) / 2 : max_tiles);
+  if (tile_counter && schedule == Schedule::cooperative) {
+    check_cuda(cudaMemsetAsync(tile_counter, 0, 4, stream), "cudaMemsetAsync(tile counter)");
+    p.tile_counter = tile_counter;
+  }
   launch_m_grouped(f.epilogue, p, block_n, schedule, f.b_layout, grid, stream);
 
   if (p.red.dprob_partials) {

@@ -42,6 +42,7 @@ struct KernelParams {
   int n_tiles;   // tiles along N per expert
   int k_blocks;  // ceil(K / 64)
   bool half_tiles;  // an expert's last <= 64 rows run as a half tile (both warpgroups, half the columns each)
+  int* tile_counter;  // zeroed device counter of the dynamic tile order (tile_order.cuh), or nullptr: static
   const float* alpha;  // (E,) or nullptr -> alpha_scalar
   float alpha_scalar;
   const float* prob;   // (M,) or nullptr -> 1

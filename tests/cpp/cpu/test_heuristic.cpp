@@ -66,6 +66,23 @@ TEST(Heuristic, GluPingPongWithTwoTilesPerSmWhateverNAndK) {
   EXPECT_FALSE(glu_pingpong_pays(0, 2048, 8, kSms));
 }
 
+TEST(Heuristic, DynamicTileOrderForShortExpertsOverTwoWaves) {
+  // The benchmark workloads (M, N, K-independent): 256-row experts take it, longer ones do not.
+  EXPECT_TRUE(dynamic_order_pays(65536, 4096, 256));     // deepseek-v3 up
+  EXPECT_TRUE(dynamic_order_pays(65536, 7168, 256));     // deepseek-v3 down
+  EXPECT_TRUE(dynamic_order_pays(32768, 5760, 128));     // gpt-oss-120b up
+  EXPECT_TRUE(dynamic_order_pays(32768, 2880, 128));     // gpt-oss-120b down (its ping-pong kernel keeps static)
+  EXPECT_FALSE(dynamic_order_pays(65536, 1536, 128));    // qwen3-30b-a3b up: 512-row experts
+  EXPECT_FALSE(dynamic_order_pays(16384, 28672, 8));     // mixtral-8x7b up: 2048-row experts
+  EXPECT_FALSE(dynamic_order_pays(2048, 2048, 8));       // seed-2k: 256-row experts, (16 + 4) x 8 = 160 tiles
+  // The bounds: 384 rows per expert, and two waves (264) of estimated 128 x 256 tiles.
+  EXPECT_TRUE(dynamic_order_pays(384 * 128, 2048, 128));
+  EXPECT_FALSE(dynamic_order_pays(384 * 128 + 1, 2048, 128));
+  EXPECT_FALSE(dynamic_order_pays(17280, 256, 256));     // 135 + 128 = 263 tiles
+  EXPECT_TRUE(dynamic_order_pays(17281, 256, 256));      // 136 + 128 = 264
+  EXPECT_FALSE(dynamic_order_pays(0, 2048, 8));
+}
+
 TEST(Heuristic, WgradPingPongForF32WeightsOfMidLengthExperts) {
   // T rows, E experts, output bytes, m x n per expert (the weight's shape).
   EXPECT_TRUE(wgrad_pingpong_pays(65536, 128, 4, 1536, 2048, kSms));   // qwen3-30b-a3b up, f32: 512 rows

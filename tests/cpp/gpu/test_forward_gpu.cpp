@@ -513,9 +513,11 @@ TEST(ForwardGpu, CudaGraphReplayMatchesEager) {
   fill_common(args, f, in, true);
   args.glu = f.glu_params;
   args.d = dd.view();
+  // The workspace (the dynamic tile order's counter, where the launch takes it) outlives the graph.
+  const Workspace ws(grouped_gemm_glu_workspace_bytes(args), stream);
   cudaGraph_t graph;
   cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "begin capture");
-  grouped_gemm_glu(args, nullptr, 0, stream);
+  grouped_gemm_glu(args, ws.data(), ws.bytes(), stream);
   cuda_ok(cudaStreamEndCapture(stream, &graph), "end capture");
   cudaGraphExec_t exec;
   cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
@@ -550,9 +552,8 @@ TEST(ForwardGpu, GemmSwigluDense) {
       args.layout = pairing;
       args.ab12 = device ? dab.view() : ab12.view();
       args.c = device ? dcc.view() : c.view();
-      gemm_swiglu(args, nullptr, 0, nullptr);
+      call_op(gemm_swiglu_workspace_bytes, gemm_swiglu, args, device);
       if (device) {
-        cuda_ok(cudaDeviceSynchronize(), "gemm_swiglu");
         dab.download(ab12);
         dcc.download(c);
       }
@@ -581,8 +582,7 @@ TEST(ForwardGpu, C11RowTimesNPast2To31) {
   args.b.dense = db.view();
   args.offsets = doff.view();
   args.d = TensorView::contiguous(dd, DType::bf16, {m, n}, Device::cuda);
-  grouped_gemm(args, nullptr, 0, nullptr);
-  cuda_ok(cudaDeviceSynchronize(), "large grouped_gemm");
+  call_op(grouped_gemm_workspace_bytes, grouped_gemm, args, true);
   // The last 256 rows belong to the last expert: compare them with a reference of those rows alone.
   const int64_t rows = 256;
   HostTensor a_tail(DType::bf16, {rows, k});
@@ -595,7 +595,7 @@ TEST(ForwardGpu, C11RowTimesNPast2To31) {
   rargs.b.dense = b.view();
   rargs.offsets = off_tail.view();
   rargs.d = ref.view();
-  grouped_gemm(rargs, nullptr, 0, nullptr);
+  call_op(grouped_gemm_workspace_bytes, grouped_gemm, rargs, false);
   cuda_ok(cudaMemcpy(got.data(), static_cast<uint16_t*>(dd) + (m - rows) * n, rows * n * 2, cudaMemcpyDeviceToHost),
           "download tail");
   cudaFree(dd);
