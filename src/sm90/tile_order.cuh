@@ -10,8 +10,8 @@
 // The producer claims the tiles and passes each one's number to both consumer warpgroups through a ring of
 // shared-memory slots with full/empty mbarriers. Entry i of the CTA's sequence is in slot i % kSlots; after
 // the last tile the producer publishes one entry past the tile count. The ping-pong kernel keeps the static
-// order (kernel_pingpong.cuh): measured with this one, its GLU and dGLU were 1-3% slower, and its code
-// with this order's state in the consumers, 5-8% slower on the GLU even in the static order.
+// order (kernel_pingpong.cuh): given this one, its GLU and dGLU were 0.4-3.4% slower, and with the order's
+// state in its consumers its GLU was 5-9% slower even in the static order (docs/kernels.md).
 #pragma once
 
 #include <cuda/ptx>
