@@ -12,6 +12,13 @@
 namespace moegemm {
 namespace {
 
+/// The dimension the offsets of an op split, as messages name it: T, the weight gradient's rows, or M.
+template <class Args>
+const char* offsets_dim(const Args& args) {
+  if constexpr (requires { args.x; }) return "T";
+  else return "M";
+}
+
 /// Rows the offsets of an op index: M of A (X for wgrad).
 template <class Args>
 int64_t offsets_rows(const Args& args) {
@@ -34,7 +41,9 @@ void dispatch(const char* op, const Args& args, void* workspace, std::size_t wor
               cudaStream_t stream) {
   const Device backend = contract::check(args);
   if constexpr (requires { args.validate; }) {
-    if (args.validate) contract::check_offsets_values(op, args.offsets, offsets_rows(args), stream);
+    if (args.validate) {
+      contract::check_offsets_values(op, args.offsets, offsets_rows(args), stream, offsets_dim(args));
+    }
   }
   if (backend == Device::host) {
     reference::run(args);

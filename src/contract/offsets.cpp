@@ -10,7 +10,8 @@
 
 namespace moegemm::contract {
 
-void check_offsets_values(const char* op, const TensorView& offsets, int64_t M, cudaStream_t stream) {
+void check_offsets_values(const char* op, const TensorView& offsets, int64_t M, cudaStream_t stream,
+                          const char* dim) {
   Rules r(op, Pointers::check);
   r.shape("offsets", offsets, {{"E"}});
   const int64_t E = offsets.shape[0];
@@ -20,7 +21,7 @@ void check_offsets_values(const char* op, const TensorView& offsets, int64_t M, 
   }
   r.dtype_is("offsets", offsets.dtype, DType::i32);
   r.vector("offsets", offsets);
-  if (M < 0) r.fail(ErrorCode::invalid_argument, "M", "M >= 0", "M=" + std::to_string(M));
+  if (M < 0) r.fail(ErrorCode::invalid_argument, dim, std::string(dim) + " >= 0", dim + ("=" + std::to_string(M)));
 
   std::vector<int32_t> copy;
   const int32_t* ends = offsets.ptr<const int32_t>();
@@ -38,18 +39,19 @@ void check_offsets_values(const char* op, const TensorView& offsets, int64_t M, 
   int64_t previous = 0;
   for (int64_t g = 0; g < E; ++g) {
     const int64_t end = ends[g];
-    const char* broken = end < 0           ? ">= 0"
-                         : end < previous  ? ">= offsets[i-1] (non-decreasing)"
-                         : end > M         ? "<= M"
-                                           : nullptr;
-    if (broken == nullptr) {
+    const std::string broken = end < 0          ? ">= 0"
+                               : end < previous ? ">= offsets[i-1] (non-decreasing)"
+                               : end > M        ? "<= " + std::string(dim)
+                                                : "";
+    if (broken.empty()) {
       previous = end;
       continue;
     }
     std::string got = "offsets[" + std::to_string(g) + "] = " + std::to_string(end);
     if (end >= 0 && end < previous) got += " < offsets[" + std::to_string(g - 1) + "] = " + std::to_string(previous);
     r.fail(ErrorCode::invalid_argument, "offsets",
-           "non-decreasing expert end rows in [0, M=" + std::to_string(M) + "], each " + broken, got);
+           "non-decreasing expert end rows in [0, " + std::string(dim) + "=" + std::to_string(M) + "], each " + broken,
+           got);
   }
 }
 

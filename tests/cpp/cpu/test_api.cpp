@@ -68,6 +68,24 @@ TEST(ValidateOffsets, ReportsEndPastM) {
                {"validate_offsets: offsets:", "<= M", "got offsets[2] = 97"});
 }
 
+TEST(ValidateOffsets, TheWeightGradientNamesItsRowsT) {
+  // grouped_gemm_wgrad's offsets split the T rows of x and dy; validate = true says so, and writes nothing.
+  const int64_t T = 24, H = 8, N = 8;
+  std::vector<uint16_t> x(T * H, 0x3f00), dy(T * N, 0x3e80);  // bf16 0.5 and 0.25
+  std::vector<float> w = poisoned(2 * H * N);
+  std::vector<int32_t> ends{10, 25};
+  GroupedGemmWgradArgs args;
+  args.x = TensorView::contiguous(x.data(), DType::bf16, {T, H});
+  args.dy = TensorView::contiguous(dy.data(), DType::bf16, {T, N});
+  args.offsets = offsets_view(ends);
+  args.w = TensorView::contiguous(w.data(), DType::f32, {2, H, N});
+  args.validate = true;
+  expect_error([&] { grouped_gemm_wgrad(args, nullptr, 0, nullptr); }, ErrorCode::invalid_argument,
+               {"grouped_gemm_wgrad: offsets: expected non-decreasing expert end rows in [0, T=24]", "each <= T",
+                "got offsets[1] = 25"});
+  for (float v : w) EXPECT_TRUE(is_poison(v));
+}
+
 TEST(ValidateOffsets, ReportsTheFirstBadIndex) {
   std::vector<int32_t> ends{10, 200, 5, -3};  // 1 is past M, 2 decreases, 3 is negative
   expect_error([&] { validate_offsets(offsets_view(ends), 96); }, ErrorCode::invalid_argument,
