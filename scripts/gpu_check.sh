@@ -30,6 +30,15 @@ DYNAMIC_ENV=(MOEGEMM_TILE_ORDER=dynamic MOEGEMM_MAX_CTAS=3)
 KERNEL_CHOICE_VARS=(MOEGEMM_BLOCK_N MOEGEMM_GLU_SCHEDULE MOEGEMM_DGLU_SCHEDULE MOEGEMM_LINEAR_SCHEDULE
                     MOEGEMM_WGRAD_SCHEDULE MOEGEMM_MAX_CTAS MOEGEMM_TILE_ORDER)
 note() { printf '\n=== %s\n' "$*" | tee -a "$REPORT/summary.txt"; }
+# sanitize LOG LABEL TOOL FILTER [VAR=value ...]: compute-sanitizer TOOL over the GPU tests FILTER with the
+# variables set, its log in $REPORT/LOG.log, its summary line in summary.txt.
+sanitize() {
+  local log=$1 label=$2 tool=$3 filter=$4
+  shift 4
+  env "$@" compute-sanitizer --tool "$tool" --error-exitcode 9 "$BUILD"/tests/cpp/moegemm_gpu_tests \
+    --gtest_filter="$filter" > "$REPORT/$log.log" 2>&1
+  echo "$label exit $? : $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$REPORT/$log.log" | tail -1)" | tee -a "$REPORT/summary.txt"
+}
 
 for stage in "${stages[@]}"; do
   case "$stage" in
@@ -76,43 +85,26 @@ for stage in "${stages[@]}"; do
       ;;
     sanitize)
       note "compute-sanitizer"
-      for tool in memcheck; do
-        compute-sanitizer --tool $tool --error-exitcode 9 "$BUILD"/tests/cpp/moegemm_gpu_tests \
-          --gtest_filter='ForwardGpu.GarbageOffsets*:ForwardGpu.CasesC03C04C07:ForwardGpu.GroupSizeEdgeCases:BackwardGpu.GarbageOffsets*:BackwardGpu.GroupSizeEdgeCases:BackwardGpu.CasesC03C12EmptyExperts' \
-          > "$REPORT/sanitize_$tool.log" 2>&1
-        echo "$tool exit $? : $(grep -E 'ERROR SUMMARY' "$REPORT/sanitize_$tool.log" | tail -1)" | tee -a "$REPORT/summary.txt"
-      done
-      compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD"/tests/cpp/moegemm_gpu_tests \
-        --gtest_filter='ForwardGpu.CasesC03C04C07:BackwardGpu.DgluReductionsAndWgradSmall' > "$REPORT/sanitize_racecheck.log" 2>&1
-      echo "racecheck exit $? : $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$REPORT/sanitize_racecheck.log" | tail -1)" | tee -a "$REPORT/summary.txt"
+      SAN_FWD='ForwardGpu.GarbageOffsets*:ForwardGpu.CasesC03C04C07'
+      SAN_SMALL='ForwardGpu.CasesC03C04C07:BackwardGpu.DgluReductionsAndWgradSmall'
+      sanitize sanitize_memcheck memcheck memcheck \
+        "$SAN_FWD:ForwardGpu.GroupSizeEdgeCases:BackwardGpu.GarbageOffsets*:BackwardGpu.GroupSizeEdgeCases:BackwardGpu.CasesC03C12EmptyExperts"
+      sanitize sanitize_racecheck racecheck racecheck "$SAN_SMALL"
       # The 256-column tiles (dGLU: two saved-tile passes through one staging area) on the backward cases.
-      MOEGEMM_BLOCK_N=256 compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD"/tests/cpp/moegemm_gpu_tests \
-        --gtest_filter='BackwardGpu.GarbageOffsets*:BackwardGpu.CasesC03C12EmptyExperts' > "$REPORT/sanitize_memcheck_256.log" 2>&1
-      echo "memcheck (BN = 256) exit $? : $(grep -E 'ERROR SUMMARY' "$REPORT/sanitize_memcheck_256.log" | tail -1)" | tee -a "$REPORT/summary.txt"
-      MOEGEMM_BLOCK_N=256 compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD"/tests/cpp/moegemm_gpu_tests \
-        --gtest_filter='BackwardGpu.DgluReductionsAndWgradSmall' > "$REPORT/sanitize_racecheck_256.log" 2>&1
-      echo "racecheck (BN = 256) exit $? : $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$REPORT/sanitize_racecheck_256.log" | tail -1)" | tee -a "$REPORT/summary.txt"
+      sanitize sanitize_memcheck_256 "memcheck (BN = 256)" memcheck \
+        'BackwardGpu.GarbageOffsets*:BackwardGpu.CasesC03C12EmptyExperts' MOEGEMM_BLOCK_N=256
+      sanitize sanitize_racecheck_256 "racecheck (BN = 256)" racecheck 'BackwardGpu.DgluReductionsAndWgradSmall' \
+        MOEGEMM_BLOCK_N=256
       # The ping-pong kernels (per-warpgroup tiles, turn barriers, the dGLU's saved-tile loader per warpgroup,
       # the weight gradient's per-tile k-blocks, every option of the GLU).
-      env "${PINGPONG_ENV[@]}" \
-        compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD"/tests/cpp/moegemm_gpu_tests \
-        --gtest_filter='ForwardGpu.GarbageOffsets*:ForwardGpu.CasesC03C04C07:ForwardGpu.Glu:BackwardGpu.GarbageOffsets*:BackwardGpu.CasesC03C12EmptyExperts:BackwardGpu.DgluOptions:BackwardGpu.WgradCasesC01C02C09' \
-        > "$REPORT/sanitize_memcheck_pingpong.log" 2>&1
-      echo "memcheck (ping-pong) exit $? : $(grep -E 'ERROR SUMMARY' "$REPORT/sanitize_memcheck_pingpong.log" | tail -1)" | tee -a "$REPORT/summary.txt"
-      env "${PINGPONG_ENV[@]}" \
-        compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD"/tests/cpp/moegemm_gpu_tests \
-        --gtest_filter='ForwardGpu.CasesC03C04C07:BackwardGpu.DgluReductionsAndWgradSmall' > "$REPORT/sanitize_racecheck_pingpong.log" 2>&1
-      echo "racecheck (ping-pong) exit $? : $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$REPORT/sanitize_racecheck_pingpong.log" | tail -1)" | tee -a "$REPORT/summary.txt"
+      sanitize sanitize_memcheck_pingpong "memcheck (ping-pong)" memcheck \
+        "$SAN_FWD:ForwardGpu.Glu:BackwardGpu.GarbageOffsets*:BackwardGpu.CasesC03C12EmptyExperts:BackwardGpu.DgluOptions:BackwardGpu.WgradCasesC01C02C09" \
+        "${PINGPONG_ENV[@]}"
+      sanitize sanitize_racecheck_pingpong "racecheck (ping-pong)" racecheck "$SAN_SMALL" "${PINGPONG_ENV[@]}"
       # The dynamic tile order (the claimed-tile ring in shared memory).
-      env "${DYNAMIC_ENV[@]}" \
-        compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD"/tests/cpp/moegemm_gpu_tests \
-        --gtest_filter='ForwardGpu.GarbageOffsets*:ForwardGpu.CasesC03C04C07:ForwardGpu.Glu:BackwardGpu.GarbageOffsets*:BackwardGpu.DgluOptions' \
-        > "$REPORT/sanitize_memcheck_dynamic.log" 2>&1
-      echo "memcheck (dynamic order) exit $? : $(grep -E 'ERROR SUMMARY' "$REPORT/sanitize_memcheck_dynamic.log" | tail -1)" | tee -a "$REPORT/summary.txt"
-      env "${DYNAMIC_ENV[@]}" \
-        compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD"/tests/cpp/moegemm_gpu_tests \
-        --gtest_filter='ForwardGpu.CasesC03C04C07:BackwardGpu.DgluReductionsAndWgradSmall' > "$REPORT/sanitize_racecheck_dynamic.log" 2>&1
-      echo "racecheck (dynamic order) exit $? : $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$REPORT/sanitize_racecheck_dynamic.log" | tail -1)" | tee -a "$REPORT/summary.txt"
+      sanitize sanitize_memcheck_dynamic "memcheck (dynamic order)" memcheck \
+        "$SAN_FWD:ForwardGpu.Glu:BackwardGpu.GarbageOffsets*:BackwardGpu.DgluOptions" "${DYNAMIC_ENV[@]}"
+      sanitize sanitize_racecheck_dynamic "racecheck (dynamic order)" racecheck "$SAN_SMALL" "${DYNAMIC_ENV[@]}"
       ;;
     pytest)
       note "Python tests on the GPU"
