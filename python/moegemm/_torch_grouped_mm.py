@@ -157,11 +157,54 @@ def _rows_mm(a, b, offs, bias, out_dtype, zero_tail, validate=False):
     return out
 
 
-def _ragged_k_mm(a, b, offs, out_dtype, validate=False):
+class _RaggedKMM(torch.autograd.Function):
+    """out[g] = a[:, cols_g] @ b[cols_g, :] (the weight gradient: X = a.t() (T, H), dY = b (T, N)); gradients
+    through grouped_gemm over the same column ranges of T: dA^T[cols_g] = b[cols_g] @ dout[g]^T (dout (E, H, N)
+    as (E, N, K) weights with N = H, K = N) and dB[cols_g] = a.t()[cols_g] @ dout[g] (dout as (E, K, N)
+    weights). The columns of T at or past offs[-1] are in no group: their gradient is zero, written only with
+    zero_tail (as the 2-D x 3-D mode's tail rows of dA)."""
+
+    @staticmethod
+    def forward(ctx, a, b, offs, out_dtype, zero_tail, validate):
+        out = _ragged_k_op(a, b, offs, out_dtype, validate)
+        ctx.save_for_backward(a, b, offs)
+        ctx.zero_tail = zero_tail
+        return out
+
+    @staticmethod
+    @first_order_only  # the backward runs moegemm ops, which have no derivative of their own
+    def backward(ctx, saved, dout):
+        a, b, offs = saved
+        dout = dense_grad(dout, a.dtype)  # the kernels read bf16 operands
+        da = db = None
+        if ctx.needs_input_grad[0]:
+            da_t, _ = torch.ops.moegemm.grouped_gemm(b, dout, offs, b_layout="nk", zero_tail=ctx.zero_tail)
+            da = da_t.t()  # (H, T) with stride(0) == 1, like a
+        if ctx.needs_input_grad[1]:
+            db, _ = torch.ops.moegemm.grouped_gemm(a.t(), dout, offs, b_layout="kn", zero_tail=ctx.zero_tail)
+        return da, db, None, None, None, None
+
+
+class _NoGroupsRaggedKMM(torch.autograd.Function):
+    """2-D x 2-D with no groups: an empty (0, H, N) output; every column of T is in no group, so the gradients
+    are zero, allocated as zeros (they have elements while the output has none)."""
+
+    @staticmethod
+    def forward(ctx, a, b, out_dtype):
+        ctx.shapes = (a.shape, b.shape)
+        return a.new_empty((0, a.shape[0], b.shape[1]), dtype=out_dtype or a.dtype)
+
+    @staticmethod
+    @first_order_only  # the backward runs moegemm ops, which have no derivative of their own
+    def backward(ctx, saved, dout):
+        a_shape, b_shape = ctx.shapes
+        da = dout.new_zeros(a_shape) if ctx.needs_input_grad[0] else None
+        db = dout.new_zeros(b_shape) if ctx.needs_input_grad[1] else None
+        return da, db, None
+
+
+def _ragged_k_mm(a, b, offs, out_dtype, zero_tail=False, validate=False):
     # out[g] = a[:, rows_g] @ b[rows_g, :] = X[rows_g]^T @ dY[rows_g] with X = a.T (T, H), dY = b (T, N).
-    if a.requires_grad or b.requires_grad:
-        if torch.is_grad_enabled():
-            raise NotImplementedError(f"{_OP}: the 2-D x 2-D (ragged K) mode has no autograd in moegemm")
     if a.stride(0) != 1 and a.shape[0] > 1:
         raise ValueError(
             f"{_OP}: a: the 2-D x 2-D mode reads a as the transpose of a row-major (T, H) tensor, i.e. "
@@ -178,7 +221,14 @@ def _ragged_k_mm(a, b, offs, out_dtype, validate=False):
         if a.shape[0] % (16 // a.element_size()):
             raise ValueError(f"{_OP}: a: expected H = a.shape[0] a multiple of {16 // a.element_size()} for "
                              f"{a.dtype} (16-byte aligned rows of a.t()), got H={a.shape[0]}")
-        return a.new_empty((0, a.shape[0], b.shape[1]), dtype=out_dtype or a.dtype)
+        return _NoGroupsRaggedKMM.apply(a, b, out_dtype)
+    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
+        return _RaggedKMM.apply(a, b, offs, out_dtype, zero_tail, validate)
+    return _ragged_k_op(a, b, offs, out_dtype, validate)
+
+
+def _ragged_k_op(a, b, offs, out_dtype, validate):
+    """The 2-D x 2-D forward: grouped_gemm_wgrad of x = a.t() and dy = b, its errors in grouped_mm's names."""
     return call_named(_OP, _RAGGED_K_NAMES, torch.ops.moegemm.grouped_gemm_wgrad, a.t(), b, offs,
                       out_dtype=out_dtype or a.dtype, validate=validate)
 
@@ -202,7 +252,9 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
     - 2-D x 2-D (ragged K): ``a`` (H, T), ``b`` (T, N) -> (E, H, N) with ``out[g] = a[:, cols_g] @
       b[cols_g, :]``; groups without columns give exact zeros. ``a`` must be the transposed view of a
       row-major (T, H) tensor and ``b`` row-major (the token dimension is the rows of both in memory);
-      other orders raise ValueError. Not differentiable (NotImplementedError under autograd).
+      other orders raise ValueError. Differentiable in ``a`` and ``b``, through grouped_gemm over the same
+      ranges of T (dA = (b @ dout[g]^T)^T, dB = a.t() @ dout[g]); their columns (dA) and rows (dB) at or past
+      ``offs[-1]`` are in no group, not written, content unspecified, zeros with ``zero_tail=True``.
     - 3-D x 3-D (batched): ``a`` (E, M, K), ``b`` (E, K, N), ``offs=None`` -> (E, M, N). ``a`` must be
       viewable as (E*M, K).
     - 3-D x 2-D: NotImplementedError.
@@ -212,7 +264,8 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
 
     Rows at or past ``offs[-1]`` (2-D x 3-D): not written, content unspecified, as ``torch._grouped_mm``
     (whose output is an uninitialised ``empty`` there, on CPU and CUDA); ``zero_tail=True`` (an extension)
-    writes zeros to exactly those rows, and to the same rows of dA in the backward.
+    writes zeros to exactly those rows, and to the same rows of dA in the backward (2-D x 2-D: to the
+    gradients' entries of T at or past ``offs[-1]``).
 
     ``validate=True`` (an extension; docs/ops.md §0) checks ``offs`` on the host first (a copy and a sync) and
     raises ValueError naming offs at the first offset that is negative, decreasing or past the ragged
@@ -242,7 +295,7 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
             raise ValueError(f"{_OP}: offs: required for 2-D x 2-D inputs (an (E,) int32 tensor), got None")
         if bias is not None:
             raise ValueError(f"{_OP}: bias: not supported in the 2-D x 2-D mode, got a tensor")
-        return _ragged_k_mm(a, b, offs, out_dtype, bool(validate))
+        return _ragged_k_mm(a, b, offs, out_dtype, bool(zero_tail), bool(validate))
     if a.dim() == 3 and b.dim() == 3:
         if offs is not None:
             raise ValueError(f"{_OP}: offs: must be None for 3-D x 3-D inputs, got a tensor")

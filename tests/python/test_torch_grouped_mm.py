@@ -2,7 +2,7 @@
 of PyTorch's own grouped GEMM tests (test/test_matmul_cuda.py), on CPU (torch's fallback) and CUDA. Every
 mode runs on the sm_90a kernels on CUDA (gpu_support): 2-D x 3-D forward and backward (grouped_gemm,
 grouped_gemm_wgrad), 2-D x 2-D (ragged K: grouped_gemm_wgrad, empty groups exact zeros over a poisoned
-allocator), 3-D x 3-D."""
+allocator; its backward through grouped_gemm against float64 autograd), 3-D x 3-D."""
 
 import re
 
@@ -133,6 +133,67 @@ def test_2d_2d_every_group_empty_is_all_zeros(device):
     out = mt.grouped_mm(a, b, offs, out_dtype=torch.float32)
     assert out.shape == (G, M, N) and out.dtype == torch.float32
     assert (out == 0).all()
+
+
+def _ragged_k_reference_grads(x, dy, sizes, dout):
+    """dX and dY of out[g] = x[cols_g]^T @ dy[cols_g] by autograd in float64 on the CPU."""
+    xr = x.detach().double().cpu().requires_grad_(True)
+    dyr = dy.detach().double().cpu().requires_grad_(True)
+    outs, start = [], 0
+    for size in sizes:
+        outs.append(xr[start:start + size].t() @ dyr[start:start + size])
+        start += size
+    torch.stack(outs).backward(dout.double().cpu())
+    return xr.grad, dyr.grad
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("sizes", RAGGED_K_SIZES + [[5, 0, 70, 100]])  # the last: 81 columns past offs[-1]
+@pytest.mark.parametrize("zero_tail", [False, True])
+def test_2d_2d_backward_matches_float64_autograd(device, sizes, zero_tail):
+    # dA = (b[cols_g] @ dout[g]^T)^T and dB = a.t()[cols_g] @ dout[g], through grouped_gemm; with zero_tail the
+    # columns of T past offs[-1] get exact zeros (over poisoned memory), without it they are unspecified.
+    t = K * G
+    x = randn(t, M, device=device, seed=31).requires_grad_(True)  # a = x.t(): (M, T), stride(0) == 1
+    dy = randn(t, N, device=device, seed=32).requires_grad_(True)
+    offs = offsets_of(sizes, device)
+    dout = randn(G, M, N, device=device, seed=33)
+    out = mt.grouped_mm(x.t(), dy, offs, zero_tail=zero_tail)
+    poison([t * M * 2, t * N * 2], device)
+    out.backward(dout)
+    want_x, want_dy = _ragged_k_reference_grads(x, dy, sizes, dout)
+    end = sum(sizes)
+    assert x.grad.device.type == dy.grad.device.type == device
+    assert_close(x.grad[:end], want_x[:end])
+    assert_close(dy.grad[:end], want_dy[:end])
+    if zero_tail:
+        assert (x.grad[end:] == 0).all() and (dy.grad[end:] == 0).all()
+
+
+def test_2d_2d_gradcheck_cpu_f64():
+    x = randn(20, 8, dtype=torch.float64, seed=34).requires_grad_(True)
+    dy = randn(20, 6, dtype=torch.float64, seed=35).requires_grad_(True)
+    offs = offsets_of([3, 0, 9])  # columns 12..19 of T are in no group
+    assert torch.autograd.gradcheck(lambda a, b: mt.grouped_mm(a.t(), b, offs, zero_tail=True), (x, dy))
+
+
+def test_2d_2d_backward_is_first_order_only():
+    x = randn(K * G, M, dtype=torch.float64, seed=36).requires_grad_(True)
+    dy = randn(K * G, N, dtype=torch.float64, seed=37).requires_grad_(True)
+    out = mt.grouped_mm(x.t(), dy, offsets_of([K] * G))
+    (gx,) = torch.autograd.grad((out * out).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="differentiate twice"):
+        gx.sum().backward()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_2d_2d_no_groups_backward_is_zero(device):
+    x = randn(K, M, device=device, seed=38).requires_grad_(True)
+    dy = randn(K, N, device=device, seed=39).requires_grad_(True)
+    out = mt.grouped_mm(x.t(), dy, torch.zeros(0, dtype=torch.int32, device=device))
+    assert out.shape == (0, M, N)
+    out.sum().backward()
+    assert (x.grad == 0).all() and (dy.grad == 0).all()
 
 
 def test_2d_2d_row_major_a_is_rejected():
