@@ -12,21 +12,16 @@
 namespace moegemm {
 namespace {
 
-/// The dimension the offsets of an op split, as messages name it: T, the weight gradient's rows, or M.
+/// The extent the offsets of an op split and its name in messages: T, the rows of X for the weight gradient;
+/// M, the rows of A, for every other op.
+struct OffsetsExtent {
+  int64_t rows;
+  const char* name;
+};
 template <class Args>
-const char* offsets_dim(const Args& args) {
-  if constexpr (requires { args.x; }) return "T";
-  else return "M";
-}
-
-/// Rows the offsets of an op index: M of A (X for wgrad).
-template <class Args>
-int64_t offsets_rows(const Args& args) {
-  if constexpr (requires { args.x; }) {
-    return args.x.shape[0];
-  } else {
-    return args.a.shape[0];
-  }
+OffsetsExtent offsets_extent(const Args& args) {
+  if constexpr (requires { args.x; }) return {args.x.shape[0], "T"};
+  else return {args.a.shape[0], "M"};
 }
 
 template <class Args>
@@ -42,7 +37,8 @@ void dispatch(const char* op, const Args& args, void* workspace, std::size_t wor
   const Device backend = contract::check(args);
   if constexpr (requires { args.validate; }) {
     if (args.validate) {
-      contract::check_offsets_values(op, args.offsets, offsets_rows(args), stream, offsets_dim(args));
+      const OffsetsExtent extent = offsets_extent(args);
+      contract::check_offsets_values(op, args.offsets, extent.rows, stream, extent.name);
     }
   }
   if (backend == Device::host) {
