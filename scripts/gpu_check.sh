@@ -24,8 +24,9 @@ status=0
 # it, on three CTAs: every CTA runs many tiles, so both warpgroups take turns many times.
 PINGPONG_ENV=(MOEGEMM_GLU_SCHEDULE=pingpong MOEGEMM_DGLU_SCHEDULE=pingpong MOEGEMM_LINEAR_SCHEDULE=pingpong
               MOEGEMM_WGRAD_SCHEDULE=pingpong MOEGEMM_MAX_CTAS=3)
-# The dynamic tile order (tile_order.cuh) forced on every m-grouped launch of the cooperative kernel, on three
-# CTAs: every CTA claims many tiles, and the claimed-tile ring wraps many times.
+# The dynamic tile order (tile_order.cuh) forced on every launch of the cooperative kernel, the weight
+# gradient's with its longest-first expert order, on three CTAs: every CTA claims many tiles, and the
+# claimed-tile ring wraps many times.
 DYNAMIC_ENV=(MOEGEMM_TILE_ORDER=dynamic MOEGEMM_MAX_CTAS=3)
 KERNEL_CHOICE_VARS=(MOEGEMM_BLOCK_N MOEGEMM_GLU_SCHEDULE MOEGEMM_DGLU_SCHEDULE MOEGEMM_LINEAR_SCHEDULE
                     MOEGEMM_WGRAD_SCHEDULE MOEGEMM_MAX_CTAS MOEGEMM_TILE_ORDER)
@@ -101,9 +102,10 @@ for stage in "${stages[@]}"; do
         "$SAN_FWD:ForwardGpu.Glu:BackwardGpu.GarbageOffsets*:BackwardGpu.CasesC03C12EmptyExperts:BackwardGpu.DgluOptions:BackwardGpu.WgradCasesC01C02C09" \
         "${PINGPONG_ENV[@]}"
       sanitize sanitize_racecheck_pingpong "racecheck (ping-pong)" racecheck "$SAN_SMALL" "${PINGPONG_ENV[@]}"
-      # The dynamic tile order (the claimed-tile ring in shared memory).
+      # The dynamic tile order (the claimed-tile ring in shared memory; the weight gradient's expert sort).
       sanitize sanitize_memcheck_dynamic "memcheck (dynamic order)" memcheck \
-        "$SAN_FWD:ForwardGpu.Glu:BackwardGpu.GarbageOffsets*:BackwardGpu.DgluOptions" "${DYNAMIC_ENV[@]}"
+        "$SAN_FWD:ForwardGpu.Glu:BackwardGpu.GarbageOffsets*:BackwardGpu.DgluOptions:BackwardGpu.WgradSkewed*" \
+        "${DYNAMIC_ENV[@]}"
       sanitize sanitize_racecheck_dynamic "racecheck (dynamic order)" racecheck "$SAN_SMALL" "${DYNAMIC_ENV[@]}"
       ;;
     pytest)

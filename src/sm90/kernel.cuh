@@ -189,7 +189,7 @@ __global__ void __launch_bounds__(kKernelThreads, 1) grouped_gemm_kernel(const _
   constexpr int kSavedPasses = saved_passes<Epilogue, Shape::kBN>();
   uint64_t* saved_full = reinterpret_cast<uint64_t*>(smem + Layout::kBarrierOffset) + 2 * Shape::kStages;
   uint64_t* saved_empty = saved_full + 1;
-  const TileOrder order(p, smem + Layout::kOrderOffset, Scheduler::kUniformK);
+  const TileOrder order(p, smem + Layout::kOrderOffset);
   if (threadIdx.x == 0) {
     mainloop.init_barriers(2);  // both consumer warpgroups read every stage
     order.init_barriers();

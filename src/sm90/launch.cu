@@ -94,8 +94,8 @@ std::optional<Schedule> wgrad_schedule_override() {
   return value;
 }
 
-/// MOEGEMM_TILE_ORDER=static or dynamic replaces the launcher's choice of tile order for the m-grouped launches
-/// on the cooperative kernel (tile_order.cuh; for measuring and testing both); nullopt when unset or anything
+/// MOEGEMM_TILE_ORDER=static or dynamic replaces the launcher's choice of tile order for the launches on the
+/// cooperative kernel (tile_order.cuh; for measuring and testing both); nullopt when unset or anything
 /// else. Read once.
 std::optional<bool> dynamic_order_override() {
   static const std::optional<bool> value = []() -> std::optional<bool> {
@@ -380,7 +380,9 @@ void launch_forward(const ForwardProblem& f, cudaStream_t stream) {
   }
 }
 
-std::size_t wgrad_workspace_bytes(int64_t num_experts) { return 2 * expert_maps_bytes(num_experts); }
+/// The per-expert maps of A and B, then the dynamic order's tile counter, whichever order the launch takes (the
+/// size depends on E alone).
+std::size_t wgrad_workspace_bytes(int64_t num_experts) { return 2 * expert_maps_bytes(num_experts) + region(4); }
 
 void launch_wgrad(const WgradProblem& w, cudaStream_t stream) {
   const int64_t t = w.a.size(0), m = w.a.size(1), n = w.b.size(1);
@@ -428,16 +430,23 @@ void launch_wgrad(const WgradProblem& w, cudaStream_t stream) {
   const cuuint64_t b_dims[3] = {static_cast<cuuint64_t>(n), rows, 1};
   const cuuint64_t b_strides[2] = {static_cast<cuuint64_t>(w.b.stride(0)) * 2, static_cast<cuuint64_t>(w.b.stride(0)) * 2 * rows};
   p.tma_b = make_map(w.b.data, 3, b_dims, b_strides, box, "dy");
+  // The dynamic tile order (wgrad_dynamic_order_pays, or the override) on the cooperative kernel: its counter
+  // follows the maps in the workspace, and the maps' kernel zeroes it.
+  const int64_t tiles = w.num_experts * ((m + 127) / 128) * p.n_tiles;
+  if (schedule == Schedule::cooperative &&
+      dynamic_order_override().value_or(wgrad_dynamic_order_pays(tiles, w.num_experts))) {
+    p.tile_counter = static_cast<int*>(
+        Carver{static_cast<uint8_t*>(w.workspace) + 2 * expert_maps_bytes(w.num_experts)}.take(4));
+  }
   const RaggedKMaps maps = launch_ragged_k_maps(p.tma_a, p.tma_b, w.a.data, w.a.stride(0) * 2, w.b.data,
                                                 w.b.stride(0) * 2, w.offsets, p.num_experts, p.k, w.workspace,
-                                                stream);
+                                                p.tile_counter, stream);
   p.a_maps = maps.a;
   p.b_maps = maps.b;
   if (!w.w_ptrs) {
     p.d.ptr = w.w.data;
     p.tma_d = output_map(p.d, w.num_experts * m, n, "w");
   }
-  const int64_t tiles = w.num_experts * ((m + 127) / 128) * p.n_tiles;
   if (schedule == Schedule::pingpong) launch_wgrad_pingpong(p, persistent_grid(sms, (tiles + 1) / 2), stream);
   else launch_wgrad_kernel(p, block_n, persistent_grid(sms, tiles), stream);
 }

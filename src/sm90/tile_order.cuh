@@ -2,10 +2,13 @@
 //
 // Static: the i-th tile of CTA b is b + i * gridDim.x. Dynamic (KernelParams::tile_counter set): the first
 // tile is b, and each later one is gridDim.x plus the value the CTA takes from a device counter that starts
-// at 0 for the launch. Under the static order a CTA whose tiles finish early (half tiles, an expert's last
-// rows) runs ahead of the others, so that an expert's m-tiles of one n-tile, adjacent in the scheduler's
-// order, no longer run together and each loads the expert's weight panel from HBM. Under the dynamic order
-// the tiles in flight stay within about two grid widths of that order however long each one takes.
+// at 0 for the launch, so a CTA takes its next tile when it is free. m-grouped: under the static order a CTA
+// whose tiles finish early (half tiles, an expert's last rows) runs ahead of the others, so that an expert's
+// m-tiles of one n-tile, adjacent in the scheduler's order, no longer run together and each loads the
+// expert's weight panel from HBM; under the dynamic order the tiles in flight stay within about two grid
+// widths of that order however long each one takes. k-grouped (the weight gradient): a tile runs its
+// expert's rows, and under the static order the CTAs that draw a long expert's tiles finish last; the
+// dynamic order, with the scheduler's longest-first expert order, evens out the CTAs' ends.
 //
 // The producer claims the tiles and passes each one's number to both consumer warpgroups through a ring of
 // shared-memory slots with full/empty mbarriers. Entry i of the CTA's sequence is in slot i % kSlots; after
@@ -34,10 +37,9 @@ struct TileOrder {
   uint64_t* full;
   uint64_t* empty;
 
-  /// `ring` is kBytes of 8-byte aligned shared memory. Only the m-grouped scheduler (`uniform_k`: every
-  /// tile runs the same k-blocks) takes the dynamic order; the weight gradient's tiles keep the static one.
-  __device__ TileOrder(const KernelParams& p, uint8_t* ring, bool uniform_k)
-      : counter(uniform_k ? p.tile_counter : nullptr),
+  /// `ring` is kBytes of 8-byte aligned shared memory.
+  __device__ TileOrder(const KernelParams& p, uint8_t* ring)
+      : counter(p.tile_counter),
         slot_tile(reinterpret_cast<int*>(ring + 2 * kSlots * 8)),
         full(reinterpret_cast<uint64_t*>(ring)),
         empty(reinterpret_cast<uint64_t*>(ring) + kSlots) {}

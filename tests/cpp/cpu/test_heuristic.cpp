@@ -83,6 +83,20 @@ TEST(Heuristic, DynamicTileOrderForShortExpertsOverTwoWaves) {
   EXPECT_FALSE(dynamic_order_pays(0, 2048, 8));
 }
 
+TEST(Heuristic, WgradDynamicTileOrderForManyExpertsOverTwoWaves) {
+  // E x ceil(m / 128) x n-tiles (128 x 256 tiles), E: the workloads with 128 or 256 experts take it, the
+  // 8-expert ones do not.
+  EXPECT_TRUE(wgrad_dynamic_order_pays(128 * 6 * 8, 128));     // qwen3-30b-a3b down
+  EXPECT_TRUE(wgrad_dynamic_order_pays(256 * 56 * 16, 256));   // deepseek-v3 up
+  EXPECT_FALSE(wgrad_dynamic_order_pays(8 * 16 * 8, 8));       // seed-2k
+  EXPECT_FALSE(wgrad_dynamic_order_pays(8 * 32 * 112, 8));     // mixtral-8x7b up
+  // The bounds: two waves of an H200's 132 SMs, and 16 experts.
+  EXPECT_FALSE(wgrad_dynamic_order_pays(263, 16));
+  EXPECT_TRUE(wgrad_dynamic_order_pays(264, 16));
+  EXPECT_FALSE(wgrad_dynamic_order_pays(4096, 15));
+  EXPECT_FALSE(wgrad_dynamic_order_pays(0, 0));
+}
+
 TEST(Heuristic, WgradPingPongForF32WeightsOfMidLengthExperts) {
   // T rows, E experts, output bytes, m x n per expert (the weight's shape).
   EXPECT_TRUE(wgrad_pingpong_pays(65536, 128, 4, 1536, 2048, kSms));   // qwen3-30b-a3b up, f32: 512 rows

@@ -96,6 +96,33 @@ TEST(BackwardGpu, WgradExpertCounts) {
   }
 }
 
+TEST(BackwardGpu, WgradSkewedExpertsLongestFirst) {
+  // 300 experts (not a multiple of the sort's 32-expert chunks), 2 x 2 or 3 tiles each: enough tiles for the
+  // dynamic order, whose scheduler then takes the experts longest first. Sizes span k-block counts of 0 to
+  // 64 in no order (a few long experts among many short and empty ones), so that every expert's place in
+  // the sorted order differs from its index; each expert's output must match and empty ones be exactly 0.
+  REQUIRE_GPU();
+  int variant = 0;
+  for (DType out : {DType::bf16, DType::f32}) {
+    Wgrad p;
+    p.h = 136;
+    p.n = 264;
+    p.sizes.assign(300, 0);
+    for (int64_t g = 0; g < 300; ++g) {
+      const int64_t r = (g * 7919 + 13) % 300;
+      p.sizes[g] = r < 3 ? 4000 + 97 * r : r < 150 ? (r * 37) % 200 : r < 250 ? r % 3 : 0;
+    }
+    p.m = 0;
+    for (int64_t s : p.sizes) p.m += s;
+    p.m += 29;  // rows past the last offset belong to no expert
+    p.out = out;
+    p.accumulate = variant == 1;
+    p.seed = 15000 + 10 * variant++;
+    p.name = "skewed E=300 " + describe(p);
+    check_wgrad(p);
+  }
+}
+
 TEST(BackwardGpu, WgradCasesC01C02C09) {
   REQUIRE_GPU();
   // C01: sizes [162, 0, 2577, 446, 0, 83], H = 2048, N = 768, output poisoned (NaN pattern) before the call:
