@@ -99,8 +99,8 @@ TEST(BackwardGpu, WgradExpertCounts) {
 TEST(BackwardGpu, WgradSkewedExpertsLongestFirst) {
   // 300 experts (not a multiple of the sort's 32-expert chunks), 2 x 2 or 3 tiles each: enough tiles for the
   // dynamic order, whose scheduler then takes the experts longest first. Sizes span k-block counts of 0 to
-  // 64 in no order (a few long experts among many short and empty ones), so that every expert's place in
-  // the sorted order differs from its index; each expert's output must match and empty ones be exactly 0.
+  // 66 in no order (a few long experts among many short and empty ones): no expert's place in the sorted
+  // order equals its index. Each expert's output must match and empty ones be exactly 0.
   REQUIRE_GPU();
   int variant = 0;
   for (DType out : {DType::bf16, DType::f32}) {
