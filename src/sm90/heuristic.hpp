@@ -124,10 +124,11 @@ inline constexpr int64_t kWgradDynamicOrderMinExperts = 16;
 /// bench/peers.py's zipf routing) puts the static order's end 1.40x past an even split on qwen3-30b-a3b down
 /// (a quarter of the rows on one expert, 48 tiles each), 1.18x on its up, 1.04-1.08x on gpt-oss-120b and
 /// 1.05x on deepseek-v3 down, and the dynamic order, longest first, within 0.3% of it on every zipf workload
-/// with 30 waves of tiles or more. With 8 experts each expert's tiles fill at least a wave and the model gives the orders
-/// within 3% of each other. H200, bf16 wgrad suite, two rounds, static -> dynamic: zipf qwen3 down -23%, up
-/// -11%, gpt-oss -7% and -10%, deepseek-v3 -5% and -7%, uniform rows of 128-256 experts within 1%; with 8
-/// experts +4 to +6% on seed-2k and seed-4k (1024 tiles), -2 to +2% on the others (docs/benchmarks.md).
+/// with 30 waves of tiles or more. With 8 experts each expert's tiles fill at least a wave, and the model
+/// gives the orders within 3% of each other. H200, bf16 wgrad suite, two rounds, static -> dynamic: zipf
+/// qwen3 down -23%, up -11%, gpt-oss -7% and -10%, deepseek-v3 -5% and -7%, uniform rows of 128-256 experts
+/// within 1%; with 8 experts +4 to +6% on seed-2k and seed-4k (1024 tiles), -2 to +2% on the others
+/// (docs/benchmarks.md).
 inline bool wgrad_dynamic_order_pays(int64_t tiles, int64_t num_experts) {
   return tiles >= kDynamicOrderMinTiles && num_experts >= kWgradDynamicOrderMinExperts;
 }
