@@ -119,26 +119,27 @@ int max_ctas_override() {
   return value;
 }
 
+/// A launch's kernel: the override where it is set, else ping-pong where `pays` and MOEGEMM_BLOCK_N is unset
+/// (that override keeps the cooperative kernel).
+Schedule schedule_choice(std::optional<Schedule> forced, bool pays) {
+  if (forced) return *forced;
+  return !block_n_override() && pays ? Schedule::pingpong : Schedule::cooperative;
+}
+
 /// An m-grouped launch's kernel: for the dGLU, ping-pong where dglu_pingpong_pays (heuristic.hpp) or the
 /// override says so, which needs a saved tile; for the linear epilogue and the GLU, where
 /// linear_pingpong_pays / glu_pingpong_pays or their override says so; cooperative for every other launch.
-/// MOEGEMM_BLOCK_N keeps the cooperative kernel.
 Schedule m_grouped_schedule(const ForwardProblem& f, bool saved_tile, int sms) {
-  if (f.epilogue == EpilogueKind::linear) {
-    if (const std::optional<Schedule> forced = linear_schedule_override()) return *forced;
-    return !block_n_override() && linear_pingpong_pays(f.m, f.n, f.num_experts, sms) ? Schedule::pingpong
-                                                                                     : Schedule::cooperative;
+  switch (f.epilogue) {
+    case EpilogueKind::linear:
+      return schedule_choice(linear_schedule_override(), linear_pingpong_pays(f.m, f.n, f.num_experts, sms));
+    case EpilogueKind::glu:
+      return schedule_choice(glu_schedule_override(), glu_pingpong_pays(f.m, f.n, f.num_experts, sms));
+    case EpilogueKind::dglu:
+      if (!saved_tile) return Schedule::cooperative;
+      return schedule_choice(dglu_schedule_override(), dglu_pingpong_pays(f.m, f.n, f.k, f.num_experts, sms));
+    default: return Schedule::cooperative;
   }
-  if (f.epilogue == EpilogueKind::glu) {
-    if (const std::optional<Schedule> forced = glu_schedule_override()) return *forced;
-    return !block_n_override() && glu_pingpong_pays(f.m, f.n, f.num_experts, sms)
-               ? Schedule::pingpong
-               : Schedule::cooperative;
-  }
-  if (f.epilogue != EpilogueKind::dglu || !saved_tile) return Schedule::cooperative;
-  if (const std::optional<Schedule> forced = dglu_schedule_override()) return *forced;
-  return !block_n_override() && dglu_pingpong_pays(f.m, f.n, f.k, f.num_experts, sms) ? Schedule::pingpong
-                                                                                       : Schedule::cooperative;
 }
 
 /// The persistent grid: one CTA per SM at most, never more CTAs than `ctas_with_work`.
@@ -405,9 +406,8 @@ void launch_wgrad(const WgradProblem& w, cudaStream_t stream) {
   // The ping-pong kernel (one warpgroup's epilogue under the other's mainloop, 128 x 128 tiles) where
   // wgrad_pingpong_pays (heuristic.hpp) or the override says so.
   const int out_bytes = p.d.type == OutType::f32 ? 4 : 2;
-  const Schedule schedule = wgrad_schedule_override().value_or(
-      !block_n_override() && wgrad_pingpong_pays(t, w.num_experts, out_bytes, m, n, sms) ? Schedule::pingpong
-                                                                                      : Schedule::cooperative);
+  const Schedule schedule =
+      schedule_choice(wgrad_schedule_override(), wgrad_pingpong_pays(t, w.num_experts, out_bytes, m, n, sms));
   // On the cooperative kernel, f32 weights of short experts (<= 384 rows on average): 128 x 128 tiles whose
   // f32 slice is staged in one pass, since with few k-blocks per tile the output writes bound the op and the
   // 128 x 256 tile's two passes leave them unoverlapped (H200, f32 wgrad of deepseek-v3's 256-row experts:
