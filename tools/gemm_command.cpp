@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
-#include <fstream>
 
 #include <cuda_runtime_api.h>
 #include <nlohmann/json.hpp>
@@ -121,7 +120,7 @@ int gemm_command(const std::vector<std::string>& args) {
   if (!o.json || *o.json == "-") {
     std::cout << doc.dump(1) << '\n';
   } else {
-    std::ofstream(*o.json) << doc.dump(1) << '\n';
+    write_file(*o.json, doc.dump(1) + '\n');
   }
   return code;
 }

@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <functional>
 
@@ -26,7 +27,7 @@ using Handler = std::function<void(const std::string&)>;
 // Walks `args` as "--flag value" or "--flag=value" pairs and hands each value to its flag's handler. A flag
 // given twice is an error: which of its values counts would otherwise be a silent guess.
 void parse_flags(const std::vector<std::string>& args, const std::map<std::string, Handler>& handlers) {
-  std::map<std::string, int> seen;
+  std::map<std::string, std::string> seen;  // flag -> its first value
   for (size_t i = 0; i < args.size(); ++i) {
     std::string flag = args[i], value;
     const bool inline_value = flag.find('=') != std::string::npos;
@@ -41,7 +42,9 @@ void parse_flags(const std::vector<std::string>& args, const std::map<std::strin
       if (i + 1 >= args.size()) throw UsageError(flag + ": missing value");
       value = args[++i];
     }
-    if (++seen[flag] > 1) throw UsageError(flag + ": given more than once");
+    if (const auto first = seen.find(flag); first != seen.end())
+      throw UsageError(flag + ": given more than once ('" + first->second + "', then '" + value + "')");
+    seen[flag] = value;
     h->second(value);
   }
 }
@@ -63,7 +66,9 @@ void check_writable_path(const std::string& path) {
   }
   if (::access(parent.c_str(), W_OK) != 0)
     throw UsageError("--json: cannot write '" + path + "': folder '" + parent.string() + "' is not writable");
-  if (fs::exists(path, ec) && ::access(path.c_str(), W_OK) != 0)
+  // Opened for appending (nothing is truncated or written): access() would let root through on files that
+  // refuse writes anyway, such as those of /proc.
+  if (fs::exists(path, ec) && !std::ofstream(path, std::ios::app))
     throw UsageError("--json: cannot write '" + path + "': file is not writable");
 }
 

@@ -143,8 +143,12 @@ void write_json(const RunReport& r, const std::string& path) {
                  {"tolerances", {{"max_rel_frobenius", kMaxRelFrobenius}, {"rtol", kRtol}, {"atol", kAtol}}},
                  {"passed", r.passed()},
                  {"models", models}};
+  write_file(path, doc.dump(1) + '\n');
+}
+
+void write_file(const std::string& path, const std::string& text) {
   std::ofstream out(path);
-  out << doc.dump(1) << '\n';
+  out << text;
   out.close();
   if (!out) throw Error(ErrorCode::invalid_argument, "cannot write " + path);
 }

@@ -52,6 +52,8 @@ struct RunReport {
 void print_model_table(const ModelResult& m, bool gpu);
 /// Writes the JSON document; throws Error when the file cannot be written.
 void write_json(const RunReport& r, const std::string& path);
+/// Writes `text` to the file `path`; throws Error ("cannot write PATH") when it cannot be written in full.
+void write_file(const std::string& path, const std::string& text);
 /// Current UTC time, ISO 8601.
 std::string utc_now();
 

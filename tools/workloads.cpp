@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "default_workloads.hpp"
+#include "moegemm/ops.hpp"
 #include "usage_error.hpp"
 
 namespace moegemm::cli {
@@ -15,6 +16,16 @@ int64_t positive_field(const nlohmann::ordered_json& obj, const char* key, const
   if (!obj.contains(key) || !obj[key].is_number_integer() || obj[key].get<int64_t>() <= 0)
     throw UsageError(where + ": field \"" + key + "\" must be a positive integer");
   return obj[key].get<int64_t>();
+}
+
+/// An expert count: positive and at most the ops' limit (kMaxExperts), which every op would reject past.
+int64_t experts_field(const nlohmann::ordered_json& obj, const char* key, const std::string& where) {
+  const int64_t e = positive_field(obj, key, where);
+  if (e > kMaxExperts) {
+    throw UsageError(where + ": field \"" + key + "\" must be at most " + std::to_string(kMaxExperts) +
+                     " (the ops' limit on experts), got " + std::to_string(e));
+  }
+  return e;
 }
 
 Workloads parse(const std::string& text, const std::string& source) {
@@ -31,7 +42,7 @@ Workloads parse(const std::string& text, const std::string& source) {
   for (const auto& [name, m] : doc["models"].items()) {
     const std::string where = source + ": model " + name;
     w.models.push_back({name, positive_field(m, "tokens", where), positive_field(m, "top_k", where),
-                        positive_field(m, "experts", where), positive_field(m, "hidden", where),
+                        experts_field(m, "experts", where), positive_field(m, "hidden", where),
                         positive_field(m, "intermediate", where)});
   }
   if (doc.contains("gemms") && doc["gemms"].is_array()) {
@@ -39,7 +50,7 @@ Workloads parse(const std::string& text, const std::string& source) {
       const std::string name = g.value("name", std::string("unnamed"));
       const std::string where = source + ": gemm " + name;
       w.gemms.push_back({name, positive_field(g, "M", where), positive_field(g, "N", where),
-                         positive_field(g, "K", where), positive_field(g, "E", where)});
+                         positive_field(g, "K", where), experts_field(g, "E", where)});
     }
   }
   return w;
@@ -64,7 +75,7 @@ const ModelPreset& find_model(const Workloads& w, const std::string& name) {
     if (m.name == name) return m;
     known += (known.empty() ? "" : ", ") + m.name;
   }
-  throw UsageError("unknown model '" + name + "' (known: " + known + ")");
+  throw UsageError("--model: unknown model '" + name + "' (known: " + known + ")");
 }
 
 }  // namespace moegemm::cli

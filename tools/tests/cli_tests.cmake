@@ -52,7 +52,7 @@ endif()
 # Bad arguments: exit code 2 and a message naming the problem.
 set(_expect_2 ${CMAKE_COMMAND} -DEXPECT_CODE=2 -P ${CMAKE_CURRENT_SOURCE_DIR}/tests/expect_exit.cmake)
 moegemm_cli_test(unknown_model COMMAND ${_expect_2} ${_cli} run --model no-such-model
-                 REGEX "unknown model 'no-such-model' \\(known: mixtral-8x7b")
+                 REGEX "--model: unknown model 'no-such-model' \\(known: mixtral-8x7b")
 moegemm_cli_test(negative_tokens COMMAND ${_expect_2} ${_cli} run --tokens -5 REGEX "--tokens: must be >= 1, got -5")
 moegemm_cli_test(too_many_tokens COMMAND ${_expect_2} ${_cli} run --backend cpu --model qwen3-30b-a3b
                  --tokens 9223372036854775807 REGEX "--tokens: 9223372036854775807 tokens x top_k 8")
@@ -65,8 +65,13 @@ moegemm_cli_test(json_missing_folder COMMAND ${_expect_2} ${_cli} run --json /no
                  REGEX "folder '/nonexistent/dir' does not exist")
 moegemm_cli_test(json_parent_is_a_file COMMAND ${_expect_2} ${_cli} run --json ${CMAKE_CURRENT_SOURCE_DIR}/main.cpp/x.json
                  REGEX "main.cpp' is not a folder")
+# A file that refuses writes whoever runs the program (for root too, whom access() would let through).
+if(EXISTS /proc/version)
+  moegemm_cli_test(json_file_not_writable COMMAND ${_expect_2} ${_cli} run --backend cpu --json /proc/version
+                   REGEX "--json: cannot write '/proc/version': file is not writable")
+endif()
 moegemm_cli_test(repeated_flag COMMAND ${_expect_2} ${_cli} run --model qwen3-30b-a3b --model mixtral-8x7b
-                 REGEX "--model: given more than once")
+                 REGEX "--model: given more than once \\('qwen3-30b-a3b', then 'mixtral-8x7b'\\)")
 moegemm_cli_test(gemm_routing_with_group_sizes COMMAND ${_expect_2} ${_cli} gemm --m 64 --n 64 --k 64 --e 2
                  --group-sizes 32,32 --routing zipf REGEX "--routing: not used with --group-sizes")
 moegemm_cli_test(gemm_unaligned_n COMMAND ${_expect_2} ${_cli} gemm --m 64 --n 33 --k 64 --e 2
@@ -79,5 +84,18 @@ moegemm_cli_test(missing_value COMMAND ${_expect_2} ${_cli} run --model REGEX "-
 moegemm_cli_test(unknown_command COMMAND ${_expect_2} ${_cli} frobnicate REGEX "unknown command 'frobnicate'")
 moegemm_cli_test(unreadable_workloads COMMAND ${_expect_2} ${_cli} run --workloads /nonexistent/w.json
                  REGEX "cannot read workloads file /nonexistent/w.json")
+moegemm_cli_test(workloads_too_many_experts COMMAND ${_expect_2} ${_cli} run --backend cpu
+                 --workloads ${CMAKE_CURRENT_SOURCE_DIR}/tests/workloads_too_many_experts.json
+                 REGEX "model wide: field \"experts\" must be at most 1024 \\(the ops' limit on experts\\), got 2000")
 moegemm_cli_test(malformed_workloads COMMAND ${_expect_2} ${_cli} run --workloads ${CMAKE_CURRENT_SOURCE_DIR}/main.cpp
                  REGEX "is not valid JSON")
+
+# A --json file whose write fails at the end (a full device): exit code 1 and the path named, for both commands
+# (gemm exits 1 without a GPU anyway; the message is what is checked).
+if(EXISTS /dev/full)
+  set(_expect_1 ${CMAKE_COMMAND} -DEXPECT_CODE=1 -P ${CMAKE_CURRENT_SOURCE_DIR}/tests/expect_exit.cmake)
+  moegemm_cli_test(run_json_write_fails COMMAND ${_expect_1} ${_cli} run --backend cpu --model qwen3-30b-a3b
+                   --tokens 4 --json /dev/full REGEX "cannot write /dev/full")
+  moegemm_cli_test(gemm_json_write_fails COMMAND ${_expect_1} ${_cli} gemm --m 64 --n 64 --k 64 --e 2
+                   --json /dev/full REGEX "cannot write /dev/full")
+endif()
