@@ -254,11 +254,13 @@ class MoEMLP(torch.nn.Module):
         if glu_layout != "halves" and (2 * intermediate) % 64:
             raise ValueError(f"MoEMLP: intermediate: expected a multiple of 32 for glu_layout {glu_layout!r} "
                              f"(2I in whole 64-column gate/up block pairs), got {intermediate}")
-        if (dtype or torch.get_default_dtype()).itemsize == 2:
-            for name, value in (("hidden", hidden), ("intermediate", intermediate)):
-                if value % 8:
-                    raise ValueError(f"MoEMLP: {name}: expected a multiple of 8 for 16-bit weights (16-byte "
-                                     f"aligned rows), got {value}")
+        # Rows of x, h and the weights in whole 16 bytes (the 16-byte rule of every op), for any dtype.
+        itemsize = (dtype or torch.get_default_dtype()).itemsize
+        per_row = max(1, 16 // itemsize)
+        for name, value in (("hidden", hidden), ("intermediate", intermediate)):
+            if value % per_row:
+                raise ValueError(f"MoEMLP: {name}: expected a multiple of {per_row} for {8 * itemsize}-bit "
+                                 f"weights (16-byte aligned rows), got {value}")
         self.activation = activation
         self.glu_layout = glu_layout
         self.zero_tail = zero_tail

@@ -350,6 +350,12 @@ def test_moe_mlp_module_checks_its_configuration_when_built():
         mt.MoEMLP(2, True, 16)
     with pytest.raises(ValueError, match=r"MoEMLP: hidden: expected a multiple of 8 for 16-bit weights"):
         mt.MoEMLP(2, 12, 16, dtype=torch.bfloat16)
+    # f32 rows are 16 bytes per 4 elements: refused when built, not at the first forward.
+    with pytest.raises(ValueError, match=r"MoEMLP: hidden: expected a multiple of 4 for 32-bit weights .*got 10"):
+        mt.MoEMLP(2, 10, 16, dtype=torch.float32)
+    with pytest.raises(ValueError, match=r"MoEMLP: intermediate: expected a multiple of 2 for 64-bit weights"):
+        mt.MoEMLP(2, 16, 3, dtype=torch.float64)
+    mt.MoEMLP(2, 12, 4, dtype=torch.float32)  # multiples of 4 are whole 16-byte rows in f32
     with pytest.raises(ValueError, match=r"MoEMLP: intermediate: expected a multiple of 32 for glu_layout "
                                          r"'interleaved32'"):
         mt.MoEMLP(2, 16, 16, glu_layout="interleaved32", dtype=torch.bfloat16)
