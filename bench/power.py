@@ -161,8 +161,17 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=2, help="rounds (>= 1)")
     ap.add_argument("--json", help="write the result here")
     args = ap.parse_args(argv)
-    if args.seconds <= 0 or args.rounds < 1:
+    if not args.seconds > 0 or args.rounds < 1:  # `not >` also refuses nan
         ap.error("--seconds must be > 0 and --rounds >= 1")
+    try:
+        gemms = {g["name"]: g for g in json.loads(Path(args.workloads).read_text())["gemms"]}
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        ap.error(f"--workloads: cannot read the GEMMs of {args.workloads}: {err!r}")
+    if args.only == ["all"]:
+        args.only = list(gemms)
+    unknown = [name for name in args.only if name not in gemms]
+    if unknown:
+        ap.error(f"--only: unknown GEMM {', '.join(unknown)} (the file has {', '.join(gemms)})")
     try:
         import torch
         import moegemm.torch  # noqa: F401  (registers torch.ops.moegemm)
@@ -172,12 +181,6 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available() or shutil.which("nvidia-smi") is None:
         print("power.py: needs a CUDA GPU and nvidia-smi", file=sys.stderr)
         return 2
-    gemms = {g["name"]: g for g in json.loads(Path(args.workloads).read_text())["gemms"]}
-    if args.only == ["all"]:
-        args.only = list(gemms)
-    unknown = [name for name in args.only if name not in gemms]
-    if unknown:
-        ap.error(f"--only: unknown GEMM {', '.join(unknown)} (the file has {', '.join(gemms)})")
     props = torch.cuda.get_device_properties(0)
     limit = subprocess.run(["nvidia-smi", "-i", "0", "--query-gpu=power.limit", "--format=csv,noheader,nounits"],
                            capture_output=True, text=True).stdout.strip()

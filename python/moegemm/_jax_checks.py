@@ -56,6 +56,15 @@ def clamp_limit(op: str, activation: str, limit) -> float:
     return value
 
 
+def clamp_parameter(op: str, activation: str, name: str, value) -> float:
+    """act_alpha or linear_offset as a static float; ValueError where swiglu_clamped uses it and it is NaN or
+    infinite (every output would be NaN), as the ops' contract checks it."""
+    value = static_float(op, name, value)
+    if activation == "swiglu_clamped" and not np.isfinite(value):
+        raise ValueError(f"moegemm.jax.{op}: {name}: expected a finite {name} for swiglu_clamped, got {value}")
+    return value
+
+
 def check_array(op: str, name: str, x) -> None:
     """Raise TypeError unless ``x`` is an array (a Python list or scalar has no dtype to check)."""
     if not (hasattr(x, "dtype") and hasattr(x, "shape")):

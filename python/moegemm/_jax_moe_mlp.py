@@ -101,10 +101,14 @@ def moe_mlp(x, w_up, w_down, group_sizes=None, offsets=None, prob=None, activati
     chk.check_dtype(_OP, "w_up", w_up, (x.dtype,))
     chk.check_dtype(_OP, "w_down", w_down, (x.dtype,))
     e, h = w_up.shape[0], x.shape[1]
+    if h == 0:
+        raise ValueError(f"moegemm.jax.moe_mlp: x: expected H > 0 (its last dim), got shape {tuple(x.shape)}")
     chk.check_extent(_OP, "w_up", w_up, 1, h, "H from x")
     if not 1 <= e <= chk.MAX_EXPERTS:
         raise ValueError(f"moegemm.jax.moe_mlp: w_up: expected 1 to {chk.MAX_EXPERTS} experts (dim 0), got shape "
                          f"{tuple(w_up.shape)}")
+    if w_up.shape[2] == 0:
+        raise ValueError(f"moegemm.jax.moe_mlp: w_up: expected 2I > 0 (its last dim), got shape {tuple(w_up.shape)}")
     if w_up.shape[2] % 2:
         raise ValueError(f"moegemm.jax.moe_mlp: w_up: 2I must be even, got shape {w_up.shape}")
     chk.check_extent(_OP, "w_down", w_down, 0, e, "E from w_up")
@@ -132,5 +136,6 @@ def moe_mlp(x, w_up, w_down, group_sizes=None, offsets=None, prob=None, activati
     chk.check_choice(_OP, "activation", activation, ACTIVATIONS)
     chk.check_choice(_OP, "glu_layout", glu_layout, GLU_LAYOUTS)
     glu = _Glu(activation, glu_layout, chk.clamp_limit(_OP, activation, limit),
-               chk.static_float(_OP, "act_alpha", act_alpha), chk.static_float(_OP, "linear_offset", linear_offset))
+               chk.clamp_parameter(_OP, activation, "act_alpha", act_alpha),
+               chk.clamp_parameter(_OP, activation, "linear_offset", linear_offset))
     return _moe_mlp(x, w_up, w_down, offsets, prob, glu)

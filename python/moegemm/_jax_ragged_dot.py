@@ -59,7 +59,8 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
       precision: accepted for compatibility and ignored: products accumulate in f32 always.
       preferred_element_type: output dtype, bf16/f16/f32 (default lhs.dtype).
       group_offset: not supported (raises NotImplementedError, as jax's default lowering does).
-    G = 0 and K = 0 are accepted, as by jax.lax.ragged_dot: the result is then zero; G <= 1024.
+    G = 0, K = 0 and N = 0 are accepted, as by jax.lax.ragged_dot: the result is then zero (or has no
+    columns); G <= 1024.
     Returns:
       (M, N) array. Differentiable (reverse mode, jax.custom_vjp) in lhs and rhs:
       d lhs = grouped_gemm(dout, rhs as nk, zero_tail=True), d rhs = grouped_gemm_wgrad(lhs, dout)
@@ -83,8 +84,8 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
     chk.check_aligned(_OP, "lhs", lhs, 1, "K")
     chk.check_aligned(_OP, "rhs", rhs, 2, "N")
     out_dtype = chk.check_output_dtype(_OP, "preferred_element_type", preferred_element_type or lhs.dtype)
-    if rhs.shape[0] == 0 or lhs.shape[1] == 0:
-        # No groups (every row is past the last one) or nothing to contract: zero, as jax.lax.ragged_dot
-        # gives; no kernel to run.
+    if rhs.shape[0] == 0 or lhs.shape[1] == 0 or rhs.shape[2] == 0:
+        # No groups (every row is past the last one), nothing to contract or no columns: zero (or empty), as
+        # jax.lax.ragged_dot gives; no kernel to run.
         return jnp.zeros((lhs.shape[0], rhs.shape[2]), out_dtype)
     return _ragged_dot(lhs, rhs, group_sizes, out_dtype)

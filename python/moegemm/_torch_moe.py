@@ -100,6 +100,15 @@ def _clamp_parameter(name: str, value, op: str = _OP) -> float:
     return float(value)
 
 
+def _clamp_finite(op: str, activation: str, name: str, value) -> float:
+    """act_alpha or linear_offset as a float; ValueError naming it where swiglu_clamped uses it and it is NaN
+    or infinite (every output would be NaN), as the ops' contract checks it."""
+    value = _clamp_parameter(name, value, op)
+    if activation == "swiglu_clamped" and not math.isfinite(value):
+        raise ValueError(f"{op}: {name}: expected a finite {name} for swiglu_clamped, got {value!r}")
+    return value
+
+
 # The smallest double that f32 does not round to 0 is just above 2^-150 (half the smallest f32 subnormal).
 _F32_ROUNDS_TO_ZERO = 2.0 ** -150
 
@@ -139,9 +148,13 @@ def _check_operands(x, w_up, w_down, offsets, prob, activation, glu_layout) -> N
         if w.dtype != x.dtype:
             raise ValueError(f"{_OP}: {name}: expected dtype {x.dtype} (the dtype of x), got {w.dtype}")
     e, two_i = w_up.shape[0], w_up.shape[2]
+    if h == 0:
+        raise ValueError(f"{_OP}: x: expected H > 0 (its last dim), got shape {tuple(x.shape)}")
     if w_up.shape[1] != h or two_i % 2:
         raise ValueError(f"{_OP}: w_up: expected shape (E, H={h}, 2I) with H from x and 2I even, got "
                          f"{tuple(w_up.shape)}")
+    if two_i == 0:
+        raise ValueError(f"{_OP}: w_up: expected 2I > 0 (its last dim), got shape {tuple(w_up.shape)}")
     if tuple(w_down.shape) != (e, two_i // 2, h):
         raise ValueError(f"{_OP}: w_down: expected shape (E={e}, I={two_i // 2}, H={h}) with E and I from "
                          f"w_up, H from x, got {tuple(w_down.shape)}")
@@ -214,8 +227,8 @@ def moe_mlp(x: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, offsets: 
         serve (f16 or f32 inputs on CUDA).
     """
     _check_operands(x, w_up, w_down, offsets, prob, activation, glu_layout)
-    clamp = [_clamp_limit(_OP, activation, limit), _clamp_parameter("act_alpha", act_alpha),
-             _clamp_parameter("linear_offset", linear_offset)]
+    clamp = [_clamp_limit(_OP, activation, limit), _clamp_finite(_OP, activation, "act_alpha", act_alpha),
+             _clamp_finite(_OP, activation, "linear_offset", linear_offset)]
     return call_named(_OP, _INNER_NAMES, _MoEMLPFunction.apply, x, w_up, w_down, offsets, prob, activation,
                       glu_layout, *clamp, zero_tail, bool(validate))
 
@@ -265,8 +278,8 @@ class MoEMLP(torch.nn.Module):
         self.glu_layout = glu_layout
         self.zero_tail = zero_tail
         self.clamp = dict(limit=_clamp_limit("MoEMLP", activation, limit),
-                          act_alpha=_clamp_parameter("act_alpha", act_alpha, "MoEMLP"),
-                          linear_offset=_clamp_parameter("linear_offset", linear_offset, "MoEMLP"))
+                          act_alpha=_clamp_finite("MoEMLP", activation, "act_alpha", act_alpha),
+                          linear_offset=_clamp_finite("MoEMLP", activation, "linear_offset", linear_offset))
         self.w_up = torch.nn.Parameter(torch.empty(num_experts, hidden, 2 * intermediate, **factory))
         self.w_down = torch.nn.Parameter(torch.empty(num_experts, intermediate, hidden, **factory))
         self.reset_parameters()

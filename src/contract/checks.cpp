@@ -1,5 +1,6 @@
 // contract::check of every op: the operand rules of rules.hpp composed per docs/ops.md.
 #include <charconv>
+#include <cmath>
 #include <initializer_list>
 #include <string>
 #include <utility>
@@ -191,15 +192,26 @@ void check_glu_split(Rules& r, const char* b_name, int64_t n2, int64_t b_n, GluL
 }
 
 void check_glu_params(Rules& r, const GluParams& glu) {
-  if (glu.activation == Activation::swiglu_clamped && !(glu.limit > 0.0f)) {
-    // Named `limit`, as the torch and JAX ops' argument (in C++ it is the GluParams field).
-    // As given, in the shortest form that reads back (std::to_string would print 1e-30 as 0.000000), and
-    // without iostreams: an ostream's number formatting goes through the locale's facets, which a library
-    // linked with its own copy of libstdc++ may find under another copy's facet ids (a crash seen with torch
-    // 2.11 on Ubuntu's Python 3.12).
+  if (glu.activation != Activation::swiglu_clamped) return;  // the other activations ignore the parameters
+  // A value as given, in the shortest form that reads back (std::to_string would print 1e-30 as 0.000000),
+  // and without iostreams: an ostream's number formatting goes through the locale's facets, which a library
+  // linked with its own copy of libstdc++ may find under another copy's facet ids (a crash seen with torch
+  // 2.11 on Ubuntu's Python 3.12).
+  const auto text = [](float v) {
     char got[32];
-    const auto end = std::to_chars(got, got + sizeof got, glu.limit).ptr;
-    r.fail(ErrorCode::invalid_argument, "limit", "a positive clamp limit for swiglu_clamped", std::string(got, end));
+    return std::string(got, std::to_chars(got, got + sizeof got, v).ptr);
+  };
+  // Named as the torch and JAX ops' arguments (in C++ they are the GluParams fields).
+  if (!(glu.limit > 0.0f)) {
+    r.fail(ErrorCode::invalid_argument, "limit", "a positive clamp limit for swiglu_clamped", text(glu.limit));
+  }
+  // NaN or infinity would turn every output into NaN (0 * inf in the sigmoid's argument or the sum).
+  if (!std::isfinite(glu.act_alpha)) {
+    r.fail(ErrorCode::invalid_argument, "act_alpha", "a finite act_alpha for swiglu_clamped", text(glu.act_alpha));
+  }
+  if (!std::isfinite(glu.linear_offset)) {
+    r.fail(ErrorCode::invalid_argument, "linear_offset", "a finite linear_offset for swiglu_clamped",
+           text(glu.linear_offset));
   }
 }
 

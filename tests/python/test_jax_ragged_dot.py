@@ -424,14 +424,25 @@ def test_moe_mlp_offsets_argument_and_errors():
         mj.moe_mlp(x, w_up, w_down, group_sizes=jnp.array([10, 22]), glu_layout="interleaved32")
     with pytest.raises(ValueError, match=r"moe_mlp: limit: expected a positive clamp limit"):
         mj.moe_mlp(x, w_up, w_down, group_sizes=jnp.array([10, 22]), activation="swiglu_clamped", limit=-1.0)
+    with pytest.raises(ValueError, match=r"moe_mlp: act_alpha: expected a finite act_alpha for swiglu_clamped"):
+        mj.moe_mlp(x, w_up, w_down, group_sizes=jnp.array([10, 22]), activation="swiglu_clamped",
+                   act_alpha=float("nan"))
+    with pytest.raises(ValueError, match=r"moe_mlp: linear_offset: expected a finite linear_offset"):
+        mj.moe_mlp(x, w_up, w_down, group_sizes=jnp.array([10, 22]), activation="swiglu_clamped",
+                   linear_offset=float("inf"))
+    # H = 0 or I = 0 is refused by moe_mlp's own names, not by the inner ops'.
+    with pytest.raises(ValueError, match=r"moe_mlp: x: expected H > 0 \(its last dim\), got shape \(32, 0\)"):
+        mj.moe_mlp(x[:, :0], w_up[:, :0], w_down[:, :, :0], group_sizes=jnp.array([10, 22]))
+    with pytest.raises(ValueError, match=r"moe_mlp: w_up: expected 2I > 0 \(its last dim\), got shape"):
+        mj.moe_mlp(x, w_up[:, :, :0], w_down[:, :0], group_sizes=jnp.array([10, 22]))
     with pytest.raises(ValueError, match=r"moe_mlp: w_up: expected 1 to 1024 experts \(dim 0\)"):
         mj.moe_mlp(x[:, :8], jnp.ones((1025, 8, 16), jnp.bfloat16), jnp.ones((1025, 8, 8), jnp.bfloat16),
                    group_sizes=jnp.zeros(1025, jnp.int32))
 
 
 def test_ragged_dot_group_limit_and_empty_contraction():
-    """G > 1024 is refused naming rhs (not the inner op's offsets); K = 0 gives zeros, as jax.lax.ragged_dot
-    does; preferred_element_type that is no dtype is refused by name."""
+    """G > 1024 is refused naming rhs (not the inner op's offsets); K = 0 gives zeros and N = 0 an (M, 0)
+    result, as jax.lax.ragged_dot does; preferred_element_type that is no dtype is refused by name."""
     x = jnp.ones((16, 8), jnp.bfloat16)
     with pytest.raises(ValueError, match=r"^moegemm\.jax\.ragged_dot: rhs: expected at most 1024 groups"):
         mj.ragged_dot(x, jnp.ones((1025, 8, 8), jnp.bfloat16), jnp.zeros(1025, jnp.int32))
@@ -439,6 +450,9 @@ def test_ragged_dot_group_limit_and_empty_contraction():
     ref = jax.lax.ragged_dot(jnp.ones((16, 0), jnp.bfloat16), jnp.ones((2, 0, 8), jnp.bfloat16), jnp.array([6, 10]))
     assert empty_k.shape == ref.shape == (16, 8) and empty_k.dtype == ref.dtype
     assert (f32(empty_k) == 0).all()
+    no_columns = mj.ragged_dot(x, jnp.ones((2, 8, 0), jnp.bfloat16), jnp.array([6, 10]))
+    ref = jax.lax.ragged_dot(x, jnp.ones((2, 8, 0), jnp.bfloat16), jnp.array([6, 10]))
+    assert no_columns.shape == ref.shape == (16, 0) and no_columns.dtype == ref.dtype
     with pytest.raises(TypeError, match=r"ragged_dot: preferred_element_type: expected one of .*got 'bogus'"):
         mj.ragged_dot(x, jnp.ones((2, 8, 8), jnp.bfloat16), jnp.array([6, 10]), preferred_element_type="bogus")
 

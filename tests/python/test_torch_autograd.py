@@ -302,6 +302,12 @@ def test_moe_mlp_errors_name_its_own_operands(case, pattern):
                                r"got 0\.0$"),
     ("limit_f32_zero", ValueError, r"moe_mlp: limit: expected a positive clamp limit .*got 1e-46$"),
     ("limit_nan", ValueError, r"moe_mlp: limit: expected a positive clamp limit .*got nan$"),
+    # NaN or infinite slope or offset would make every output NaN: refused where swiglu_clamped uses them.
+    ("act_alpha_nan", ValueError, r"moe_mlp: act_alpha: expected a finite act_alpha for swiglu_clamped, got nan$"),
+    ("linear_offset_inf", ValueError,
+     r"moe_mlp: linear_offset: expected a finite linear_offset for swiglu_clamped, got -inf$"),
+    ("x_without_columns", ValueError, r"moe_mlp: x: expected H > 0 \(its last dim\), got shape \(64, 0\)$"),
+    ("w_up_without_columns", ValueError, r"moe_mlp: w_up: expected 2I > 0 \(its last dim\), got shape \(4, 32, 0\)$"),
 ])
 def test_moe_mlp_rejects_bad_arguments_by_name(case, error, pattern):
     x, w_up, w_down = randn(64, 32), randn(4, 32, 32, seed=1), randn(4, 16, 32, seed=2)
@@ -315,8 +321,12 @@ def test_moe_mlp_rejects_bad_arguments_by_name(case, error, pattern):
              "limit_str": dict(activation="swiglu_clamped", limit="7"),
              "limit_zero": dict(activation="swiglu_clamped", limit=0.0),
              "limit_f32_zero": dict(activation="swiglu_clamped", limit=1e-46),
-             "limit_nan": dict(activation="swiglu_clamped", limit=float("nan"))}[case]
-    clamp = {k: args.pop(k) for k in ("limit",) if k in args}
+             "limit_nan": dict(activation="swiglu_clamped", limit=float("nan")),
+             "act_alpha_nan": dict(activation="swiglu_clamped", act_alpha=float("nan")),
+             "linear_offset_inf": dict(activation="swiglu_clamped", linear_offset=float("-inf")),
+             "x_without_columns": dict(x=randn(64, 0)),
+             "w_up_without_columns": dict(w_up=randn(4, 32, 0))}[case]
+    clamp = {k: args.pop(k) for k in ("limit", "act_alpha", "linear_offset") if k in args}
     with pytest.raises(error, match=pattern):
         mt.moe_mlp(*args.values(), **clamp)
 
@@ -362,6 +372,11 @@ def test_moe_mlp_module_checks_its_configuration_when_built():
     with pytest.raises(ValueError, match=r"MoEMLP: limit: expected a positive clamp limit for swiglu_clamped"):
         mt.MoEMLP(2, 16, 16, activation="swiglu_clamped", limit=-1.0)
     mt.MoEMLP(2, 16, 16, activation="swiglu", limit=0.0)  # the limit is swiglu_clamped's only
+    with pytest.raises(ValueError, match=r"MoEMLP: act_alpha: expected a finite act_alpha for swiglu_clamped"):
+        mt.MoEMLP(2, 16, 16, activation="swiglu_clamped", act_alpha=float("inf"))
+    with pytest.raises(ValueError, match=r"MoEMLP: linear_offset: expected a finite linear_offset"):
+        mt.MoEMLP(2, 16, 16, activation="swiglu_clamped", linear_offset=float("nan"))
+    mt.MoEMLP(2, 16, 16, activation="geglu", act_alpha=float("nan"))  # as are the slope and the offset
     with pytest.raises(ValueError, match=r"MoEMLP: num_experts: expected at most 1024"):
         mt.MoEMLP(2000, 16, 16, dtype=torch.bfloat16)
     module = mt.MoEMLP(2, 16, 16, dtype=torch.bfloat16)

@@ -124,3 +124,16 @@ def test_compile_fullgraph_moe_mlp_forward_and_backward():
     assert torch.equal(y_eager, y_compiled)
     for g, p in zip(grads_eager, (x, mlp.w_up, mlp.w_down)):
         assert torch.equal(g, p.grad)
+
+
+@pytest.mark.parametrize("zero_tail", [False, True])
+def test_compile_fullgraph_grouped_mm_without_groups(zero_tail):
+    """2-D x 3-D with no groups (E = 0) traces with fullgraph=True: the base-address check, which a traced
+    tensor cannot answer, is left to eager calls. Every row is past the last offset: zeros with zero_tail,
+    else uninitialised (only the shape and dtype are defined)."""
+    a, w, offs = randn(16, 16), randn(0, 16, 8, seed=1), torch.zeros(0, dtype=torch.int32)
+    torch._dynamo.reset()
+    out = torch.compile(lambda a, w, o: mt.grouped_mm(a, w, o, zero_tail=zero_tail), fullgraph=True)(a, w, offs)
+    assert out.shape == (16, 8) and out.dtype == a.dtype
+    if zero_tail:
+        assert torch.equal(out, torch.zeros(16, 8, dtype=a.dtype))

@@ -321,6 +321,12 @@ def test_errors_name_the_operand():
                                          r"swiglu_clamped \(positive in f32\), got 1e-46, which f32 rounds to 0$"):
         ops.grouped_gemm_glu(a, b, offsets, activation="swiglu_clamped", limit=1e-46)
     ops.grouped_gemm_glu(a, weights(2, 16, 32, "nk"), offsets, activation="swiglu_clamped", limit=1e-40)  # subnormal
+    with pytest.raises(ValueError, match=r"grouped_gemm_glu: act_alpha: expected a finite act_alpha for "
+                                         r"swiglu_clamped, got nan$"):
+        ops.grouped_gemm_glu(a, b, offsets, activation="swiglu_clamped", act_alpha=float("nan"))
+    with pytest.raises(ValueError, match=r"grouped_gemm_glu: linear_offset: expected a finite linear_offset for "
+                                         r"swiglu_clamped, got inf$"):
+        ops.grouped_gemm_glu(a, b, offsets, activation="swiglu_clamped", linear_offset=float("inf"))
     # An I that breaks the 16-byte rule blames b, whose N sets it.
     with pytest.raises(ValueError, match=r"grouped_gemm_glu: b: expected I = N/2 with I \* sizeof\(bf16\) a "
                                          r"multiple of 16 bytes .*in d of dtype bf16.*got N=24 \(I=12\)"):

@@ -486,6 +486,31 @@ TEST(Contract, ClampedSwigluNeedsPositiveLimit) {
   EXPECT_EQ(contract::check(x), Device::cuda);
 }
 
+TEST(Contract, ClampedSwigluNeedsFiniteAlphaAndOffset) {
+  Maker m{Device::cuda};
+  auto x = glu_args(m);
+  x.glu.activation = Activation::swiglu_clamped;
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  x.glu.act_alpha = nan;
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm_glu: act_alpha: expected a finite act_alpha for swiglu_clamped", "got nan"});
+  x.glu.act_alpha = -inf;
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument, {"act_alpha", "got -inf"});
+  x.glu.act_alpha = -3.5f;  // any finite value is a valid slope
+  EXPECT_EQ(contract::check(x), Device::cuda);
+  x.glu.linear_offset = inf;
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm_glu: linear_offset: expected a finite linear_offset for swiglu_clamped", "got inf"});
+  // The dGLU takes the same parameters through the same check.
+  auto dg = dglu_args(m);
+  dg.glu.activation = Activation::swiglu_clamped;
+  dg.glu.linear_offset = nan;
+  expect_error([&] { contract::check(dg); }, ErrorCode::invalid_argument, {"grouped_gemm_dglu: linear_offset"});
+  // The other activations ignore them.
+  x.glu.activation = Activation::swiglu;
+  EXPECT_EQ(contract::check(x), Device::cuda);
+}
+
 TEST(Contract, DgluShapesFollowI) {
   Maker m{Device::cuda};
   auto x = dglu_args(m);
