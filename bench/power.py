@@ -187,7 +187,8 @@ def main(argv=None) -> int:
     result = {"gpu": props.name, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
               "power_limit_w": limit, "seconds": args.seconds, "rounds": args.rounds, "rows": []}
     print(f"{props.name}, power limit {limit} W")
-    print(f"{'op':>7} {'workload':>13} {'system':>24} {'TFLOP/s':>8} {'SM MHz':>7} {'W':>6} {'GFLOP/J':>8} {'capped':>6}")
+    print(f"{'op':>7} {'workload':>13} {'system':>24} {'TFLOP/s':>8} {'SM MHz':>7} {'W':>6} {'GFLOP/J':>8} "
+          f"{'capped':>6}")
     for op in args.ops:
         for name in args.only:
             g = gemms[name]
