@@ -11,6 +11,9 @@ on rotating inputs, for --seconds after a one-second warm-up, and reports:
   gflop_per_j   tflops / watts * 1000: the work the system does per joule at that clock;
   capped        the share of samples whose clock event reasons include the software power cap (bit 0x4).
 
+--routing balanced gives every expert M / E rows instead. --pairs adds the system moegemm_pairs to the forward:
+moegemm's linear kernel in cluster pairs that share B by TMA multicast (MOEGEMM_PAIRS=1, set around its calls).
+
 Ops (--ops): `forward` (2-D x 3-D, ragged M): cublas_dense_same_flops = torch.mm (M, K) x (K, N),
 torch_grouped_mm = torch._grouped_mm(a, w, offs=offs) with w (E, K, N), moegemm =
 torch.ops.moegemm.grouped_gemm(a, w, offs, b_layout="kn"); `wgrad` (ragged K, bf16 output):
@@ -19,7 +22,8 @@ moegemm = torch.ops.moegemm.grouped_gemm_wgrad(x, dy, offs, out_dtype=bf16). Sys
 in an order that rotates from round to round; a row reports each system's median over its rounds.
 
 Usage: PYTHONPATH=build/python python3 bench/power.py [--only seed-16k dsv3-up | --only all] [--ops forward wgrad]
-                                                      [--seconds 3] [--rounds 2] [--json out.json]
+                                                      [--seconds 3] [--rounds 2] [--routing balanced] [--pairs]
+                                                      [--json out.json]
 Needs torch with a CUDA GPU, the moegemm torch ops and nvidia-smi; exits 2 without them.
 """
 
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -96,18 +101,30 @@ def run_window(torch, calls, seconds: float) -> tuple[float, float, float, int]:
     return t0, time.time(), start.elapsed_time(stop), n
 
 
-def systems_of(torch, op: str, g: dict, offs, copies: int) -> tuple[float, dict]:
+def moegemm_pairs(torch, a, w, offs):
+    """moegemm's forward on its cluster-pair kernel (MOEGEMM_PAIRS, read at every launch)."""
+    os.environ["MOEGEMM_PAIRS"] = "1"
+    try:
+        return torch.ops.moegemm.grouped_gemm(a, w, offs, b_layout="kn")
+    finally:
+        os.environ.pop("MOEGEMM_PAIRS", None)
+
+
+def systems_of(torch, op: str, g: dict, offs, copies: int, pairs: bool = False) -> tuple[float, dict]:
     m, n, k, e = g["M"], g["N"], g["K"], g["E"]
     bf16 = torch.bfloat16
     if op == "forward":
         sets = [(torch.randn(m, k, device="cuda", dtype=bf16), torch.randn(e, k, n, device="cuda", dtype=bf16) * 0.05)
                 for _ in range(copies)]
         dense = torch.randn(k, n, device="cuda", dtype=bf16) * 0.05
-        return 2.0 * m * n * k, {
+        systems = {
             "cublas_dense_same_flops": [lambda a=a: torch.mm(a, dense) for a, _ in sets],
             "torch_grouped_mm": [lambda a=a, w=w: torch._grouped_mm(a, w, offs=offs) for a, w in sets],
             "moegemm": [lambda a=a, w=w: torch.ops.moegemm.grouped_gemm(a, w, offs, b_layout="kn") for a, w in sets],
         }
+        if pairs:
+            systems["moegemm_pairs"] = [lambda a=a, w=w: moegemm_pairs(torch, a, w, offs) for a, w in sets]
+        return 2.0 * m * n * k, systems
     sets = [(torch.randn(m, k, device="cuda", dtype=bf16), torch.randn(m, n, device="cuda", dtype=bf16) * 0.1)
             for _ in range(copies)]
     return 2.0 * m * n * k, {
@@ -118,11 +135,15 @@ def systems_of(torch, op: str, g: dict, offs, copies: int) -> tuple[float, dict]
     }
 
 
-def measure(torch, op: str, g: dict, seconds: float, rounds: int, l2_bytes: int) -> dict:
-    sizes = group_sizes("uniform", g["M"], g["E"], 0)
+def measure(torch, op: str, g: dict, seconds: float, rounds: int, l2_bytes: int, routing: str = "uniform",
+            pairs: bool = False) -> dict:
+    if routing == "balanced":
+        sizes = [g["M"] // g["E"] + (1 if i < g["M"] % g["E"] else 0) for i in range(g["E"])]
+    else:
+        sizes = group_sizes("uniform", g["M"], g["E"], 0)
     offs = torch.tensor(sizes, device="cuda").cumsum(0).to(torch.int32)
     per_set = 2 * (g["M"] * g["K"] + (g["E"] * g["K"] * g["N"] if op == "forward" else g["M"] * g["N"]))
-    flops, systems = systems_of(torch, op, g, offs, rotation(per_set, l2_bytes, cap=4))
+    flops, systems = systems_of(torch, op, g, offs, rotation(per_set, l2_bytes, cap=4), pairs)
     windows = {name: [] for name in systems}
     sampler = Sampler()
     try:
@@ -159,6 +180,9 @@ def main(argv=None) -> int:
     ap.add_argument("--ops", nargs="+", choices=("forward", "wgrad"), default=["forward", "wgrad"])
     ap.add_argument("--seconds", type=float, default=3.0, help="timed seconds per system and round (> 0)")
     ap.add_argument("--rounds", type=int, default=2, help="rounds (>= 1)")
+    ap.add_argument("--routing", choices=("uniform", "balanced"), default="uniform",
+                    help="group sizes: bench/peers.py's uniform routing, or M / E rows each (default: %(default)s)")
+    ap.add_argument("--pairs", action="store_true", help="also time moegemm's cluster-pair kernel (forward)")
     ap.add_argument("--json", help="write the result here")
     args = ap.parse_args(argv)
     if not args.seconds > 0 or args.rounds < 1:  # `not >` also refuses nan
@@ -185,14 +209,16 @@ def main(argv=None) -> int:
     limit = subprocess.run(["nvidia-smi", "-i", "0", "--query-gpu=power.limit", "--format=csv,noheader,nounits"],
                            capture_output=True, text=True).stdout.strip()
     result = {"gpu": props.name, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-              "power_limit_w": limit, "seconds": args.seconds, "rounds": args.rounds, "rows": []}
+              "power_limit_w": limit, "seconds": args.seconds, "rounds": args.rounds, "routing": args.routing,
+              "rows": []}
     print(f"{props.name}, power limit {limit} W")
     print(f"{'op':>7} {'workload':>13} {'system':>24} {'TFLOP/s':>8} {'SM MHz':>7} {'W':>6} {'GFLOP/J':>8} "
           f"{'capped':>6}")
     for op in args.ops:
         for name in args.only:
             g = gemms[name]
-            systems = measure(torch, op, g, args.seconds, args.rounds, int(getattr(props, "L2_cache_size", 50 << 20)))
+            systems = measure(torch, op, g, args.seconds, args.rounds, int(getattr(props, "L2_cache_size", 50 << 20)),
+                              args.routing, args.pairs)
             result["rows"].append({"op": op, "workload": name, "M": g["M"], "N": g["N"], "K": g["K"], "E": g["E"],
                                    "systems": systems})
             for sys_name, s in systems.items():

@@ -28,8 +28,12 @@ PINGPONG_ENV=(MOEGEMM_GLU_SCHEDULE=pingpong MOEGEMM_DGLU_SCHEDULE=pingpong MOEGE
 # gradient's with its longest-first expert order, on three CTAs: every CTA claims many tiles, and the
 # claimed-tile ring wraps many times.
 DYNAMIC_ENV=(MOEGEMM_TILE_ORDER=dynamic MOEGEMM_MAX_CTAS=3)
+# The linear epilogue's cluster-pair kernel (B multicast; off by default), with the tile widths the heuristic
+# picks on three CTAs (one pair: many tiles each), and with 256-column tiles on the full grid.
+PAIRS_ENV=(MOEGEMM_PAIRS=1 MOEGEMM_MAX_CTAS=3)
+PAIRS256_ENV=(MOEGEMM_PAIRS=1 MOEGEMM_BLOCK_N=256)
 KERNEL_CHOICE_VARS=(MOEGEMM_BLOCK_N MOEGEMM_GLU_SCHEDULE MOEGEMM_DGLU_SCHEDULE MOEGEMM_LINEAR_SCHEDULE
-                    MOEGEMM_WGRAD_SCHEDULE MOEGEMM_MAX_CTAS MOEGEMM_TILE_ORDER)
+                    MOEGEMM_WGRAD_SCHEDULE MOEGEMM_MAX_CTAS MOEGEMM_TILE_ORDER MOEGEMM_PAIRS)
 note() { printf '\n=== %s\n' "$*" | tee -a "$REPORT/summary.txt"; }
 # sanitize LOG LABEL TOOL FILTER [VAR=value ...]: compute-sanitizer TOOL over the GPU tests FILTER with the
 # variables set, its log in $REPORT/LOG.log, its summary line in summary.txt.
@@ -62,15 +66,19 @@ for stage in "${stages[@]}"; do
       # Four times: with the tile widths the heuristic picks (mostly BN = 128, the cooperative kernels and the
       # static tile order at test sizes), with every m-grouped op forced to BN = 256 (MOEGEMM_BLOCK_N), with
       # PINGPONG_ENV, so that every kernel of every op runs, and with DYNAMIC_ENV.
-      for width in heuristic 256 pingpong dynamic; do
+      for width in heuristic 256 pingpong dynamic pairs pairs256; do
         note "GPU tests (ctest -L gpu), tile width: $width"
         unset "${KERNEL_CHOICE_VARS[@]}"
         [ "$width" = 256 ] && export MOEGEMM_BLOCK_N=256
         [ "$width" = pingpong ] && export "${PINGPONG_ENV[@]}"
         [ "$width" = dynamic ] && export "${DYNAMIC_ENV[@]}"
+        [ "$width" = pairs ] && export "${PAIRS_ENV[@]}"
+        [ "$width" = pairs256 ] && export "${PAIRS256_ENV[@]}"
         filter=${MOEGEMM_GTEST_FILTER:-*}
         # three CTAs: all but the 2^31-element case, which they would take minutes over
         [ "$width" != heuristic ] && [ "$width" != 256 ] && filter=${MOEGEMM_GTEST_FILTER:-'*-ForwardGpu.C11*'}
+        # the pair kernel serves the linear epilogue's forward ops only
+        [ "${width#pairs}" != "$width" ] && filter=${MOEGEMM_GTEST_FILTER:-'ForwardGpu.*-ForwardGpu.C11*'}
         "$BUILD"/tests/cpp/moegemm_gpu_tests --gtest_filter="$filter" \
           --gtest_output=xml:"$REPORT/gpu_tests_$width.xml" > "$REPORT/gpu_tests_$width.log" 2>&1 || status=1
         grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|FAILED  \]" "$REPORT/gpu_tests_$width.log" | tee -a "$REPORT/summary.txt"
@@ -107,6 +115,10 @@ for stage in "${stages[@]}"; do
         "$SAN_FWD:ForwardGpu.Glu:BackwardGpu.GarbageOffsets*:BackwardGpu.DgluOptions:BackwardGpu.WgradSkewed*" \
         "${DYNAMIC_ENV[@]}"
       sanitize sanitize_racecheck_dynamic "racecheck (dynamic order)" racecheck "$SAN_SMALL" "${DYNAMIC_ENV[@]}"
+      # The cluster-pair kernel (B multicast into both CTAs, remote stage releases).
+      sanitize sanitize_memcheck_pairs "memcheck (cluster pairs)" memcheck "$SAN_FWD:ForwardGpu.GroupSizeEdgeCases" \
+        "${PAIRS256_ENV[@]}"
+      sanitize sanitize_racecheck_pairs "racecheck (cluster pairs)" racecheck 'ForwardGpu.CasesC03C04C07' "${PAIRS_ENV[@]}"
       ;;
     pytest)
       note "Python tests on the GPU"

@@ -2,6 +2,7 @@
 // instantiations live in their own translation unit (instantiate_*.cu) so that they compile in parallel.
 #pragma once
 
+#include <algorithm>
 #include <mutex>
 #include <string>
 
@@ -38,6 +39,55 @@ template <class Shape, class Scheduler, class Epilogue>
 void launch_kernel(const KernelParams& p, int grid, cudaStream_t stream) {
   launch_persistent<grouped_gemm_kernel<Shape, Scheduler, Epilogue>,
                     SharedLayout<Shape, Scheduler, Epilogue>::kAllocBytes>(p, grid, stream);
+}
+
+/// The cooperative kernel in cluster pairs that multicast B (kernel.cuh, kPair = 2): `grid` CTAs rounded down
+/// to whole pairs, at most as many pairs as fit on the device at once.
+template <class Shape, class Scheduler, class Epilogue>
+void launch_pair_kernel(const KernelParams& p, int grid, cudaStream_t stream) {
+  constexpr auto kKernel = grouped_gemm_kernel<Shape, Scheduler, Epilogue, 2>;
+  constexpr int kSmemBytes = SharedLayout<Shape, Scheduler, Epilogue>::kAllocBytes;
+  cudaLaunchConfig_t config{};
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = 2;
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  config.blockDim = dim3(kKernelThreads);
+  config.dynamicSmemBytes = kSmemBytes;
+  config.stream = stream;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  static int max_pairs = 0;
+  static std::once_flag once;
+  std::call_once(once, [&] {
+    cudaError_t err = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+    if (err == cudaSuccess) {
+      config.gridDim = dim3(2);
+      err = cudaOccupancyMaxActiveClusters(&max_pairs, kKernel, &config);
+    }
+    if (err != cudaSuccess) {
+      throw Error(ErrorCode::cuda_error, std::string("cluster-pair kernel set-up: ") + cudaGetErrorString(err));
+    }
+  });
+  config.gridDim = dim3(2 * std::max(1, std::min(grid / 2, max_pairs)));
+  cudaError_t err = cudaLaunchKernelEx(&config, kKernel, p);
+  if (err == cudaSuccess) err = cudaGetLastError();
+  if (err != cudaSuccess) {
+    throw Error(ErrorCode::cuda_error, std::string("grouped GEMM cluster-pair kernel launch: ") + cudaGetErrorString(err));
+  }
+}
+
+/// m-grouped launch of `Epilogue` in cluster pairs (launch_pair_kernel) with BN = block_n and B's layout.
+template <class Epilogue>
+void dispatch_m_grouped_pairs(const KernelParams& p, int block_n, BLayout layout, int grid, cudaStream_t stream) {
+  if (layout == BLayout::nk) {
+    if (block_n == 256) launch_pair_kernel<TileShape<256, Major::k>, MGroupedScheduler, Epilogue>(p, grid, stream);
+    else launch_pair_kernel<TileShape<128, Major::k>, MGroupedScheduler, Epilogue>(p, grid, stream);
+  } else {
+    if (block_n == 256) launch_pair_kernel<TileShape<256, Major::mn>, MGroupedScheduler, Epilogue>(p, grid, stream);
+    else launch_pair_kernel<TileShape<128, Major::mn>, MGroupedScheduler, Epilogue>(p, grid, stream);
+  }
 }
 
 /// The ping-pong kernel (kernel_pingpong.cuh) of one (tile shape, scheduler, epilogue).

@@ -172,8 +172,30 @@ __device__ __forceinline__ LoadPlan load_plan(const KernelParams& p, const WorkT
   return plan;
 }
 
-template <class Shape, class Scheduler, class Epilogue>
+/// The CTA's scheduler: m-grouped tiles of 128 rows, or of 256 for a cluster pair (kPair = 2), whose CTAs
+/// take 128 rows each.
+template <class Scheduler, int kPair>
+__device__ __forceinline__ Scheduler make_scheduler(typename Scheduler::Storage& storage, const KernelParams& p) {
+  if constexpr (kPair == 1) return Scheduler(storage, p);
+  else return Scheduler(storage, p.offsets, p.num_experts, p.m, p.n_tiles, 128 * kPair);
+}
+
+/// Both CTAs of a cluster pair at this point (all threads): the peer's barriers are initialised before any
+/// multicast or remote arrival reaches them, and neither CTA exits while the peer may still signal it.
+template <int kPair>
+__device__ __forceinline__ void pair_sync() {
+  if constexpr (kPair > 1) {
+    cuda::ptx::barrier_cluster_arrive(cuda::ptx::sem_release);
+    cuda::ptx::barrier_cluster_wait(cuda::ptx::sem_acquire);
+  }
+}
+
+/// kPair = 2 (m-grouped scheduler, linear epilogue): launched in clusters of two CTAs that share each B
+/// tile by TMA multicast (Mainloop); a tile of the scheduler is then 256 rows, rows 128 * rank on being
+/// the CTA's own. Such launches take neither half tiles nor the dynamic order.
+template <class Shape, class Scheduler, class Epilogue, int kPair = 1>
 __global__ void __launch_bounds__(kKernelThreads, 1) grouped_gemm_kernel(const __grid_constant__ KernelParams p) {
+  static_assert(kPair == 1 || Scheduler::kUniformK, "cluster pairs are m-grouped");
   using Layout = SharedLayout<Shape, Scheduler, Epilogue>;
   extern __shared__ uint8_t smem_raw[];
   // Aligned by pointer arithmetic on the shared array (not through an integer), so that the compiler still
@@ -182,14 +204,22 @@ __global__ void __launch_bounds__(kKernelThreads, 1) grouped_gemm_kernel(const _
   // different (longer) SASS.
   const uint32_t misalign = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) & 1023u;
   uint8_t* smem = smem_raw + ((1024u - misalign) & 1023u);
-  Mainloop<Shape> mainloop{smem + Layout::kAOffset, smem + Layout::kBOffset,
-                           reinterpret_cast<uint64_t*>(smem + Layout::kBarrierOffset),
-                           reinterpret_cast<uint64_t*>(smem + Layout::kBarrierOffset) + Shape::kStages};
+  Mainloop<Shape, kPair> mainloop{smem + Layout::kAOffset, smem + Layout::kBOffset,
+                                  reinterpret_cast<uint64_t*>(smem + Layout::kBarrierOffset),
+                                  reinterpret_cast<uint64_t*>(smem + Layout::kBarrierOffset) + Shape::kStages};
+  const int rank = kPair > 1 ? static_cast<int>(cuda::ptx::get_sreg_cluster_ctarank()) : 0;
+  mainloop.rank = static_cast<uint32_t>(rank);
+  // The CTA's rows of a scheduler tile.
+  auto own_rows = [rank](WorkTile tile) {
+    tile.row0 += 128 * rank;
+    tile.m_index = kPair * tile.m_index + rank;
+    return tile;
+  };
   constexpr bool kSavedTile = saved_tile_cols<Epilogue>() > 0;
   constexpr int kSavedPasses = saved_passes<Epilogue, Shape::kBN>();
   uint64_t* saved_full = reinterpret_cast<uint64_t*>(smem + Layout::kBarrierOffset) + 2 * Shape::kStages;
   uint64_t* saved_empty = saved_full + 1;
-  const TileOrder order(p, smem + Layout::kOrderOffset);
+  const TileOrder order(p, smem + Layout::kOrderOffset, kPair);
   if (threadIdx.x == 0) {
     mainloop.init_barriers(2);  // both consumer warpgroups read every stage
     order.init_barriers();
@@ -199,7 +229,9 @@ __global__ void __launch_bounds__(kKernelThreads, 1) grouped_gemm_kernel(const _
     prefetch_maps(p, Scheduler::kUniformK, p.d.ptr != nullptr, p.c.ptr != nullptr);
   }
   // Builds the tile table; its __syncthreads also publishes the barrier initialisation.
-  const Scheduler sched(*reinterpret_cast<typename Scheduler::Storage*>(smem + Layout::kSchedulerOffset), p);
+  const Scheduler sched =
+      make_scheduler<Scheduler, kPair>(*reinterpret_cast<typename Scheduler::Storage*>(smem + Layout::kSchedulerOffset), p);
+  pair_sync<kPair>();
   const int total = sched.total_tiles();
   const int wg = threadIdx.x / 128;
 
@@ -232,12 +264,13 @@ __global__ void __launch_bounds__(kKernelThreads, 1) grouped_gemm_kernel(const _
           saved_phase ^= 1;
         }
       };
-      for (int i = 0, t = blockIdx.x;; ++i) {
+      for (int i = 0, t = order.first;; ++i) {
         if (order.dynamic()) order.publish(i, t);
         if (t >= total) break;
         const int next = order.claim_after(t);
-        const WorkTile tile = sched.tile(t);
-        const LoadPlan plan = load_plan<Shape, Scheduler, Epilogue>(p, tile, acquired_expert);
+        const WorkTile tile = own_rows(sched.tile(t));
+        const LoadPlan plan =
+            load_plan<Shape, Scheduler, Epilogue, kPair == 1 && half_tiles_allowed<Epilogue>()>(p, tile, acquired_expert);
         bool loaded = false;
         if constexpr (kSavedTile) {
           if (p.saved_tile) {
@@ -282,8 +315,8 @@ __global__ void __launch_bounds__(kKernelThreads, 1) grouped_gemm_kernel(const _
     for (int i = 0;; ++i) {
       const int t = order.take(i);
       if (t >= total) break;
-      const WorkTile tile = sched.tile(t);
-      const bool half = half_tiles_allowed<Epilogue>() && p.half_tiles && tile.row_end - tile.row0 <= 64;
+      const WorkTile tile = own_rows(sched.tile(t));
+      const bool half = kPair == 1 && half_tiles_allowed<Epilogue>() && p.half_tiles && tile.row_end - tile.row0 <= 64;
       float acc[kBN / 2];
       if (half) {
         // The first kBN/4 accumulators of the same registers hold the warpgroup's 64 x kBN/2 slice.
@@ -323,6 +356,7 @@ __global__ void __launch_bounds__(kKernelThreads, 1) grouped_gemm_kernel(const _
     }
     staging.drain();
   }
+  pair_sync<kPair>();
 }
 
 }  // namespace moegemm::sm90

@@ -108,6 +108,13 @@ std::optional<bool> dynamic_order_override() {
   return value;
 }
 
+/// MOEGEMM_PAIRS=1 runs the linear epilogue's cooperative launches in cluster pairs that multicast B
+/// (launch_linear_pairs); read at every launch.
+bool pairs_override() {
+  const char* env = std::getenv("MOEGEMM_PAIRS");
+  return env && std::string(env) == "1";
+}
+
 /// MOEGEMM_MAX_CTAS=N (N > 0) caps the persistent grid at N CTAs, so that tests run many tiles per CTA on
 /// small problems; 0 (no cap) when unset or anything else.
 int max_ctas_override() {
@@ -358,11 +365,16 @@ void launch_forward(const ForwardProblem& f, cudaStream_t stream) {
   // than half of it, since each CTA runs two tiles at a time).
   const int64_t max_tiles = ((f.m + 127) / 128 + std::min<int64_t>(f.num_experts, f.m)) * p.n_tiles;
   const int grid = persistent_grid(sms, schedule == Schedule::pingpong ? (max_tiles + 1) / 2 : max_tiles);
-  if (tile_counter && schedule == Schedule::cooperative) {
-    check_cuda(cudaMemsetAsync(tile_counter, 0, 4, stream), "cudaMemsetAsync(tile counter)");
-    p.tile_counter = tile_counter;
+  if (f.epilogue == EpilogueKind::linear && schedule == Schedule::cooperative && pairs_override()) {
+    p.half_tiles = false;
+    launch_linear_pairs(p, block_n, f.b_layout, grid, stream);
+  } else {
+    if (tile_counter && schedule == Schedule::cooperative) {
+      check_cuda(cudaMemsetAsync(tile_counter, 0, 4, stream), "cudaMemsetAsync(tile counter)");
+      p.tile_counter = tile_counter;
+    }
+    launch_m_grouped(f.epilogue, p, block_n, schedule, f.b_layout, grid, stream);
   }
-  launch_m_grouped(f.epilogue, p, block_n, schedule, f.b_layout, grid, stream);
 
   if (p.red.dprob_partials) {
     launch_dprob_finish(p.red.dprob_partials, row_sum_slots, static_cast<float*>(f.dprob.data), f.offsets,

@@ -69,20 +69,44 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
   }
 }
 
-template <class Shape>
+/// Arrives on the mbarrier at the same shared-memory offset as `bar` in CTA `rank` of the cluster (mapa:
+/// cuda::ptx has no wrapper). Release at CTA scope, the instruction's default: with .release.cluster (what
+/// cuda::ptx's remote arrive emits) every k-block waited on the fence, and the pair kernel ran 30% (128 x 256
+/// tiles) to 60% (128 x 128) slower than the single-CTA one; the peer's wgmma reads of the stage have
+/// retired (wgmma.wait_group) before the arrival either way.
+__device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote)
+               : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar))), "r"(rank));
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
+}
+
+/// kPair = 2: the CTA is one of a cluster pair that computes two m-tiles of one expert and n-tile (rows
+/// 128 * rank on), so both read the same B tile. Each CTA's producer loads half of B's sub-boxes and
+/// multicasts them into both CTAs' stages; a stage is refilled once the consumers of both CTAs have
+/// released it (the empty barriers take the peer's arrivals too).
+template <class Shape, int kPair = 1>
 struct Mainloop {
+  static_assert(kPair == 1 || kPair == 2, "single CTAs or cluster pairs");
   uint8_t* a;  // [kStages][kABytes], each 1024-byte aligned
   uint8_t* b;  // [kStages][kBBytes]
   uint64_t* full;
   uint64_t* empty;
+  uint32_t rank = 0;  // the CTA's rank in its pair
 
   /// One thread initialises the ring's barriers: full takes the producer's arrive.expect_tx, empty one
-  /// arrival from each of `consumers` warpgroups that read the stage.
+  /// arrival from each of `consumers` warpgroups that read the stage, in each CTA of the pair.
   __device__ void init_barriers(uint32_t consumers) const {
     for (int s = 0; s < Shape::kStages; ++s) {
       cuda::ptx::mbarrier_init(&full[s], 1);
-      cuda::ptx::mbarrier_init(&empty[s], consumers);
+      cuda::ptx::mbarrier_init(&empty[s], consumers * kPair);
     }
+  }
+
+  /// Consumer warpgroup: releases a stage to the producer(s) that refill it.
+  __device__ void release_stage(int stage) const {
+    cuda::ptx::mbarrier_arrive(&empty[stage]);
+    if constexpr (kPair == 2) mbar_arrive_cluster(&empty[stage], rank ^ 1);
   }
 
   /// Producer: loads k-blocks [kb_begin, kb_end) of one tile. K coordinates start at 0 in every map:
@@ -108,16 +132,26 @@ struct Mainloop {
         }
       }
       uint8_t* b_stage = b + ps.stage * Shape::kBBytes;
+      constexpr int kOwnBoxes = Shape::kSubBoxes / kPair;
 #pragma unroll
-      for (int j = 0; j < Shape::kSubBoxes; ++j) {
+      for (int i = 0; i < kOwnBoxes; ++i) {
+        // The CTA's own sub-boxes: the first half for rank 0, the second for rank 1 (selected rather than
+        // indexed by the rank, which would put the plan in local memory).
+        const int j = (kPair == 2 && rank) ? kOwnBoxes + i : i;
+        const int col = (kPair == 2 && rank) ? plan.b_col[kOwnBoxes + i] : plan.b_col[i];
         int32_t b_coord[3];
         if constexpr (Shape::kBMajor == Major::k) {
-          b_coord[0] = k0; b_coord[1] = plan.b_col[j]; b_coord[2] = plan.b_expert;
+          b_coord[0] = k0; b_coord[1] = col; b_coord[2] = plan.b_expert;
         } else {
-          b_coord[0] = plan.b_col[j]; b_coord[1] = k0; b_coord[2] = plan.b_expert;
+          b_coord[0] = col; b_coord[1] = k0; b_coord[2] = plan.b_expert;
         }
-        cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global, b_stage + j * 8192,
-                                        plan.b_map, b_coord, &full[ps.stage]);
+        if constexpr (kPair == 2) {
+          cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global, b_stage + j * 8192,
+                                          plan.b_map, b_coord, &full[ps.stage], static_cast<uint16_t>(0b11));
+        } else {
+          cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global, b_stage + j * 8192,
+                                          plan.b_map, b_coord, &full[ps.stage]);
+        }
       }
       ps.advance<Shape::kStages>();
     }
@@ -177,13 +211,13 @@ struct Mainloop {
       wgmma_commit();
       (fence_registers(acc), ...);
       wgmma_wait<1>();
-      if (prev_stage >= 0 && releaser) cuda::ptx::mbarrier_arrive(&empty[prev_stage]);
+      if (prev_stage >= 0 && releaser) release_stage(prev_stage);
       prev_stage = ps.stage;
       ps.advance<Shape::kStages>();
     }
     wgmma_wait<0>();
     (fence_registers(acc), ...);
-    if (prev_stage >= 0 && releaser) cuda::ptx::mbarrier_arrive(&empty[prev_stage]);
+    if (prev_stage >= 0 && releaser) release_stage(prev_stage);
   }
 };
 

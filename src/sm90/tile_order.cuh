@@ -36,13 +36,18 @@ struct TileOrder {
   volatile int* slot_tile;
   uint64_t* full;
   uint64_t* empty;
+  int first;   // the CTA's first tile: its block (or, for cluster pairs, cluster) index
+  int stride;  // tiles between the static order's entries: the grid's CTAs (or cluster pairs)
 
-  /// `ring` is kBytes of 8-byte aligned shared memory.
-  __device__ TileOrder(const KernelParams& p, uint8_t* ring)
-      : counter(p.tile_counter),
+  /// `ring` is kBytes of 8-byte aligned shared memory. `pair` = 2: the CTAs of a cluster pair take the same
+  /// tiles, in the static order (the launcher gives pairs no counter).
+  __device__ TileOrder(const KernelParams& p, uint8_t* ring, int pair = 1)
+      : counter(pair == 1 ? p.tile_counter : nullptr),
         slot_tile(reinterpret_cast<int*>(ring + 2 * kSlots * 8)),
         full(reinterpret_cast<uint64_t*>(ring)),
-        empty(reinterpret_cast<uint64_t*>(ring) + kSlots) {}
+        empty(reinterpret_cast<uint64_t*>(ring) + kSlots),
+        first(static_cast<int>(blockIdx.x) / pair),
+        stride(static_cast<int>(gridDim.x) / pair) {}
 
   /// One thread, before the CTA's first __syncthreads.
   __device__ void init_barriers() const {
@@ -57,7 +62,7 @@ struct TileOrder {
   /// Producer: the tile after `t` in the sequence. The dynamic claim is an atomic whose result the caller
   /// should not need before it has issued the loads of t, so that its latency hides under them.
   __device__ int claim_after(int t) const {
-    return dynamic() ? static_cast<int>(gridDim.x) + atomicAdd(counter, 1) : t + static_cast<int>(gridDim.x);
+    return dynamic() ? stride + atomicAdd(counter, 1) : t + stride;
   }
 
   /// Producer (dynamic order): publishes tile t as entry i, once every reader has taken entry i - kSlots.
@@ -70,7 +75,7 @@ struct TileOrder {
 
   /// Consumer thread: entry i of the CTA's sequence (i = 0, 1, ... in order).
   __device__ int take(int i) const {
-    if (!dynamic()) return static_cast<int>(blockIdx.x) + i * static_cast<int>(gridDim.x);
+    if (!dynamic()) return first + i * stride;
     const int slot = i % kSlots;
     mbar_wait(&full[slot], (i / kSlots) & 1);
     const int t = slot_tile[slot];
