@@ -9,7 +9,7 @@ output, then times the three systems interleaved: --rounds rounds of --calls cal
 (CUDA events), and reports each one's median us per call and the ratio default / pair (> 1: the pair kernel is
 faster).
 
-Usage: PYTHONPATH=build/python python3 bench/pairs.py [--only seed-16k dsv3-up] [--rounds 7] [--calls 6]
+Usage: PYTHONPATH=build/python python3 bench/pairs.py [--only seed-16k dsv3-up | --only all] [--rounds 7] [--calls 6]
                                                       [--json out.json]
 Needs torch with a CUDA GPU and the moegemm torch ops; exits 2 without them, 1 when the outputs differ.
 """
@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 from peers import group_sizes, rotation
-from power import moegemm_pairs
+from power import moegemm_pairs, selected_gemms, torch_with_moegemm
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_ONLY = ("seed-16k", "mixtral-up", "mixtral-down", "dsv3-up", "dsv3-down", "qwen3-up", "qwen3-down")
@@ -36,25 +36,17 @@ def first(out):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workloads", default=str(HERE / "workloads" / "moe_workloads.json"))
-    ap.add_argument("--only", nargs="+", default=list(DEFAULT_ONLY), help="GEMM names (default: %(default)s)")
+    ap.add_argument("--only", nargs="+", default=list(DEFAULT_ONLY),
+                    help="GEMM names of the workloads file, or `all` (default: %(default)s)")
     ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds (>= 1)")
     ap.add_argument("--calls", type=int, default=6, help="calls per system and round (>= 1)")
     ap.add_argument("--json", help="write the result here")
     args = ap.parse_args(argv)
     if args.rounds < 1 or args.calls < 1:
         ap.error("--rounds and --calls must be >= 1")
-    try:
-        gemms = {g["name"]: g for g in json.loads(Path(args.workloads).read_text())["gemms"]}
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        ap.error(f"--workloads: cannot read the GEMMs of {args.workloads}: {err!r}")
-    unknown = [name for name in args.only if name not in gemms]
-    if unknown:
-        ap.error(f"--only: unknown GEMM {', '.join(unknown)} (the file has {', '.join(gemms)})")
-    try:
-        import torch
-        import moegemm.torch  # noqa: F401  (registers torch.ops.moegemm)
-    except ImportError as err:
-        print(f"pairs.py: needs torch and the moegemm torch ops: {err}", file=sys.stderr)
+    gemms = selected_gemms(ap, args)
+    torch = torch_with_moegemm("pairs.py")
+    if torch is None:
         return 2
     if not torch.cuda.is_available():
         print("pairs.py: needs a CUDA GPU", file=sys.stderr)

@@ -172,6 +172,32 @@ def measure(torch, op: str, g: dict, seconds: float, rounds: int, l2_bytes: int,
     return out
 
 
+def selected_gemms(ap: argparse.ArgumentParser, args) -> dict:
+    """The GEMMs of args.workloads by name; args.only (`all` for every one) checked against them, through
+    ap.error (exit 2) for an unreadable file or an unknown name."""
+    try:
+        gemms = {g["name"]: g for g in json.loads(Path(args.workloads).read_text())["gemms"]}
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        ap.error(f"--workloads: cannot read the GEMMs of {args.workloads}: {err!r}")
+    if args.only == ["all"]:
+        args.only = list(gemms)
+    unknown = [name for name in args.only if name not in gemms]
+    if unknown:
+        ap.error(f"--only: unknown GEMM {', '.join(unknown)} (the file has {', '.join(gemms)})")
+    return gemms
+
+
+def torch_with_moegemm(program: str):
+    """torch with torch.ops.moegemm registered, or None (said on stderr) when either does not import."""
+    try:
+        import torch
+        import moegemm.torch  # noqa: F401  (registers torch.ops.moegemm)
+    except ImportError as err:
+        print(f"{program}: needs torch and the moegemm torch ops: {err}", file=sys.stderr)
+        return None
+    return torch
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workloads", default=str(HERE / "workloads" / "moe_workloads.json"))
@@ -187,20 +213,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if not args.seconds > 0 or args.rounds < 1:  # `not >` also refuses nan
         ap.error("--seconds must be > 0 and --rounds >= 1")
-    try:
-        gemms = {g["name"]: g for g in json.loads(Path(args.workloads).read_text())["gemms"]}
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        ap.error(f"--workloads: cannot read the GEMMs of {args.workloads}: {err!r}")
-    if args.only == ["all"]:
-        args.only = list(gemms)
-    unknown = [name for name in args.only if name not in gemms]
-    if unknown:
-        ap.error(f"--only: unknown GEMM {', '.join(unknown)} (the file has {', '.join(gemms)})")
-    try:
-        import torch
-        import moegemm.torch  # noqa: F401  (registers torch.ops.moegemm)
-    except ImportError as err:
-        print(f"power.py: needs torch and the moegemm torch ops: {err}", file=sys.stderr)
+    gemms = selected_gemms(ap, args)
+    torch = torch_with_moegemm("power.py")
+    if torch is None:
         return 2
     if not torch.cuda.is_available() or shutil.which("nvidia-smi") is None:
         print("power.py: needs a CUDA GPU and nvidia-smi", file=sys.stderr)
