@@ -7,7 +7,7 @@ rows it does not store. For each selected GEMM of the workloads file and each ro
 per expert; `uniform`: bench/peers.py's group sizes) this checks that both kernels give bitwise the same
 output, then times the three systems interleaved: --rounds rounds of --calls calls each on rotating inputs
 (CUDA events), and reports each one's median us per call and the ratio default / pair (> 1: the pair kernel is
-faster). Launches the heuristic puts on the ping-pong kernel (gpt-oss, seed-2k to seed-8k) run it in both
+faster). Launches the heuristic puts on the ping-pong kernel (gpt-oss, seed-2k, seed-4k) run it in both
 columns.
 
 Usage: PYTHONPATH=build/python python3 bench/pairs.py [--only seed-16k dsv3-up | --only all] [--rounds 7] [--calls 6]
