@@ -56,12 +56,19 @@ def clamp_limit(op: str, activation: str, limit) -> float:
     return value
 
 
+# The smallest double that f32 rounds to infinity: halfway between the largest f32 and 2^128 (ties go to the
+# even 2^128).
+_F32_ROUNDS_TO_INF = 2.0 ** 128 - 2.0 ** 103
+
+
 def clamp_parameter(op: str, activation: str, name: str, value) -> float:
     """act_alpha or linear_offset as a static float; ValueError where swiglu_clamped uses it and it is NaN or
-    infinite (every output would be NaN), as the ops' contract checks it."""
+    infinite as the kernels take it, in f32 (every output would be NaN), as the ops' contract checks it."""
     value = static_float(op, name, value)
-    if activation == "swiglu_clamped" and not np.isfinite(value):
-        raise ValueError(f"moegemm.jax.{op}: {name}: expected a finite {name} for swiglu_clamped, got {value}")
+    if activation == "swiglu_clamped" and not abs(value) < _F32_ROUNDS_TO_INF:  # `not <` also refuses NaN
+        got = f"{value}" if not np.isfinite(value) else f"{value}, which f32 rounds to inf"
+        raise ValueError(f"moegemm.jax.{op}: {name}: expected a finite {name} for swiglu_clamped (in f32), "
+                         f"got {got}")
     return value
 
 

@@ -100,12 +100,18 @@ def _clamp_parameter(name: str, value, op: str = _OP) -> float:
     return float(value)
 
 
+# The smallest double that f32 rounds to infinity: halfway between the largest f32 and 2^128 (ties go to the
+# even 2^128).
+_F32_ROUNDS_TO_INF = 2.0 ** 128 - 2.0 ** 103
+
+
 def _clamp_finite(op: str, activation: str, name: str, value) -> float:
     """act_alpha or linear_offset as a float; ValueError naming it where swiglu_clamped uses it and it is NaN
-    or infinite (every output would be NaN), as the ops' contract checks it."""
+    or infinite as the kernels take it, in f32 (every output would be NaN), as the ops' contract checks it."""
     value = _clamp_parameter(name, value, op)
-    if activation == "swiglu_clamped" and not math.isfinite(value):
-        raise ValueError(f"{op}: {name}: expected a finite {name} for swiglu_clamped, got {value!r}")
+    if activation == "swiglu_clamped" and not abs(value) < _F32_ROUNDS_TO_INF:  # `not <` also refuses NaN
+        got = f"{value!r}" if not math.isfinite(value) else f"{value!r}, which f32 rounds to inf"
+        raise ValueError(f"{op}: {name}: expected a finite {name} for swiglu_clamped (in f32), got {got}")
     return value
 
 

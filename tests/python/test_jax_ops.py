@@ -247,10 +247,10 @@ def test_trace_time_errors_name_the_operand():
     with pytest.raises(ValueError, match=r"grouped_gemm_glu: limit: expected a positive clamp limit for "
                                          r"swiglu_clamped \(in f32.*\), got 0.0"):
         mj.grouped_gemm_glu(a, b, off, activation="swiglu_clamped", limit=0)
-    for name in ("act_alpha", "linear_offset"):  # NaN or infinity there would make every output NaN
-        for bad in (float("nan"), float("-inf")):
+    for name in ("act_alpha", "linear_offset"):  # NaN or infinity there (in f32) would make every output NaN
+        for bad, got in ((float("nan"), "nan"), (float("-inf"), "-inf"), (1e39, "1e\\+39, which f32 rounds to inf")):
             with pytest.raises(ValueError, match=rf"grouped_gemm_glu: {name}: expected a finite {name} for "
-                                                 rf"swiglu_clamped, got"):
+                                                 rf"swiglu_clamped \(in f32\), got {got}$"):
                 mj.grouped_gemm_glu(a, b, off, activation="swiglu_clamped", **{name: bad})
         mj.grouped_gemm_glu(a, b, off, activation="swiglu", **{name: float("nan")})  # swiglu ignores them
     with pytest.raises(TypeError, match=r"grouped_gemm: d_dtype: expected one of .*got 'bogus'"):

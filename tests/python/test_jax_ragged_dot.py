@@ -430,6 +430,8 @@ def test_moe_mlp_offsets_argument_and_errors():
     with pytest.raises(ValueError, match=r"moe_mlp: linear_offset: expected a finite linear_offset"):
         mj.moe_mlp(x, w_up, w_down, group_sizes=jnp.array([10, 22]), activation="swiglu_clamped",
                    linear_offset=float("inf"))
+    with pytest.raises(ValueError, match=r"moe_mlp: act_alpha: .*got 1e\+300, which f32 rounds to inf$"):
+        mj.moe_mlp(x, w_up, w_down, group_sizes=jnp.array([10, 22]), activation="swiglu_clamped", act_alpha=1e300)
     # H = 0 or I = 0 is refused by moe_mlp's own names, not by the inner ops'.
     with pytest.raises(ValueError, match=r"moe_mlp: x: expected H > 0 \(its last dim\), got shape \(32, 0\)"):
         mj.moe_mlp(x[:, :0], w_up[:, :0], w_down[:, :, :0], group_sizes=jnp.array([10, 22]))

@@ -303,9 +303,17 @@ def test_moe_mlp_errors_name_its_own_operands(case, pattern):
     ("limit_f32_zero", ValueError, r"moe_mlp: limit: expected a positive clamp limit .*got 1e-46$"),
     ("limit_nan", ValueError, r"moe_mlp: limit: expected a positive clamp limit .*got nan$"),
     # NaN or infinite slope or offset would make every output NaN: refused where swiglu_clamped uses them.
-    ("act_alpha_nan", ValueError, r"moe_mlp: act_alpha: expected a finite act_alpha for swiglu_clamped, got nan$"),
+    ("act_alpha_nan", ValueError,
+     r"moe_mlp: act_alpha: expected a finite act_alpha for swiglu_clamped \(in f32\), got nan$"),
     ("linear_offset_inf", ValueError,
-     r"moe_mlp: linear_offset: expected a finite linear_offset for swiglu_clamped, got -inf$"),
+     r"moe_mlp: linear_offset: expected a finite linear_offset for swiglu_clamped \(in f32\), got -inf$"),
+    # Finite in f64 but not as the kernels take it (the inner op would report inf).
+    ("act_alpha_f32_inf", ValueError,
+     r"moe_mlp: act_alpha: expected a finite act_alpha for swiglu_clamped \(in f32\), got 1e\+300, which f32 "
+     r"rounds to inf$"),
+    ("linear_offset_f32_inf", ValueError,
+     r"moe_mlp: linear_offset: expected a finite linear_offset .*got -3\.4028235677973366e\+38, which f32 rounds "
+     r"to inf$"),
     ("x_without_columns", ValueError, r"moe_mlp: x: expected H > 0 \(its last dim\), got shape \(64, 0\)$"),
     ("w_up_without_columns", ValueError, r"moe_mlp: w_up: expected 2I > 0 \(its last dim\), got shape \(4, 32, 0\)$"),
 ])
@@ -324,6 +332,8 @@ def test_moe_mlp_rejects_bad_arguments_by_name(case, error, pattern):
              "limit_nan": dict(activation="swiglu_clamped", limit=float("nan")),
              "act_alpha_nan": dict(activation="swiglu_clamped", act_alpha=float("nan")),
              "linear_offset_inf": dict(activation="swiglu_clamped", linear_offset=float("-inf")),
+             "act_alpha_f32_inf": dict(activation="swiglu_clamped", act_alpha=1e300),
+             "linear_offset_f32_inf": dict(activation="swiglu_clamped", linear_offset=-(2.0 ** 128 - 2.0 ** 103)),
              "x_without_columns": dict(x=randn(64, 0)),
              "w_up_without_columns": dict(w_up=randn(4, 32, 0))}[case]
     clamp = {k: args.pop(k) for k in ("limit", "act_alpha", "linear_offset") if k in args}
@@ -376,6 +386,10 @@ def test_moe_mlp_module_checks_its_configuration_when_built():
         mt.MoEMLP(2, 16, 16, activation="swiglu_clamped", act_alpha=float("inf"))
     with pytest.raises(ValueError, match=r"MoEMLP: linear_offset: expected a finite linear_offset"):
         mt.MoEMLP(2, 16, 16, activation="swiglu_clamped", linear_offset=float("nan"))
+    with pytest.raises(ValueError, match=r"MoEMLP: act_alpha: .*got 1e\+39, which f32 rounds to inf$"):
+        mt.MoEMLP(2, 16, 16, activation="swiglu_clamped", act_alpha=1e39)  # refused when built, not at forward
+    # The largest double that f32 rounds to its largest finite value is taken.
+    mt.MoEMLP(2, 16, 16, activation="swiglu_clamped", act_alpha=2.0 ** 128 - 2.0 ** 103 - 2.0 ** 75)
     mt.MoEMLP(2, 16, 16, activation="geglu", act_alpha=float("nan"))  # as are the slope and the offset
     with pytest.raises(ValueError, match=r"MoEMLP: num_experts: expected at most 1024"):
         mt.MoEMLP(2000, 16, 16, dtype=torch.bfloat16)

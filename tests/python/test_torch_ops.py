@@ -327,6 +327,12 @@ def test_errors_name_the_operand():
     with pytest.raises(ValueError, match=r"grouped_gemm_glu: linear_offset: expected a finite linear_offset for "
                                          r"swiglu_clamped, got inf$"):
         ops.grouped_gemm_glu(a, b, offsets, activation="swiglu_clamped", linear_offset=float("inf"))
+    # A finite value that f32 rounds to infinity is named with the value given.
+    with pytest.raises(ValueError, match=r"grouped_gemm_glu: act_alpha: expected a finite act_alpha for "
+                                         r"swiglu_clamped \(finite in f32\), got 1e\+300, which f32 rounds to inf$"):
+        ops.grouped_gemm_glu(a, b, offsets, activation="swiglu_clamped", act_alpha=1e300)
+    with pytest.raises(ValueError, match=r"grouped_gemm_glu: linear_offset: .*got -1e\+39, which f32 rounds to inf$"):
+        ops.grouped_gemm_glu(a, b, offsets, activation="swiglu_clamped", linear_offset=-1e39)
     # An I that breaks the 16-byte rule blames b, whose N sets it.
     with pytest.raises(ValueError, match=r"grouped_gemm_glu: b: expected I = N/2 with I \* sizeof\(bf16\) a "
                                          r"multiple of 16 bytes .*in d of dtype bf16.*got N=24 \(I=12\)"):
