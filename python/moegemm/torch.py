@@ -45,9 +45,61 @@ from ._torch_options import check_choice as _check_choice
 torch.ops.load_library(str(library_path("moegemm_torch")))
 
 
-def _weights_n(op: str, b: torch.Tensor, b_layout: str) -> int:
+def _dims(t: torch.Tensor) -> str:
+    """A shape as the C++ ops print it: (4, 48) and (64)."""
+    return "(" + ", ".join(str(d) for d in t.shape) + ")"
+
+
+def _require(ok, message) -> None:
+    """ValueError with message() unless ok; on symbolic shapes a runtime assertion of the compiled graph."""
+    torch._check_value(ok, message)
+
+
+def _rank(op: str, name: str, t: torch.Tensor, rank: int, what: str) -> None:
+    _require(t.dim() == rank, lambda: f"{op}: {name}: expected a {rank}-D {what} tensor, got shape {_dims(t)}")
+
+
+def _weights_n(op: str, a: torch.Tensor, b: torch.Tensor, b_layout: str, offsets=None) -> int:
+    """N of the weights, after the checks of the ranks and of the dims shared with a (K) and offsets (E) that
+    the C++ ops make, with their messages. The fake kernels read the output shapes from these dims; the
+    other rules (dtypes, strides, alignment, optional operands) are checked when the op runs."""
     _check_choice(op, "b_layout", b_layout, _B_LAYOUTS)
-    return b.shape[-2] if b_layout == "nk" else b.shape[-1]
+    nk, grouped = b_layout == "nk", offsets is not None
+    _rank(op, "a", a, 2, "(M, K) activation" if grouped else "(M, K)")
+    layout = "(N, K)" if nk else "(K, N)"
+    _rank(op, "b", b, 3 if grouped else 2, f"(E, {layout[1:]} weight" if grouped else f"{layout} weight")
+    k = a.shape[1]
+    kn = f"N, K={k}" if nk else f"K={k}, N"
+    if grouped:
+        _require(offsets.dim() == 1, lambda: f"{op}: offsets: expected shape (E,), got {_dims(offsets)}")
+        e = offsets.shape[0]
+        shape = lambda: f"{op}: b: expected shape (E={e}, {kn}) with E from offsets, K from a, got {_dims(b)}"
+        _require(b.shape[0] == e, shape)
+        _require(b.shape[2 if nk else 1] == k, shape)
+    else:
+        _require(b.shape[1 if nk else 0] == k, lambda: f"{op}: b: expected shape ({kn}) with K from a, got {_dims(b)}")
+    return b.shape[-2] if nk else b.shape[-1]
+
+
+def _saved(op: str, a: torch.Tensor, c: torch.Tensor, n: int, columns: str) -> None:
+    """The backward ops' saved pre-activation c: (M, n) with M from a; `columns` names n, e.g. "2I" or "N"."""
+    _rank(op, "c", c, 2, "(M, N) saved pre-activation")
+    m = a.shape[0]
+    shape = lambda: (f"{op}: c: expected shape (M={m}, {columns}={n}) with M from a, {columns} from b, "
+                     f"got {_dims(c)}")
+    _require(c.shape[0] == m, shape)
+    _require(c.shape[1] == n, shape)
+
+
+def _wgrad_hn(op: str, x: torch.Tensor, dy: torch.Tensor, offsets: torch.Tensor) -> tuple:
+    """(E, H, N) of a weight gradient after the C++ op's checks of ranks and of M shared by x and dy."""
+    _rank(op, "x", x, 2, "(M, H)")
+    _rank(op, "dy", dy, 2, "(M, N)")
+    _require(offsets.dim() == 1, lambda: f"{op}: offsets: expected a 1-D (E,) int32 tensor, got shape "
+                                         f"{_dims(offsets)}")
+    m = x.shape[0]
+    _require(dy.shape[0] == m, lambda: f"{op}: dy: expected shape (M={m}, N) with M from x, got {_dims(dy)}")
+    return offsets.shape[0], x.shape[1], dy.shape[1]
 
 
 def _same_device(op: str, **tensors) -> None:
@@ -73,7 +125,7 @@ def _absent(like: torch.Tensor) -> torch.Tensor:
 def _grouped_gemm_fake(a, b, offsets, *, b_layout="nk", alpha=None, prob=None, bias=None, generate_c=False,
                        out_dtype=None, zero_tail=False, validate=False):
     _same_device("grouped_gemm", a=a, b=b, offsets=offsets, alpha=alpha, prob=prob, bias=bias)
-    n = _weights_n("grouped_gemm", b, b_layout)
+    n = _weights_n("grouped_gemm", a, b, b_layout, offsets)
     d = a.new_empty((a.shape[0], n), dtype=out_dtype or a.dtype)
     return d, (d.new_empty((a.shape[0], n)) if generate_c else _absent(d))
 
@@ -86,7 +138,7 @@ def _grouped_gemm_glu_fake(a, b, offsets, *, b_layout="nk", alpha=None, prob=Non
     _same_device("grouped_gemm_glu", a=a, b=b, offsets=offsets, alpha=alpha, prob=prob, bias=bias)
     _check_choice("grouped_gemm_glu", "activation", activation, _ACTIVATIONS)
     _check_choice("grouped_gemm_glu", "glu_layout", glu_layout, _GLU_LAYOUTS)
-    n = _weights_n("grouped_gemm_glu", b, b_layout)
+    n = _weights_n("grouped_gemm_glu", a, b, b_layout, offsets)
     d = a.new_empty((a.shape[0], n // 2), dtype=out_dtype or a.dtype)
     return d, (d.new_empty((a.shape[0], n)) if generate_c else _absent(d))
 
@@ -95,7 +147,7 @@ def _grouped_gemm_glu_fake(a, b, offsets, *, b_layout="nk", alpha=None, prob=Non
 def _grouped_gemm_srelu_fake(a, b, offsets, *, b_layout="nk", alpha=None, prob=None, bias=None,
                              generate_c=False, out_dtype=None, zero_tail=False, validate=False):
     _same_device("grouped_gemm_srelu", a=a, b=b, offsets=offsets, alpha=alpha, prob=prob, bias=bias)
-    n = _weights_n("grouped_gemm_srelu", b, b_layout)
+    n = _weights_n("grouped_gemm_srelu", a, b, b_layout, offsets)
     d = a.new_empty((a.shape[0], n), dtype=out_dtype or a.dtype)
     return d, (d.new_empty((a.shape[0], n)) if generate_c else _absent(d))
 
@@ -125,7 +177,8 @@ def _grouped_gemm_dglu_fake(a, b, c, offsets, *, b_layout="nk", alpha=None, beta
     _same_device("grouped_gemm_dglu", a=a, b=b, c=c, offsets=offsets, alpha=alpha, beta=beta, prob=prob)
     _check_choice("grouped_gemm_dglu", "activation", activation, _ACTIVATIONS)
     _check_choice("grouped_gemm_dglu", "glu_layout", glu_layout, _GLU_LAYOUTS)
-    n = _weights_n("grouped_gemm_dglu", b, b_layout)
+    n = _weights_n("grouped_gemm_dglu", a, b, b_layout, offsets)
+    _saved("grouped_gemm_dglu", a, c, 2 * n, "2I")
     return _backward_outputs("grouped_gemm_dglu", a, c, offsets, 2 * n, 2, compute_dprob, compute_dbias,
                              compute_amax, dc_dtype, dbias_dtype)
 
@@ -135,7 +188,8 @@ def _grouped_gemm_dsrelu_fake(a, b, c, offsets, *, b_layout="nk", alpha=None, pr
                               compute_dbias=False, compute_amax=False, dc_dtype=None, dbias_dtype=None,
                               zero_tail=False, validate=False):
     _same_device("grouped_gemm_dsrelu", a=a, b=b, c=c, offsets=offsets, alpha=alpha, prob=prob)
-    n = _weights_n("grouped_gemm_dsrelu", b, b_layout)
+    n = _weights_n("grouped_gemm_dsrelu", a, b, b_layout, offsets)
+    _saved("grouped_gemm_dsrelu", a, c, n, "N")
     return _backward_outputs("grouped_gemm_dsrelu", a, c, offsets, n, 1, compute_dprob, compute_dbias,
                              compute_amax, dc_dtype, dbias_dtype)
 
@@ -143,13 +197,21 @@ def _grouped_gemm_dsrelu_fake(a, b, c, offsets, *, b_layout="nk", alpha=None, pr
 @torch.library.register_fake("moegemm::grouped_gemm_wgrad")
 def _grouped_gemm_wgrad_fake(x, dy, offsets, *, transpose_output=False, out_dtype=None, validate=False):
     _same_device("grouped_gemm_wgrad", x=x, dy=dy, offsets=offsets)
-    e, h, n = offsets.shape[0], x.shape[1], dy.shape[1]
+    e, h, n = _wgrad_hn("grouped_gemm_wgrad", x, dy, offsets)
     return x.new_empty((e, n, h) if transpose_output else (e, h, n), dtype=out_dtype or _f32_default(x))
 
 
 @torch.library.register_fake("moegemm::grouped_gemm_wgrad.accumulate")
 def _grouped_gemm_wgrad_accumulate_fake(x, dy, offsets, w, *, transpose_output=False, validate=False):
     _same_device("grouped_gemm_wgrad", x=x, dy=dy, offsets=offsets, w=w)
+    e, h, n = _wgrad_hn("grouped_gemm_wgrad", x, dy, offsets)
+    _rank("grouped_gemm_wgrad.accumulate", "w", w, 3, "(E, H, N)")
+    shape = lambda: (f"grouped_gemm_wgrad: w: expected shape (E={e}, N={n}, H={h}) with E from offsets, N from dy, "
+                     f"H from x, got {_dims(w)}" if transpose_output else
+                     f"grouped_gemm_wgrad: w: expected shape (E={e}, H={h}, N={n}) with E from offsets, H from x, "
+                     f"N from dy, got {_dims(w)}")
+    for dim, size in enumerate((e, n, h) if transpose_output else (e, h, n)):
+        _require(w.shape[dim] == size, shape)
     return None
 
 
@@ -158,7 +220,7 @@ def _gemm_swiglu_fake(a, b, *, b_layout="nk", alpha=1.0, glu_layout="interleaved
                       out_dtype=None):
     _same_device("gemm_swiglu", a=a, b=b)
     _check_choice("gemm_swiglu", "glu_layout", glu_layout, _GLU_LAYOUTS)
-    n = _weights_n("gemm_swiglu", b, b_layout)
+    n = _weights_n("gemm_swiglu", a, b, b_layout)
     return (a.new_empty((a.shape[0], n), dtype=ab12_dtype or _f32_default(a)),
             a.new_empty((a.shape[0], n // 2), dtype=out_dtype or a.dtype))
 
@@ -166,14 +228,14 @@ def _gemm_swiglu_fake(a, b, *, b_layout="nk", alpha=1.0, glu_layout="interleaved
 @torch.library.register_fake("moegemm::gemm_amax")
 def _gemm_amax_fake(a, b, *, b_layout="nk", out_dtype=None):
     _same_device("gemm_amax", a=a, b=b)
-    n = _weights_n("gemm_amax", b, b_layout)
+    n = _weights_n("gemm_amax", a, b, b_layout)
     return a.new_empty((a.shape[0], n), dtype=out_dtype or a.dtype), a.new_empty((1,), dtype=torch.float32)
 
 
 @torch.library.register_fake("moegemm::gemm_srelu")
 def _gemm_srelu_fake(a, b, *, b_layout="nk", alpha=1.0, prob=None, generate_c=False, out_dtype=None):
     _same_device("gemm_srelu", a=a, b=b, prob=prob)
-    n = _weights_n("gemm_srelu", b, b_layout)
+    n = _weights_n("gemm_srelu", a, b, b_layout)
     d = a.new_empty((a.shape[0], n), dtype=out_dtype or a.dtype)
     return d, (d.new_empty((a.shape[0], n)) if generate_c else _absent(d))
 
@@ -181,7 +243,8 @@ def _gemm_srelu_fake(a, b, *, b_layout="nk", alpha=1.0, prob=None, generate_c=Fa
 @torch.library.register_fake("moegemm::gemm_dsrelu")
 def _gemm_dsrelu_fake(a, b, c, *, b_layout="nk", alpha=1.0, prob=None, compute_dprob=False, out_dtype=None):
     _same_device("gemm_dsrelu", a=a, b=b, c=c, prob=prob)
-    n = _weights_n("gemm_dsrelu", b, b_layout)
+    n = _weights_n("gemm_dsrelu", a, b, b_layout)
+    _saved("gemm_dsrelu", a, c, n, "N")
     dc = a.new_empty((a.shape[0], n), dtype=out_dtype or c.dtype)
     return dc, (a.new_empty((a.shape[0],), dtype=torch.float32) if compute_dprob else _absent(dc))
 

@@ -393,3 +393,50 @@ def test_8bit_inputs_are_unsupported_on_every_backend(device, op):
     }
     with pytest.raises(NotImplementedError, match=op + r": .*8-bit inputs are not supported"):
         calls[op]()
+
+
+def _bad_shape_calls():
+    """(id, call(device) -> None): calls whose ranks or shared dims (M, K, E, N) do not agree."""
+    bf = torch.bfloat16
+
+    def t(*shape, dtype=bf):
+        return lambda dev: torch.ones(*shape, dtype=dtype, device=dev)
+
+    a, off = t(32, 64), (lambda dev: torch.tensor([8, 16, 24, 32], dtype=torch.int32, device=dev))
+    cases = {
+        "grouped_a_1d": lambda d: ops.grouped_gemm(t(64)(d), t(4, 48, 64)(d), off(d)),
+        "grouped_b_2d": lambda d: ops.grouped_gemm(a(d), t(48, 64)(d), off(d), b_layout="kn"),
+        "grouped_k": lambda d: ops.grouped_gemm(a(d), t(4, 48, 32)(d), off(d)),
+        "grouped_k_kn": lambda d: ops.grouped_gemm_srelu(a(d), t(4, 32, 48)(d), off(d), b_layout="kn"),
+        "grouped_e": lambda d: ops.grouped_gemm_glu(a(d), t(4, 48, 64)(d), off(d)[:3]),
+        "grouped_offsets_2d": lambda d: ops.grouped_gemm(a(d), t(4, 48, 64)(d), off(d).reshape(2, 2)),
+        "dglu_c_columns": lambda d: ops.grouped_gemm_dglu(t(32, 48)(d), t(4, 48, 48)(d), t(32, 64)(d), off(d)),
+        "dglu_c_1d": lambda d: ops.grouped_gemm_dglu(t(32, 48)(d), t(4, 48, 48)(d), t(96)(d), off(d)),
+        "dsrelu_c_rows": lambda d: ops.grouped_gemm_dsrelu(t(32, 48)(d), t(4, 48, 48)(d), t(31, 48)(d), off(d)),
+        "dense_k": lambda d: ops.gemm_amax(a(d), t(48, 32)(d)),
+        "dense_k_kn": lambda d: ops.gemm_swiglu(a(d), t(32, 48)(d), b_layout="kn"),
+        "dense_b_3d": lambda d: ops.gemm_srelu(a(d), t(4, 32, 48)(d)),
+        "dense_c_rows": lambda d: ops.gemm_dsrelu(t(32, 48)(d), t(48, 48)(d), t(31, 48)(d)),
+        "wgrad_x_1d": lambda d: ops.grouped_gemm_wgrad(t(64)(d), t(32, 48)(d), off(d)),
+        "wgrad_dy_rows": lambda d: ops.grouped_gemm_wgrad(a(d), t(31, 48)(d), off(d)),
+        "wgrad_offsets_2d": lambda d: ops.grouped_gemm_wgrad(a(d), t(32, 48)(d), off(d)[None]),
+        "wgrad_w_2d": lambda d: ops.grouped_gemm_wgrad.accumulate(a(d), t(32, 48)(d), off(d),
+                                                                  t(4, 64, dtype=torch.float32)(d)),
+        "wgrad_w_shape": lambda d: ops.grouped_gemm_wgrad.accumulate(a(d), t(32, 48)(d), off(d),
+                                                                     t(4, 64, 47, dtype=torch.float32)(d)),
+        "wgrad_w_transposed": lambda d: ops.grouped_gemm_wgrad.accumulate(
+            a(d), t(32, 48)(d), off(d), t(4, 64, 48, dtype=torch.float32)(d), transpose_output=True),
+    }
+    return list(cases.items())
+
+
+@pytest.mark.parametrize("case, call", _bad_shape_calls(), ids=[c for c, _ in _bad_shape_calls()])
+def test_fake_kernels_refuse_bad_shapes_as_the_ops_do(case, call):
+    """On meta tensors (and under torch.compile) the fake kernel runs instead of the C++ op: it raises the
+    op's ValueError, word for word, for ranks and shared dims, rather than an IndexError or outputs of a
+    made-up shape."""
+    with pytest.raises(ValueError) as eager:
+        call("cpu")
+    with pytest.raises(ValueError) as fake:
+        call("meta")
+    assert str(fake.value) == str(eager.value).split("\n")[0]
