@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,10 @@ int main(int argc, char** argv) {
   } catch (const UsageError& e) {
     std::fprintf(stderr, "moegemm: %s\n(moegemm --help lists the commands and options)\n", e.what());
     return 2;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "moegemm: error: out of host memory for the problem's tensors (std::bad_alloc); "
+                         "give fewer --tokens or smaller sizes\n");
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "moegemm: error: %s\n", e.what());
     return 1;

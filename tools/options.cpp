@@ -5,6 +5,7 @@
 #include <fstream>
 #include <map>
 #include <functional>
+#include <limits>
 
 #include <unistd.h>
 
@@ -13,13 +14,22 @@
 namespace moegemm::cli {
 namespace {
 
-int64_t parse_int(const std::string& flag, const std::string& text, int64_t min) {
+int64_t parse_int(const std::string& flag, const std::string& text, int64_t min,
+                  int64_t max = std::numeric_limits<int64_t>::max()) {
   int64_t v = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec == std::errc::result_out_of_range && end == text.data() + text.size())
+    throw UsageError(flag + ": must be <= " + std::to_string(max) + ", got " + text);
   if (ec != std::errc() || end != text.data() + text.size())
     throw UsageError(flag + ": expected an integer, got '" + text + "'");
   if (v < min) throw UsageError(flag + ": must be >= " + std::to_string(min) + ", got " + text);
+  if (v > max) throw UsageError(flag + ": must be <= " + std::to_string(max) + ", got " + text);
   return v;
+}
+
+/// An int flag (iteration counts): parse_int bounded by INT_MAX, so that the value is never truncated.
+int parse_int32(const std::string& flag, const std::string& text, int min) {
+  return static_cast<int>(parse_int(flag, text, min, std::numeric_limits<int>::max()));
 }
 
 using Handler = std::function<void(const std::string&)>;
@@ -86,8 +96,8 @@ RunOptions parse_run_options(const std::vector<std::string>& args) {
          o.json = v;
        }},
       {"--workloads", [&](const std::string& v) { o.workloads = v; }},
-      {"--iters", [&](const std::string& v) { o.iters = static_cast<int>(parse_int("--iters", v, 1)); }},
-      {"--warmup", [&](const std::string& v) { o.warmup = static_cast<int>(parse_int("--warmup", v, 0)); }},
+      {"--iters", [&](const std::string& v) { o.iters = parse_int32("--iters", v, 1); }},
+      {"--warmup", [&](const std::string& v) { o.warmup = parse_int32("--warmup", v, 0); }},
       {"--oracle",
        [&](const std::string& v) {
          if (v == "reference") o.oracle = Oracle::reference;
@@ -135,8 +145,8 @@ GemmOptions parse_gemm_options(const std::vector<std::string>& args) {
          else if (v == "nk") o.layout = BLayout::nk;
          else throw UsageError("--layout: expected kn or nk, got '" + v + "'");
        }},
-      {"--iters", [&](const std::string& v) { o.iters = static_cast<int>(parse_int("--iters", v, 1)); }},
-      {"--warmup", [&](const std::string& v) { o.warmup = static_cast<int>(parse_int("--warmup", v, 0)); }},
+      {"--iters", [&](const std::string& v) { o.iters = parse_int32("--iters", v, 1); }},
+      {"--warmup", [&](const std::string& v) { o.warmup = parse_int32("--warmup", v, 0); }},
       {"--json", [&](const std::string& v) { if (v != "-") check_writable_path(v); o.json = v; }},
   });
   if (o.m == 0 || o.n == 0 || o.k == 0 || o.e == 0) throw UsageError("gemm: --m, --n, --k and --e are required");

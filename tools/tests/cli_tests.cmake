@@ -60,6 +60,10 @@ moegemm_cli_test(run_json_to_stdout COMMAND ${_expect_2} ${_cli} run --backend c
                  REGEX "--json: run prints its table on standard output")
 moegemm_cli_test(non_numeric_tokens COMMAND ${_expect_2} ${_cli} run --tokens many
                  REGEX "--tokens: expected an integer, got 'many'")
+moegemm_cli_test(tokens_out_of_range COMMAND ${_expect_2} ${_cli} run --tokens 99999999999999999999
+                 REGEX "--tokens: must be <= 9223372036854775807, got 99999999999999999999")
+moegemm_cli_test(iters_past_int COMMAND ${_expect_2} ${_cli} gemm --m 64 --n 64 --k 64 --e 2 --iters 4294967297
+                 REGEX "--iters: must be <= 2147483647, got 4294967297")
 moegemm_cli_test(json_is_directory COMMAND ${_expect_2} ${_cli} run --json ${_out} REGEX "is a directory")
 moegemm_cli_test(json_missing_folder COMMAND ${_expect_2} ${_cli} run --json /nonexistent/dir/x.json
                  REGEX "folder '/nonexistent/dir' does not exist")
