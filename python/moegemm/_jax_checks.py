@@ -56,6 +56,17 @@ def clamp_limit(op: str, activation: str, limit) -> float:
     return value
 
 
+def static_bool(op: str, name: str, value) -> bool:
+    """``bool(value)`` for a flag that shapes the compiled call (which outputs it has, zero_tail). A traced
+    value (an argument of the jitted function) raises TypeError naming it."""
+    try:
+        return bool(value)
+    except jax.errors.ConcretizationTypeError as e:  # TracerBoolConversionError derives from it
+        raise TypeError(f"moegemm.jax.{op}: {name}: expected a Python bool (it decides the compiled call's "
+                        f"outputs), got a traced value; pass a constant, or mark the argument static in "
+                        f"jax.jit") from e
+
+
 # The smallest double that f32 rounds to infinity: halfway between the largest f32 and 2^128 (ties go to the
 # even 2^128).
 _F32_ROUNDS_TO_INF = 2.0 ** 128 - 2.0 ** 103

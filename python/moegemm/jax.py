@@ -110,6 +110,7 @@ def _glu_attrs(op, activation, glu_layout, limit, act_alpha, linear_offset):
 
 def _grouped_forward(op, a, b, offsets, alpha, prob, bias, b_layout, generate_c, d_dtype, c_dtype,
                      zero_tail, glu):
+    generate_c, zero_tail = chk.static_bool(op, "generate_c", generate_c), chk.static_bool(op, "zero_tail", zero_tail)
     m = _activations(op, a)
     e, n, _ = _weights(op, a, b, b_layout)
     chk.check_offsets(op, offsets, e, "E from b")
@@ -131,7 +132,7 @@ def _grouped_forward(op, a, b, offsets, alpha, prob, bias, b_layout, generate_c,
         outputs.append(_spec((m, n), chk.check_output_dtype(op, "c_dtype", c_dtype or a.dtype)))
     inputs = [a, b, offsets] + [x for x in (alpha, prob, bias) if x is not None]
     attrs = dict(b_layout=b_layout, has_alpha=alpha is not None, has_prob=prob is not None,
-                 has_bias=bias is not None, generate_c=bool(generate_c), zero_tail=bool(zero_tail))
+                 has_bias=bias is not None, generate_c=generate_c, zero_tail=zero_tail)
     if glu is not None:
         attrs.update(glu)
     out = native.call(op, inputs, outputs, attrs)
@@ -194,6 +195,10 @@ def grouped_gemm_srelu(a, b, offsets, *, alpha=None, prob=None, bias=None, b_lay
 def _grouped_backward(op, dy, b, c, offsets, alpha, beta, prob, b_layout, c_cols_per_n,
                       compute_dprob, compute_dbias, compute_amax, amax_len, dc_dtype, dbias_dtype,
                       zero_tail, glu):
+    compute_dprob, compute_dbias, compute_amax, zero_tail = (
+        chk.static_bool(op, name, flag) for name, flag in (("compute_dprob", compute_dprob),
+                                                           ("compute_dbias", compute_dbias),
+                                                           ("compute_amax", compute_amax), ("zero_tail", zero_tail)))
     m = _activations(op, dy, "dy")
     e, n, _ = _weights(op, dy, b, b_layout, a_name="dy")
     chk.check_rank(op, "c", c, 2, "(M, C)")
@@ -215,8 +220,8 @@ def _grouped_backward(op, dy, b, c, offsets, alpha, beta, prob, b_layout, c_cols
         outputs.append(_spec((amax_len,), jnp.float32))
     inputs = [dy, b, c, offsets] + [x for x in (alpha, beta, prob) if x is not None]
     attrs = dict(b_layout=b_layout, has_alpha=alpha is not None, has_prob=prob is not None,
-                 compute_dprob=bool(compute_dprob), compute_dbias=bool(compute_dbias),
-                 compute_amax=bool(compute_amax), zero_tail=bool(zero_tail))
+                 compute_dprob=compute_dprob, compute_dbias=compute_dbias,
+                 compute_amax=compute_amax, zero_tail=zero_tail)
     if glu is not None:
         attrs.update(glu, has_beta=beta is not None)
     out = iter(native.call(op, inputs, outputs, attrs))
@@ -285,6 +290,7 @@ def grouped_gemm_wgrad(x, dy, offsets, *, transpose_output=False, w_dtype=jnp.fl
       ValueError / TypeError at trace time. (The C++ ``accumulate`` mode is not offered: add in JAX.)
     """
     op = "grouped_gemm_wgrad"
+    transpose_output = chk.static_bool(op, "transpose_output", transpose_output)
     m = _activations(op, x, "x")
     chk.check_rank(op, "dy", dy, 2, "(M, N)")
     chk.check_dtype(op, "dy", dy, (x.dtype,))
@@ -297,7 +303,7 @@ def grouped_gemm_wgrad(x, dy, offsets, *, transpose_output=False, w_dtype=jnp.fl
     w_dt = chk.check_output_dtype(op, "w_dtype", w_dtype or jnp.float32, (jnp.float32, jnp.bfloat16))
     shape = (e, n, h) if transpose_output else (e, h, n)
     (w,) = native.call(op, [x, dy, offsets], [_spec(shape, w_dt)],
-                       dict(transpose_output=bool(transpose_output)))
+                       dict(transpose_output=transpose_output))
     return w
 
 
@@ -346,6 +352,7 @@ def gemm_srelu(a, b, *, b_layout="nk", alpha=1.0, prob=None, generate_c=False, d
     C = G too. Returns D (M, N) or (D, C).
     """
     op = "gemm_srelu"
+    generate_c = chk.static_bool(op, "generate_c", generate_c)
     m = _activations(op, a)
     n, _ = _dense_weights(op, a, b, b_layout)
     _optional_vector(op, "prob", prob, m, "M")
@@ -354,7 +361,7 @@ def gemm_srelu(a, b, *, b_layout="nk", alpha=1.0, prob=None, generate_c=False, d
         outputs.append(_spec((m, n), chk.check_output_dtype(op, "c_dtype", c_dtype or a.dtype)))
     inputs = [a, b] + ([prob] if prob is not None else [])
     attrs = dict(b_layout=b_layout, alpha=chk.static_float(op, "alpha", alpha), has_prob=prob is not None,
-                 generate_c=bool(generate_c))
+                 generate_c=generate_c)
     out = native.call(op, inputs, outputs, attrs)
     return (out[0], out[1]) if generate_c else out[0]
 
@@ -367,6 +374,7 @@ def gemm_dsrelu(dy, b, c, *, b_layout="nk", alpha=1.0, prob=None, compute_dprob=
     Returns (dC (M, N), dprob (M,) f32 or None).
     """
     op = "gemm_dsrelu"
+    compute_dprob = chk.static_bool(op, "compute_dprob", compute_dprob)
     m = _activations(op, dy, "dy")
     n, _ = _dense_weights(op, dy, b, b_layout, a_name="dy")
     chk.check_rank(op, "c", c, 2, "(M, N)")
@@ -379,7 +387,7 @@ def gemm_dsrelu(dy, b, c, *, b_layout="nk", alpha=1.0, prob=None, compute_dprob=
         outputs.append(_spec((m,), jnp.float32))
     inputs = [dy, b, c] + ([prob] if prob is not None else [])
     attrs = dict(b_layout=b_layout, alpha=chk.static_float(op, "alpha", alpha), has_prob=prob is not None,
-                 compute_dprob=bool(compute_dprob))
+                 compute_dprob=compute_dprob)
     out = native.call(op, inputs, outputs, attrs)
     return out[0], (out[1] if compute_dprob else None)
 

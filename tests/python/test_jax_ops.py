@@ -240,6 +240,16 @@ def test_trace_time_errors_name_the_operand():
         jax.jit(lambda s: mj.gemm_swiglu(a, b[0], alpha=s))(jnp.float32(2.0))
     with pytest.raises(TypeError, match=r"grouped_gemm_glu: limit: expected a Python float"):
         jax.jit(lambda s: mj.grouped_gemm_glu(a, b, off, activation="swiglu_clamped", limit=s))(jnp.float32(5.0))
+    # So do the flags that decide the call's outputs (a traced bool has no value at trace time).
+    flag = r"expected a Python bool \(it decides the compiled call's outputs\), got a traced value"
+    with pytest.raises(TypeError, match=r"grouped_gemm: zero_tail: " + flag):
+        jax.jit(lambda z: mj.grouped_gemm(a, b, off, zero_tail=z))(True)
+    with pytest.raises(TypeError, match=r"grouped_gemm_glu: generate_c: " + flag):
+        jax.jit(lambda g: mj.grouped_gemm_glu(a, b, off, generate_c=g))(True)
+    with pytest.raises(TypeError, match=r"gemm_srelu: generate_c: " + flag):
+        jax.jit(lambda g: mj.gemm_srelu(a, b[0], generate_c=g))(False)
+    with pytest.raises(TypeError, match=r"grouped_gemm_wgrad: transpose_output: " + flag):
+        jax.jit(lambda t: mj.grouped_gemm_wgrad(a, a, off, transpose_output=t))(True)
     # Anything else that is not a real number is refused by name too, and so is a non-positive clamp limit.
     for bad in ("7", None, 1 + 2j):
         with pytest.raises(TypeError, match=r"grouped_gemm_glu: limit: expected a real number"):
