@@ -256,6 +256,8 @@ class MoEMLP(torch.nn.Module):
     Parameters: ``w_up`` (E, H, 2I) and ``w_down`` (E, I, H), initialised uniform in
     [-1/sqrt(fan_in), 1/sqrt(fan_in)] (fan_in H for w_up, I for w_down), as nn.Linear does. ``zero_tail``
     (default True) and swiglu_clamped's ``limit``, ``act_alpha``, ``linear_offset`` as in :func:`moe_mlp`.
+    ``dtype``: None (torch's default), bf16 (the CUDA kernels' dtype), f16, f32 or f64 (CPU); anything else
+    raises ValueError naming ``dtype``.
     """
 
     def __init__(self, num_experts: int, hidden: int, intermediate: int, *, activation: str = "swiglu",
@@ -273,6 +275,10 @@ class MoEMLP(torch.nn.Module):
         if glu_layout != "halves" and (2 * intermediate) % 64:
             raise ValueError(f"MoEMLP: intermediate: expected a multiple of 32 for glu_layout {glu_layout!r} "
                              f"(2I in whole 64-column gate/up block pairs), got {intermediate}")
+        weight_dtypes = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
+        if dtype is not None and dtype not in weight_dtypes:
+            raise ValueError(f"MoEMLP: dtype: expected None, torch.bfloat16, torch.float16, torch.float32 or "
+                             f"torch.float64 (bf16 on CUDA), got {dtype}")
         # Rows of x, h and the weights in whole 16 bytes (the 16-byte rule of every op), for any dtype.
         itemsize = (dtype or torch.get_default_dtype()).itemsize
         per_row = max(1, 16 // itemsize)

@@ -391,6 +391,9 @@ def test_moe_mlp_module_checks_its_configuration_when_built():
     # The largest double that f32 rounds to its largest finite value is taken.
     mt.MoEMLP(2, 16, 16, activation="swiglu_clamped", act_alpha=2.0 ** 128 - 2.0 ** 103 - 2.0 ** 75)
     mt.MoEMLP(2, 16, 16, activation="geglu", act_alpha=float("nan"))  # as are the slope and the offset
+    for bad in (torch.int32, torch.float8_e4m3fn, torch.complex64):
+        with pytest.raises(ValueError, match=rf"MoEMLP: dtype: expected None, torch\.bfloat16, .*got {bad}$"):
+            mt.MoEMLP(2, 16, 16, dtype=bad)
     with pytest.raises(ValueError, match=r"MoEMLP: num_experts: expected at most 1024"):
         mt.MoEMLP(2000, 16, 16, dtype=torch.bfloat16)
     module = mt.MoEMLP(2, 16, 16, dtype=torch.bfloat16)
