@@ -6,6 +6,7 @@
 #include <c10/util/Exception.h>
 
 #include <string>
+#include <string_view>
 
 namespace moegemm::torch_ops {
 
@@ -46,9 +47,25 @@ at::ScalarType scalar_type_of(DType type) {
   TORCH_CHECK(false, "moegemm: unknown element type");
 }
 
+namespace {
+
+/// The shape of an operand that is the same vector in every op ("" for the others, whose shapes depend on
+/// the op and are checked by the contract).
+std::string_view vector_shape(std::string_view operand) {
+  if (operand == "offsets" || operand == "alpha" || operand == "beta") return "(E,)";
+  if (operand == "prob") return "(M,)";
+  return "";
+}
+
+}  // namespace
+
 TensorView view_of(const at::Tensor& t, const char* op, const char* operand) {
   TORCH_CHECK_VALUE(t.defined(), op, ": ", operand, ": expected a tensor, got an undefined one");
   const int64_t rank = t.dim();
+  const std::string_view vector = vector_shape(operand);
+  TORCH_CHECK_VALUE(vector.empty() || (rank >= 1 && rank <= TensorView::kMaxRank), op, ": ", operand,
+                    ": expected a 1-D ", std::string(vector), " tensor, got rank ", std::to_string(rank),
+                    " with shape ", shape_text(t.sizes()));
   TORCH_CHECK_VALUE(rank >= 1 && rank <= TensorView::kMaxRank, op, ": ", operand,
                     ": expected a tensor of rank 1 to ", std::to_string(TensorView::kMaxRank), ", got rank ",
                     std::to_string(rank), " with shape ", shape_text(t.sizes()));

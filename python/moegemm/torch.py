@@ -55,6 +55,12 @@ def _require(ok, message) -> None:
     torch._check_value(ok, message)
 
 
+def _offsets_rank(op: str, offsets: torch.Tensor) -> None:
+    """The binding's check of a rank it can take at all (1 to 4), with its message for offsets."""
+    _require(1 <= offsets.dim() <= 4, lambda: f"{op}: offsets: expected a 1-D (E,) tensor, got rank "
+                                              f"{offsets.dim()} with shape {_dims(offsets)}")
+
+
 def _rank(op: str, name: str, t: torch.Tensor, rank: int, what: str) -> None:
     _require(t.dim() == rank, lambda: f"{op}: {name}: expected a {rank}-D {what} tensor, got shape {_dims(t)}")
 
@@ -71,6 +77,7 @@ def _weights_n(op: str, a: torch.Tensor, b: torch.Tensor, b_layout: str, offsets
     k = a.shape[1]
     kn = f"N, K={k}" if nk else f"K={k}, N"
     if grouped:
+        _offsets_rank(op, offsets)
         _require(offsets.dim() == 1, lambda: f"{op}: offsets: expected shape (E,), got {_dims(offsets)}")
         e = offsets.shape[0]
         shape = lambda: f"{op}: b: expected shape (E={e}, {kn}) with E from offsets, K from a, got {_dims(b)}"
