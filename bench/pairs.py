@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 from peers import group_sizes, rotation
-from power import moegemm_pairs, selected_gemms, torch_with_moegemm
+from power import moegemm_pairs, selected_gemms, torch_with_moegemm, watch_pairs_switch
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_ONLY = ("seed-16k", "mixtral-up", "mixtral-down", "dsv3-up", "dsv3-down", "qwen3-up", "qwen3-down")
@@ -46,6 +46,7 @@ def main(argv=None) -> int:
     if args.rounds < 1 or args.calls < 1:
         ap.error("--rounds and --calls must be >= 1")
     gemms = selected_gemms(ap, args)
+    watch_pairs_switch()
     torch = torch_with_moegemm("pairs.py")
     if torch is None:
         return 2

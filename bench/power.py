@@ -101,13 +101,19 @@ def run_window(torch, calls, seconds: float) -> tuple[float, float, float, int]:
     return t0, time.time(), start.elapsed_time(stop), n
 
 
+def watch_pairs_switch() -> None:
+    """Sets MOEGEMM_PAIRS=0 before moegemm's first launch, so that the launcher reads it at every launch."""
+    os.environ.setdefault("MOEGEMM_PAIRS", "0")
+
+
 def moegemm_pairs(torch, a, w, offs):
-    """moegemm's forward on its cluster-pair kernel (MOEGEMM_PAIRS, read at every launch)."""
+    """moegemm's forward on its cluster-pair kernel (MOEGEMM_PAIRS=1 around the call; needs
+    watch_pairs_switch() before the process's first launch)."""
     os.environ["MOEGEMM_PAIRS"] = "1"
     try:
         return torch.ops.moegemm.grouped_gemm(a, w, offs, b_layout="kn")
     finally:
-        os.environ.pop("MOEGEMM_PAIRS", None)
+        os.environ["MOEGEMM_PAIRS"] = "0"
 
 
 def systems_of(torch, op: str, g: dict, offs, copies: int, pairs: bool = False) -> tuple[float, dict]:
@@ -214,6 +220,8 @@ def main(argv=None) -> int:
     if not args.seconds > 0 or args.rounds < 1:  # `not >` also refuses nan
         ap.error("--seconds must be > 0 and --rounds >= 1")
     gemms = selected_gemms(ap, args)
+    if args.pairs:
+        watch_pairs_switch()
     torch = torch_with_moegemm("power.py")
     if torch is None:
         return 2
