@@ -34,13 +34,6 @@ void launch_persistent(const KernelParams& p, int grid, cudaStream_t stream) {
   if (err != cudaSuccess) throw Error(ErrorCode::cuda_error, std::string("grouped GEMM kernel launch: ") + cudaGetErrorString(err));
 }
 
-/// The cooperative kernel (kernel.cuh) of one (tile shape, scheduler, epilogue).
-template <class Shape, class Scheduler, class Epilogue>
-void launch_kernel(const KernelParams& p, int grid, cudaStream_t stream) {
-  launch_persistent<grouped_gemm_kernel<Shape, Scheduler, Epilogue>,
-                    SharedLayout<Shape, Scheduler, Epilogue>::kAllocBytes>(p, grid, stream);
-}
-
 /// The cooperative kernel in cluster pairs that multicast B (kernel.cuh, kPair = 2): `grid` CTAs rounded down
 /// to whole pairs, at most as many pairs as fit on the device at once.
 template <class Shape, class Scheduler, class Epilogue>
@@ -78,15 +71,15 @@ void launch_pair_kernel(const KernelParams& p, int grid, cudaStream_t stream) {
   }
 }
 
-/// m-grouped launch of `Epilogue` in cluster pairs (launch_pair_kernel) with BN = block_n and B's layout.
-template <class Epilogue>
-void dispatch_m_grouped_pairs(const KernelParams& p, int block_n, BLayout layout, int grid, cudaStream_t stream) {
-  if (layout == BLayout::nk) {
-    if (block_n == 256) launch_pair_kernel<TileShape<256, Major::k>, MGroupedScheduler, Epilogue>(p, grid, stream);
-    else launch_pair_kernel<TileShape<128, Major::k>, MGroupedScheduler, Epilogue>(p, grid, stream);
+/// The cooperative kernel (kernel.cuh) of one (tile shape, scheduler, epilogue): single CTAs (kPair = 1) or
+/// cluster pairs (launch_pair_kernel).
+template <class Shape, class Scheduler, class Epilogue, int kPair = 1>
+void launch_kernel(const KernelParams& p, int grid, cudaStream_t stream) {
+  if constexpr (kPair == 1) {
+    launch_persistent<grouped_gemm_kernel<Shape, Scheduler, Epilogue>,
+                      SharedLayout<Shape, Scheduler, Epilogue>::kAllocBytes>(p, grid, stream);
   } else {
-    if (block_n == 256) launch_pair_kernel<TileShape<256, Major::mn>, MGroupedScheduler, Epilogue>(p, grid, stream);
-    else launch_pair_kernel<TileShape<128, Major::mn>, MGroupedScheduler, Epilogue>(p, grid, stream);
+    launch_pair_kernel<Shape, Scheduler, Epilogue>(p, grid, stream);
   }
 }
 
@@ -97,15 +90,17 @@ void launch_pingpong_kernel(const KernelParams& p, int grid, cudaStream_t stream
                     PingPongLayout<Shape, Scheduler, Epilogue>::kAllocBytes>(p, grid, stream);
 }
 
-/// m-grouped launch of `Epilogue` with BN = block_n (128 or 256) and B's layout.
-template <class Epilogue>
+/// m-grouped launch of `Epilogue` with BN = block_n (128 or 256) and B's layout, in single CTAs or (kPair = 2)
+/// cluster pairs.
+template <class Epilogue, int kPair = 1>
 void dispatch_m_grouped(const KernelParams& p, int block_n, BLayout layout, int grid, cudaStream_t stream) {
+  using S = MGroupedScheduler;
   if (layout == BLayout::nk) {
-    if (block_n == 256) launch_kernel<TileShape<256, Major::k>, MGroupedScheduler, Epilogue>(p, grid, stream);
-    else launch_kernel<TileShape<128, Major::k>, MGroupedScheduler, Epilogue>(p, grid, stream);
+    if (block_n == 256) launch_kernel<TileShape<256, Major::k>, S, Epilogue, kPair>(p, grid, stream);
+    else launch_kernel<TileShape<128, Major::k>, S, Epilogue, kPair>(p, grid, stream);
   } else {
-    if (block_n == 256) launch_kernel<TileShape<256, Major::mn>, MGroupedScheduler, Epilogue>(p, grid, stream);
-    else launch_kernel<TileShape<128, Major::mn>, MGroupedScheduler, Epilogue>(p, grid, stream);
+    if (block_n == 256) launch_kernel<TileShape<256, Major::mn>, S, Epilogue, kPair>(p, grid, stream);
+    else launch_kernel<TileShape<128, Major::mn>, S, Epilogue, kPair>(p, grid, stream);
   }
 }
 

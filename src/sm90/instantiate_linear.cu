@@ -9,7 +9,7 @@ void launch_linear(const KernelParams& p, int block_n, BLayout layout, int grid,
 }
 
 void launch_linear_pairs(const KernelParams& p, int block_n, BLayout layout, int grid, cudaStream_t stream) {
-  dispatch_m_grouped_pairs<LinearEpilogue>(p, block_n, layout, grid, stream);
+  dispatch_m_grouped<LinearEpilogue, 2>(p, block_n, layout, grid, stream);
 }
 
 }  // namespace moegemm::sm90
