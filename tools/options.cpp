@@ -150,15 +150,23 @@ GemmOptions parse_gemm_options(const std::vector<std::string>& args) {
       {"--json", [&](const std::string& v) { if (v != "-") check_writable_path(v); o.json = v; }},
   });
   if (o.m == 0 || o.n == 0 || o.k == 0 || o.e == 0) throw UsageError("gemm: --m, --n, --k and --e are required");
+  if (o.m > std::numeric_limits<int32_t>::max())
+    throw UsageError("--m: " + std::to_string(o.m) + " rows exceed the 2147483647 that int32 expert offsets address");
   if (!o.group_sizes.empty() && routing_given)
     throw UsageError("--routing: not used with --group-sizes, which gives the sizes itself");
   if (!o.group_sizes.empty()) {
     if (static_cast<int64_t>(o.group_sizes.size()) != o.e)
       throw UsageError("--group-sizes: expected " + std::to_string(o.e) + " sizes (--e), got " +
                        std::to_string(o.group_sizes.size()));
+    // Summed against --m one size at a time, so that no sum of huge sizes can wrap around.
     int64_t total = 0;
-    for (int64_t s : o.group_sizes) total += s;
-    if (total > o.m) throw UsageError("--group-sizes: sizes sum to " + std::to_string(total) + " > --m " + std::to_string(o.m));
+    for (size_t i = 0; i < o.group_sizes.size(); ++i) {
+      if (o.group_sizes[i] > o.m - total)
+        throw UsageError("--group-sizes: the first " + std::to_string(i + 1) + " sizes sum past --m " +
+                         std::to_string(o.m) + " (size " + std::to_string(i + 1) + " is " +
+                         std::to_string(o.group_sizes[i]) + ")");
+      total += o.group_sizes[i];
+    }
   }
   return o;
 }

@@ -12,7 +12,7 @@ namespace moegemm::cli {
 Routing parse_routing(const std::string& name) {
   if (name == "uniform") return Routing::uniform;
   if (name == "zipf") return Routing::zipf;
-  throw UsageError("unknown routing '" + name + "' (expected uniform or zipf)");
+  throw UsageError("--routing: expected uniform or zipf, got '" + name + "'");
 }
 
 const char* routing_name(Routing r) { return r == Routing::uniform ? "uniform" : "zipf"; }

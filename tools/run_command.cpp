@@ -126,6 +126,9 @@ int run_command(const std::vector<std::string>& args) {
     return 1;
   }
   const bool gpu = kernels && o.backend != BackendChoice::cpu;
+  // Every preset's shape first: a --tokens that a preset cannot take is refused before anything is printed.
+  std::vector<ModelPreset> shapes;
+  for (const ModelPreset& preset : presets) shapes.push_back(layer_shape(preset, o, gpu));
 
   RunReport report;
   report.gpu = gpu;
@@ -156,7 +159,7 @@ int run_command(const std::vector<std::string>& args) {
     dense = std::make_unique<DenseGemmTimer>();
   }
   for (size_t i = 0; i < presets.size(); ++i) {
-    const ModelPreset shape = layer_shape(presets[i], o, gpu);
+    const ModelPreset& shape = shapes[i];
     progress(i, presets.size(), shape.name, "preparing data (" + std::to_string(shape.rows()) + " rows)");
     ModelResult m;
     m.shape = shape;

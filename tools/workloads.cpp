@@ -62,10 +62,10 @@ Workloads embedded_workloads() { return parse(kDefaultWorkloadsJson, "embedded")
 
 Workloads load_workloads(const std::string& path) {
   std::ifstream in(path);
-  if (!in) throw UsageError("cannot read workloads file " + path);
+  if (!in) throw UsageError("--workloads: cannot read workloads file " + path);
   std::stringstream text;
   text << in.rdbuf();
-  if (in.bad()) throw UsageError("cannot read workloads file " + path);
+  if (in.bad()) throw UsageError("--workloads: cannot read workloads file " + path);
   return parse(text.str(), path);
 }
 

@@ -54,8 +54,9 @@ set(_expect_2 ${CMAKE_COMMAND} -DEXPECT_CODE=2 -P ${CMAKE_CURRENT_SOURCE_DIR}/te
 moegemm_cli_test(unknown_model COMMAND ${_expect_2} ${_cli} run --model no-such-model
                  REGEX "--model: unknown model 'no-such-model' \\(known: mixtral-8x7b")
 moegemm_cli_test(negative_tokens COMMAND ${_expect_2} ${_cli} run --tokens -5 REGEX "--tokens: must be >= 1, got -5")
+# Refused before the run prints anything (the output starts with the message).
 moegemm_cli_test(too_many_tokens COMMAND ${_expect_2} ${_cli} run --backend cpu --model qwen3-30b-a3b
-                 --tokens 9223372036854775807 REGEX "--tokens: 9223372036854775807 tokens x top_k 8")
+                 --tokens 9223372036854775807 REGEX "^moegemm: --tokens: 9223372036854775807 tokens x top_k 8")
 moegemm_cli_test(run_json_to_stdout COMMAND ${_expect_2} ${_cli} run --backend cpu --json -
                  REGEX "--json: run prints its table on standard output")
 moegemm_cli_test(non_numeric_tokens COMMAND ${_expect_2} ${_cli} run --tokens many
@@ -78,16 +79,24 @@ moegemm_cli_test(repeated_flag COMMAND ${_expect_2} ${_cli} run --model qwen3-30
                  REGEX "--model: given more than once \\('qwen3-30b-a3b', then 'mixtral-8x7b'\\)")
 moegemm_cli_test(gemm_routing_with_group_sizes COMMAND ${_expect_2} ${_cli} gemm --m 64 --n 64 --k 64 --e 2
                  --group-sizes 32,32 --routing zipf REGEX "--routing: not used with --group-sizes")
+moegemm_cli_test(gemm_group_sizes_past_m COMMAND ${_expect_2} ${_cli} gemm --m 64 --n 64 --k 64 --e 2
+                 --group-sizes 40,40 REGEX "--group-sizes: the first 2 sizes sum past --m 64 \\(size 2 is 40\\)")
+# Sizes whose int64 sum wraps around must not pass the check either.
+moegemm_cli_test(gemm_group_sizes_wrap COMMAND ${_expect_2} ${_cli} gemm --m 64 --n 64 --k 64 --e 2
+                 --group-sizes 64,9223372036854775807 REGEX "--group-sizes: the first 2 sizes sum past --m 64")
+moegemm_cli_test(gemm_m_past_int32_offsets COMMAND ${_expect_2} ${_cli} gemm --m 3000000000 --n 64 --k 64 --e 2
+                 REGEX "--m: 3000000000 rows exceed the 2147483647 that int32 expert offsets address")
 moegemm_cli_test(gemm_unaligned_n COMMAND ${_expect_2} ${_cli} gemm --m 64 --n 33 --k 64 --e 2
                  REGEX "grouped_gemm: b: expected N \\* sizeof\\(bf16\\) a multiple of 16 bytes.*got N=33")
 moegemm_cli_test(gemm_too_many_experts COMMAND ${_expect_2} ${_cli} gemm --m 4096 --n 64 --k 64 --e 2000
                  REGEX "grouped_gemm: offsets: expected 1 <= E <= 1024 experts, got E=2000")
 moegemm_cli_test(unknown_flag COMMAND ${_expect_2} ${_cli} run --frobnicate 1 REGEX "unknown option '--frobnicate'")
-moegemm_cli_test(unknown_routing COMMAND ${_expect_2} ${_cli} run --routing pareto REGEX "unknown routing 'pareto'")
+moegemm_cli_test(unknown_routing COMMAND ${_expect_2} ${_cli} run --routing pareto
+                 REGEX "--routing: expected uniform or zipf, got 'pareto'")
 moegemm_cli_test(missing_value COMMAND ${_expect_2} ${_cli} run --model REGEX "--model: missing value")
 moegemm_cli_test(unknown_command COMMAND ${_expect_2} ${_cli} frobnicate REGEX "unknown command 'frobnicate'")
 moegemm_cli_test(unreadable_workloads COMMAND ${_expect_2} ${_cli} run --workloads /nonexistent/w.json
-                 REGEX "cannot read workloads file /nonexistent/w.json")
+                 REGEX "--workloads: cannot read workloads file /nonexistent/w.json")
 moegemm_cli_test(workloads_too_many_experts COMMAND ${_expect_2} ${_cli} run --backend cpu
                  --workloads ${CMAKE_CURRENT_SOURCE_DIR}/tests/workloads_too_many_experts.json
                  REGEX "model wide: field \"experts\" must be at most 1024 \\(the ops' limit on experts\\), got 2000")
