@@ -29,7 +29,7 @@ Pair gemm_swiglu_op(const at::Tensor& a, const at::Tensor& b, c10::string_view b
                     std::optional<at::ScalarType> out_dtype) {
   constexpr const char* op = "gemm_swiglu";
   GemmSwigluArgs args;
-  args.b_layout = parse_b_layout(b_layout, op);
+  args.b_layout = parse_b_layout(b_layout, op, /*grouped=*/false);
   args.layout = parse_glu_layout(glu_layout, op);
   const int64_t n = check_matrices(op, a, b, args.b_layout);
   args.a = view_of(a, op, "a");
@@ -50,7 +50,7 @@ Pair gemm_amax_op(const at::Tensor& a, const at::Tensor& b, c10::string_view b_l
                   std::optional<at::ScalarType> out_dtype) {
   constexpr const char* op = "gemm_amax";
   GemmAmaxArgs args;
-  args.b_layout = parse_b_layout(b_layout, op);
+  args.b_layout = parse_b_layout(b_layout, op, /*grouped=*/false);
   const int64_t n = check_matrices(op, a, b, args.b_layout);
   args.a = view_of(a, op, "a");
   args.b = view_of(b, op, "b");
@@ -69,7 +69,7 @@ Pair gemm_srelu_op(const at::Tensor& a, const at::Tensor& b, c10::string_view b_
                    const OptTensor& prob, bool generate_c, std::optional<at::ScalarType> out_dtype) {
   constexpr const char* op = "gemm_srelu";
   GemmSreluArgs args;
-  args.b_layout = parse_b_layout(b_layout, op);
+  args.b_layout = parse_b_layout(b_layout, op, /*grouped=*/false);
   const int64_t n = check_matrices(op, a, b, args.b_layout);
   expect_device(a, prob, op, "prob");
   args.a = view_of(a, op, "a");
@@ -92,7 +92,7 @@ Pair gemm_dsrelu_op(const at::Tensor& a, const at::Tensor& b, const at::Tensor& 
                     std::optional<at::ScalarType> out_dtype) {
   constexpr const char* op = "gemm_dsrelu";
   GemmDsreluArgs args;
-  args.b_layout = parse_b_layout(b_layout, op);
+  args.b_layout = parse_b_layout(b_layout, op, /*grouped=*/false);
   const int64_t n = check_matrices(op, a, b, args.b_layout);
   expect_rank(c, 2, op, "c", "(M, N) saved pre-activation");
   expect_device(a, c, op, "c");

@@ -10,7 +10,7 @@ namespace moegemm::torch_ops {
 std::string shape_text(at::IntArrayRef sizes) {
   std::string text = "(";
   for (size_t i = 0; i < sizes.size(); ++i) text += (i ? ", " : "") + std::to_string(sizes[i]);
-  return text + ")";
+  return text + (sizes.size() == 1 ? ",)" : ")");  // (64,) as the contract and Python print a 1-D shape
 }
 
 void expect_rank(const at::Tensor& t, int64_t rank, const char* op, const char* operand, const char* what) {

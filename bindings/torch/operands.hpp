@@ -12,8 +12,9 @@
 
 namespace moegemm::torch_ops {
 
-/// "(2, 3, 4)". Messages format numbers with std::to_string, not iostreams: this library may carry a
-/// different C++ runtime than torch's, and number formatting through torch's locale facets can crash.
+/// "(2, 3, 4)", and "(64,)" for one dim. Messages format numbers with std::to_string, not iostreams: this
+/// library may carry a different C++ runtime than torch's, and number formatting through torch's locale
+/// facets can crash.
 std::string shape_text(at::IntArrayRef sizes);
 
 /// ValueError "op: operand: expected a <rank>-D <what> tensor, got shape [...]" unless t.dim() == rank.

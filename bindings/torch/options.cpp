@@ -10,11 +10,12 @@
 
 namespace moegemm::torch_ops {
 
-BLayout parse_b_layout(std::string_view text, const char* op) {
+BLayout parse_b_layout(std::string_view text, const char* op, bool grouped) {
   if (text == "nk") return BLayout::nk;
   if (text == "kn") return BLayout::kn;
-  TORCH_CHECK_VALUE(false, op, ": b_layout: expected \"nk\" (weights (E, N, K)) or \"kn\" (weights (E, K, N)), got \"",
-                    text, "\"");
+  const char* e = grouped ? "E, " : "";
+  TORCH_CHECK_VALUE(false, op, ": b_layout: expected \"nk\" (weights (", e, "N, K)) or \"kn\" (weights (", e,
+                    "K, N)), got \"", text, "\"");
 }
 
 Activation parse_activation(std::string_view text, const char* op) {

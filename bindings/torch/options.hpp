@@ -10,8 +10,9 @@
 
 namespace moegemm::torch_ops {
 
-/// "nk" (weights stored (E, N, K), K contiguous) or "kn" ((E, K, N), N contiguous). ValueError otherwise.
-BLayout parse_b_layout(std::string_view text, const char* op);
+/// "nk" (weights stored (E, N, K), K contiguous) or "kn" ((E, K, N), N contiguous); (N, K) / (K, N) for the
+/// dense ops (grouped = false), which the error message names. ValueError otherwise.
+BLayout parse_b_layout(std::string_view text, const char* op, bool grouped = true);
 
 /// "swiglu", "geglu" or "swiglu_clamped". ValueError otherwise.
 Activation parse_activation(std::string_view text, const char* op);

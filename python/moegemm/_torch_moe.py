@@ -317,4 +317,5 @@ class MoEMLP(torch.nn.Module):
 
     def extra_repr(self) -> str:
         e, h, n2 = self.w_up.shape
-        return f"experts={e}, hidden={h}, intermediate={n2 // 2}, activation={self.activation}"
+        return (f"experts={e}, hidden={h}, intermediate={n2 // 2}, activation={self.activation}, "
+                f"glu_layout={self.glu_layout}")

@@ -9,7 +9,22 @@ GLU_LAYOUTS = ("halves", "interleaved32", "interleaved32_up_first")
 MAX_EXPERTS = 1024  # the contract's kMaxExperts (docs/ops.md section 0)
 
 
-def check_choice(op: str, name: str, value: str, choices: tuple[str, ...]) -> None:
-    """ValueError naming ``op: name`` unless ``value`` is one of ``choices``."""
+def _quoted_or(choices: tuple[str, ...]) -> str:
+    quoted = [f'"{c}"' for c in choices]
+    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " or " + quoted[-1]
+
+
+def b_layouts_text(grouped: bool) -> str:
+    """The b_layout choices as the C++ ops name them: with the (E, ...) weights of grouped ops or the 2-D
+    weights of dense ones."""
+    e = "E, " if grouped else ""
+    return f'"nk" (weights ({e}N, K)) or "kn" (weights ({e}K, N))'
+
+
+def check_choice(op: str, name: str, value: str, choices: tuple[str, ...], described: str | None = None) -> None:
+    """ValueError naming ``op: name`` unless ``value`` is one of ``choices``, worded as the C++ ops word it
+    (bindings/torch/options.cpp), so that a fake kernel and its op raise the same text. ``described``
+    replaces the quoted list of choices."""
     if value not in choices:
-        raise ValueError(f"{op}: {name}: expected one of {', '.join(repr(c) for c in choices)}, got {value!r}")
+        got = f'"{value}"' if isinstance(value, str) else repr(value)
+        raise ValueError(f"{op}: {name}: expected {described or _quoted_or(choices)}, got {got}")

@@ -14,8 +14,9 @@ def weight_operand(w: torch.Tensor, op: str, name: str) -> tuple[torch.Tensor, s
     transposed view of a row-major (E, N, K) tensor (``w.stride(-2) == 1``, e.g. ``weight.mT`` of an
     ``nn.Linear``-style stack) is passed as that (E, N, K) tensor with ``"nk"``. Nothing is copied.
     Raises ValueError naming ``op: name`` for any other stride order (neither of the last two dims
-    contiguous, or experts interleaved inside a matrix) and for experts that are not packed one after
-    another (``w[::2]``), with the caller's shape and strides; the moegemm contract then checks the rest
+    contiguous, or experts interleaved inside a matrix), for padding inside a matrix (``w[:, :, :N]`` of a
+    wider tensor) and for experts that are not packed one after another (``w[::2]``), with the caller's
+    shape and strides; the moegemm contract then checks the rest
     (16-byte alignment).
     """
     # One read of shape and strides: each accessor is a separate dispatcher-level call on the eager path.
@@ -27,8 +28,17 @@ def weight_operand(w: torch.Tensor, op: str, name: str) -> tuple[torch.Tensor, s
     layout = None
     if col_stride == 1 and (rows <= 1 or row_stride >= cols):
         layout, matrix = "kn", rows * row_stride if rows > 1 else cols
+        padded = (-2, cols) if rows > 1 and row_stride != cols else None
     elif row_stride == 1 and (cols <= 1 or col_stride >= rows):
         layout, matrix = "nk", cols * col_stride if cols > 1 else rows
+        padded = (-1, rows) if cols > 1 and col_stride != rows else None
+    if layout is not None and padded is not None:
+        # The ops read each expert's matrix as one packed block (a padded row pitch is not a tensor they take).
+        dim, packed = padded
+        raise ValueError(
+            f"{op}: {name}: expected the experts' matrices packed one after another, without padding inside a "
+            f"matrix (stride({dim}) == {packed} here), got shape {tuple(shape)} with strides {tuple(w.stride())}; "
+            f"pass w.contiguous() to copy it")
     if layout is not None and e > 1 and expert_stride != matrix:
         raise ValueError(
             f"{op}: {name}: expected the experts' matrices packed one after another (expert stride "

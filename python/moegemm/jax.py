@@ -283,7 +283,7 @@ def grouped_gemm_wgrad(x, dy, offsets, *, transpose_output=False, w_dtype=jnp.fl
     Args:
       x: (M, H) bf16/f16; dy: (M, N), x's dtype; offsets: (E,) int32 over the M rows.
       transpose_output: return (E, N, H) (W_g^T) instead of (E, H, N).
-      w_dtype: f32 (default) or bf16.
+      w_dtype: f32 (default; also for None) or bf16.
     Returns:
       W (E, H, N) or (E, N, H). Experts with no rows are exactly zero (written by the op).
     Raises:

@@ -34,11 +34,15 @@ Higher level: :func:`grouped_mm` (``torch._grouped_mm`` drop-in), :func:`moe_mlp
 
 from __future__ import annotations
 
-import torch
+try:
+    import torch
+except ImportError as exc:  # pragma: no cover - exercised only without torch
+    raise ImportError("moegemm.torch needs torch (pip install torch); `import moegemm` works without it") from exc
 
 from ._native import library_path
 from ._torch_options import ACTIVATIONS as _ACTIVATIONS
 from ._torch_options import B_LAYOUTS as _B_LAYOUTS
+from ._torch_options import b_layouts_text as _b_layouts_text
 from ._torch_options import GLU_LAYOUTS as _GLU_LAYOUTS
 from ._torch_options import check_choice as _check_choice
 
@@ -46,8 +50,8 @@ torch.ops.load_library(str(library_path("moegemm_torch")))
 
 
 def _dims(t: torch.Tensor) -> str:
-    """A shape as the C++ ops print it: (4, 48) and (64)."""
-    return "(" + ", ".join(str(d) for d in t.shape) + ")"
+    """A shape as the C++ ops print it: (4, 48), (64,) and ()."""
+    return str(tuple(t.shape))
 
 
 def _require(ok, message) -> None:
@@ -69,8 +73,9 @@ def _weights_n(op: str, a: torch.Tensor, b: torch.Tensor, b_layout: str, offsets
     """N of the weights, after the checks of the ranks and of the dims shared with a (K) and offsets (E) that
     the C++ ops make, with their messages. The fake kernels read the output shapes from these dims; the
     other rules (dtypes, strides, alignment, optional operands) are checked when the op runs."""
-    _check_choice(op, "b_layout", b_layout, _B_LAYOUTS)
-    nk, grouped = b_layout == "nk", offsets is not None
+    grouped = offsets is not None
+    _check_choice(op, "b_layout", b_layout, _B_LAYOUTS, _b_layouts_text(grouped))
+    nk = b_layout == "nk"
     _rank(op, "a", a, 2, "(M, K) activation" if grouped else "(M, K)")
     layout = "(N, K)" if nk else "(K, N)"
     _rank(op, "b", b, 3 if grouped else 2, f"(E, {layout[1:]} weight" if grouped else f"{layout} weight")

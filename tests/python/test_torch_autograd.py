@@ -290,8 +290,8 @@ def test_moe_mlp_errors_name_its_own_operands(case, pattern):
 @pytest.mark.parametrize("case, error, pattern", [
     ("x_list", TypeError, r"moe_mlp: x: expected a torch\.Tensor, got list"),
     ("activation_none", ValueError,
-     r"moe_mlp: activation: expected one of 'swiglu', 'geglu', 'swiglu_clamped', got None"),
-    ("glu_layout", ValueError, r"moe_mlp: glu_layout: expected one of .*got 'bogus'"),
+     r'moe_mlp: activation: expected "swiglu", "geglu" or "swiglu_clamped", got None'),
+    ("glu_layout", ValueError, r'moe_mlp: glu_layout: expected "halves", .*got "bogus"'),
     ("prob_int", ValueError, r"moe_mlp: prob: expected a floating dtype, got torch\.int32"),
     ("prob_shape", ValueError, r"moe_mlp: prob: expected shape \(M=64,\) with M from x, got \(63,\)"),
     # x's rank is checked before prob's shape reads M from it.
@@ -360,9 +360,9 @@ def test_moe_mlp_validate_reports_bad_offsets(device):
 
 
 def test_moe_mlp_module_checks_its_configuration_when_built():
-    with pytest.raises(ValueError, match=r"MoEMLP: activation: expected one of .*got 'bogus'"):
+    with pytest.raises(ValueError, match=r'MoEMLP: activation: expected "swiglu", .*got "bogus"'):
         mt.MoEMLP(2, 16, 8, activation="bogus")
-    with pytest.raises(ValueError, match=r"MoEMLP: glu_layout: expected one of .*got 'bogus'"):
+    with pytest.raises(ValueError, match=r'MoEMLP: glu_layout: expected "halves", .*got "bogus"'):
         mt.MoEMLP(2, 16, 8, glu_layout="bogus")
     with pytest.raises(ValueError, match=r"MoEMLP: intermediate: expected a positive int, got 0"):
         mt.MoEMLP(2, 16, 0)

@@ -143,7 +143,7 @@ def test_compile_reports_a_fake_kernels_error_with_its_message():
     """Under torch.compile the fake kernel meets a bad shape first; Dynamo wraps its ValueError (docs/torch.md)."""
     x, dy, offsets = randn(64), randn(32, 48, seed=1), offsets_of([8, 8, 8, 8])
     compiled = torch.compile(lambda x, dy, o: ops.grouped_gemm_wgrad(x, dy, o), fullgraph=True)
-    message = r"grouped_gemm_wgrad: x: expected a 2-D \(M, H\) tensor, got shape \(64\)"
+    message = r"grouped_gemm_wgrad: x: expected a 2-D \(M, H\) tensor, got shape \(64,\)"
     with pytest.raises(torch._dynamo.exc.TorchRuntimeError, match=r"ValueError\('" + message + r"'\)"):
         compiled(x, dy, offsets)
     with pytest.raises(ValueError, match=message):

@@ -55,6 +55,26 @@ def test_2d_3d_matches_torch(device, strided, b_row_major, zero_size):
     assert_close(out, ref)
 
 
+@pytest.mark.parametrize("b_row_major", [False, True])
+def test_padded_weight_rows_are_refused_with_the_callers_strides(b_row_major):
+    # a slice of wider rows: each expert's matrix has a padded pitch, which the kernels do not read; the
+    # message gives the caller's own shape and strides, not those of the view the op would take
+    if b_row_major:
+        b = randn(G, N, 2 * K, seed=2)[:, :, :K].mT  # logical (G, K, N), a view of a padded (G, N, K)
+        dim, packed = -1, K
+    else:
+        b = randn(G, K, 2 * N, seed=2)[:, :, :N]
+        dim, packed = -2, N
+    a = randn(M * G, K, seed=1)
+    offs = torch.arange(M, G * M + 1, M, dtype=torch.int32)
+    pattern = (rf"grouped_mm: b: expected the experts' matrices packed one after another, without padding inside "
+               rf"a matrix \(stride\({dim}\) == {packed} here\), got shape \({G}, {K}, {N}\) with strides "
+               rf"\({', '.join(map(str, b.stride()))}\)")
+    with pytest.raises(ValueError, match=pattern):
+        mt.grouped_mm(a, b, offs)
+    assert_close(mt.grouped_mm(a, b.contiguous(), offs), torch_grouped_mm(a, b.contiguous(), offs=offs))
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_2d_3d_backward_matches_torch(device):
     # da: grouped_gemm with the transposed weight; db: grouped_gemm_wgrad

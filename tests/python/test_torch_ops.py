@@ -396,7 +396,8 @@ def test_8bit_inputs_are_unsupported_on_every_backend(device, op):
 
 
 def _bad_shape_calls():
-    """(id, call(device) -> None): calls whose ranks or shared dims (M, K, E, N) do not agree."""
+    """(id, call(device) -> None): calls whose ranks or shared dims (M, K, E, N) do not agree, or whose option
+    strings are not among the choices."""
     bf = torch.bfloat16
 
     def t(*shape, dtype=bf):
@@ -429,6 +430,13 @@ def _bad_shape_calls():
                                                                      t(4, 64, 47, dtype=torch.float32)(d)),
         "wgrad_w_transposed": lambda d: ops.grouped_gemm_wgrad.accumulate(
             a(d), t(32, 48)(d), off(d), t(4, 64, 48, dtype=torch.float32)(d), transpose_output=True),
+        # Option strings (the grouped and the dense ops name their weights' shapes differently).
+        "grouped_b_layout": lambda d: ops.grouped_gemm(a(d), t(4, 48, 64)(d), off(d), b_layout="x"),
+        "dense_b_layout": lambda d: ops.gemm_amax(a(d), t(48, 64)(d), b_layout="x"),
+        "glu_activation": lambda d: ops.grouped_gemm_glu(a(d), t(4, 48, 64)(d), off(d), activation="relu"),
+        "dglu_glu_layout": lambda d: ops.grouped_gemm_dglu(t(32, 48)(d), t(4, 48, 48)(d), t(32, 96)(d), off(d),
+                                                           glu_layout="x"),
+        "dense_glu_layout": lambda d: ops.gemm_swiglu(a(d), t(48, 64)(d), glu_layout="x"),
     }
     return list(cases.items())
 
@@ -436,8 +444,8 @@ def _bad_shape_calls():
 @pytest.mark.parametrize("case, call", _bad_shape_calls(), ids=[c for c, _ in _bad_shape_calls()])
 def test_fake_kernels_refuse_bad_shapes_as_the_ops_do(case, call):
     """On meta tensors (and under torch.compile) the fake kernel runs instead of the C++ op: it raises the
-    op's ValueError, word for word, for ranks and shared dims, rather than an IndexError or outputs of a
-    made-up shape."""
+    op's ValueError, word for word, for ranks, shared dims and option strings, rather than an IndexError or
+    outputs of a made-up shape."""
     with pytest.raises(ValueError) as eager:
         call("cpu")
     with pytest.raises(ValueError) as fake:
