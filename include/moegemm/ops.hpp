@@ -154,7 +154,7 @@ struct GroupedGemmWgradArgs {
   TensorView x;        ///< (M, H) row-major, bf16/f16
   TensorView dy;       ///< (M, N) row-major, same dtype
   TensorView offsets;  ///< (E,) int32
-  TensorView w;        ///< out dense (E, H, N), or (E, N, H) with transpose_output; f32/bf16
+  TensorView w;        ///< out dense (E, H, N), or (E, N, H) with transpose_output; f32/bf16/f16
   TensorView w_ptrs;   ///< or (E,) int64 addresses of per-expert row-major buffers of that shape
   DType w_dtype = DType::f32;  ///< element type behind w_ptrs
   bool transpose_output = false;
