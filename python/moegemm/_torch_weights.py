@@ -16,8 +16,7 @@ def weight_operand(w: torch.Tensor, op: str, name: str) -> tuple[torch.Tensor, s
     Raises ValueError naming ``op: name`` for any other stride order (neither of the last two dims
     contiguous, or experts interleaved inside a matrix), for padding inside a matrix (``w[:, :, :N]`` of a
     wider tensor) and for experts that are not packed one after another (``w[::2]``), with the caller's
-    shape and strides; the moegemm contract then checks the rest
-    (16-byte alignment).
+    shape and strides; the moegemm contract then checks the rest (16-byte alignment).
     """
     # One read of shape and strides: each accessor is a separate dispatcher-level call on the eager path.
     shape = w.shape
@@ -25,14 +24,14 @@ def weight_operand(w: torch.Tensor, op: str, name: str) -> tuple[torch.Tensor, s
         raise ValueError(f"{op}: {name}: expected a 3-D (E, K, N) weight tensor, got shape {tuple(shape)}")
     e, rows, cols = shape
     expert_stride, row_stride, col_stride = w.stride()
-    layout = None
+    layout = padded = None
     if col_stride == 1 and (rows <= 1 or row_stride >= cols):
         layout, matrix = "kn", rows * row_stride if rows > 1 else cols
         padded = (-2, cols) if rows > 1 and row_stride != cols else None
     elif row_stride == 1 and (cols <= 1 or col_stride >= rows):
         layout, matrix = "nk", cols * col_stride if cols > 1 else rows
         padded = (-1, rows) if cols > 1 and col_stride != rows else None
-    if layout is not None and padded is not None:
+    if padded is not None:
         # The ops read each expert's matrix as one packed block (a padded row pitch is not a tensor they take).
         dim, packed = padded
         raise ValueError(
