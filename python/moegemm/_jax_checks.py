@@ -50,21 +50,30 @@ def clamp_limit(op: str, activation: str, limit) -> float:
     take it as f32, and the call passes it as an XLA attribute, which flushes f32 subnormals to 0: a limit
     that is 0 or subnormal in f32 is no limit either."""
     value = static_float(op, "limit", limit)
-    if activation == "swiglu_clamped" and not np.float32(value) >= _F32_SMALLEST_NORMAL:
+    with np.errstate(over="ignore"):  # a limit past the f32 range is an infinite limit (docs/ops.md §0)
+        as_f32 = np.float32(value)
+    if activation == "swiglu_clamped" and not as_f32 >= _F32_SMALLEST_NORMAL:
         raise ValueError(f"moegemm.jax.{op}: limit: expected a positive clamp limit for swiglu_clamped (in f32; "
                          f"subnormals are passed as 0, so at least {_F32_SMALLEST_NORMAL:.8g}), got {value}")
     return value
 
 
 def static_bool(op: str, name: str, value) -> bool:
-    """``bool(value)`` for a flag that shapes the compiled call (which outputs it has, zero_tail). A traced
-    value (an argument of the jitted function) raises TypeError naming it."""
-    try:
+    """A flag that shapes the compiled call (which outputs it has, zero_tail): a Python or NumPy bool, or a
+    concrete 0-d bool array. Anything else (a string, None, an int, an array of several values) raises
+    TypeError naming it, and so does a traced value (an argument of the jitted function)."""
+    if isinstance(value, (bool, np.bool_)):
         return bool(value)
-    except jax.errors.ConcretizationTypeError as e:  # TracerBoolConversionError derives from it
-        raise TypeError(f"moegemm.jax.{op}: {name}: expected a Python bool (it decides the compiled call's "
-                        f"outputs), got a traced value; pass a constant, or mark the argument static in "
-                        f"jax.jit") from e
+    if getattr(value, "shape", None) == () and getattr(value, "dtype", None) == np.bool_:
+        try:
+            return bool(value)
+        except jax.errors.ConcretizationTypeError as e:  # TracerBoolConversionError derives from it
+            raise TypeError(f"moegemm.jax.{op}: {name}: expected a Python bool (it decides the compiled call's "
+                            f"outputs), got a traced value; pass a constant, or mark the argument static in "
+                            f"jax.jit") from e
+    shape = getattr(value, "shape", None)
+    got = f"{type(value).__name__} of shape {tuple(shape)}" if shape is not None else repr(value)
+    raise TypeError(f"moegemm.jax.{op}: {name}: expected a Python bool, got {got}")
 
 
 # The smallest double that f32 rounds to infinity: halfway between the largest f32 and 2^128 (ties go to the

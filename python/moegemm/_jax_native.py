@@ -130,7 +130,8 @@ def _ffi_attr(value):
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
     if isinstance(value, (float, np.floating)):
-        return np.float32(value)
+        with np.errstate(over="ignore"):  # checked before: only a clamp limit may be past the f32 range (inf)
+            return np.float32(value)
     return value
 
 

@@ -6,6 +6,8 @@ for bf16 inputs, gpu_support), the CPU backend otherwise. jit vs eager runs on b
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -250,6 +252,13 @@ def test_trace_time_errors_name_the_operand():
         jax.jit(lambda g: mj.gemm_srelu(a, b[0], generate_c=g))(False)
     with pytest.raises(TypeError, match=r"grouped_gemm_wgrad: transpose_output: " + flag):
         jax.jit(lambda t: mj.grouped_gemm_wgrad(a, a, off, transpose_output=t))(True)
+    # A flag is a bool: a string (truthy), None or an array of several values is refused by name, not read
+    # as True or False; a concrete 0-d bool array is a bool.
+    for bad, got in (("no", "'no'"), (None, "None"), (jnp.array([True, False]), r"\w+ of shape \(2,\)")):
+        with pytest.raises(TypeError, match=rf"grouped_gemm: zero_tail: expected a Python bool, got {got}$"):
+            mj.grouped_gemm(a, b, off, zero_tail=bad)
+    np.testing.assert_array_equal(np.asarray(mj.grouped_gemm(a, b, off, zero_tail=jnp.array(True))),
+                                  np.asarray(mj.grouped_gemm(a, b, off, zero_tail=True)))
     # Anything else that is not a real number is refused by name too, and so is a non-positive clamp limit.
     for bad in ("7", None, 1 + 2j):
         with pytest.raises(TypeError, match=r"grouped_gemm_glu: limit: expected a real number"):
@@ -272,6 +281,14 @@ def test_trace_time_errors_name_the_operand():
     with pytest.raises(ValueError, match=r"grouped_gemm_glu: limit: .*at least 1.1754944e-38\), got 1e-40"):
         mj.grouped_gemm_glu(a, b, off, activation="swiglu_clamped", limit=1e-40)
     assert mj.grouped_gemm_glu(a, b, off, activation="swiglu_clamped", limit=1.2e-38).shape[0] == a.shape[0]
+    # An infinite limit, or one past the f32 range, clamps nothing (docs/ops.md §0), without a NumPy warning.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        unclamped = [np.asarray(mj.grouped_gemm_glu(a, b, off, activation="swiglu_clamped", limit=lim))
+                     for lim in (float("inf"), 1e40, 1e30)]
+    rows = int(off[-1])  # the tail rows are not written
+    np.testing.assert_array_equal(unclamped[0][:rows], unclamped[1][:rows])
+    np.testing.assert_array_equal(unclamped[0][:rows], unclamped[2][:rows])
     # None is the documented default of every dtype option (f32 for wgrad's W and gemm_swiglu's ab12).
     x, dy = rand(rng, (32, 16)), rand(rng, (32, 8))
     assert mj.grouped_gemm_wgrad(x, dy, offsets_of([10, 22]), w_dtype=None).dtype == jnp.float32
