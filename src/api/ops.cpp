@@ -12,15 +12,15 @@
 namespace moegemm {
 namespace {
 
-/// The extent the offsets of an op split and its name in messages: T, the rows of X for the weight gradient;
-/// M, the rows of A, for every other op.
+/// The extent the offsets of an op split, named M in messages as in docs/ops.md: the rows of X for the weight
+/// gradient, of A for every other op.
 struct OffsetsExtent {
   int64_t rows;
   const char* name;
 };
 template <class Args>
 OffsetsExtent offsets_extent(const Args& args) {
-  if constexpr (requires { args.x; }) return {args.x.shape[0], "T"};
+  if constexpr (requires { args.x; }) return {args.x.shape[0], "M"};
   else return {args.a.shape[0], "M"};
 }
 

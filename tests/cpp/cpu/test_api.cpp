@@ -81,7 +81,7 @@ TEST(ValidateOffsets, TheWeightGradientNamesItsRowsT) {
   args.w = TensorView::contiguous(w.data(), DType::f32, {2, H, N});
   args.validate = true;
   expect_error([&] { grouped_gemm_wgrad(args, nullptr, 0, nullptr); }, ErrorCode::invalid_argument,
-               {"grouped_gemm_wgrad: offsets: expected non-decreasing expert end rows in [0, T=24]", "each <= T",
+               {"grouped_gemm_wgrad: offsets: expected non-decreasing expert end rows in [0, M=24]", "each <= M",
                 "got offsets[1] = 25"});
   for (float v : w) EXPECT_TRUE(is_poison(v));
 }
