@@ -12,16 +12,11 @@
 namespace moegemm {
 namespace {
 
-/// The extent the offsets of an op split, named M in messages as in docs/ops.md: the rows of X for the weight
-/// gradient, of A for every other op.
-struct OffsetsExtent {
-  int64_t rows;
-  const char* name;
-};
+/// M, the rows the offsets of an op split: of X for the weight gradient, of A for every other op.
 template <class Args>
-OffsetsExtent offsets_extent(const Args& args) {
-  if constexpr (requires { args.x; }) return {args.x.shape[0], "M"};
-  else return {args.a.shape[0], "M"};
+int64_t offsets_rows(const Args& args) {
+  if constexpr (requires { args.x; }) return args.x.shape[0];
+  else return args.a.shape[0];
 }
 
 template <class Args>
@@ -37,8 +32,7 @@ void dispatch(const char* op, const Args& args, void* workspace, std::size_t wor
   const Device backend = contract::check(args);
   if constexpr (requires { args.validate; }) {
     if (args.validate) {
-      const OffsetsExtent extent = offsets_extent(args);
-      contract::check_offsets_values(op, args.offsets, extent.rows, stream, extent.name);
+      contract::check_offsets_values(op, args.offsets, offsets_rows(args), stream);
     }
   }
   if (backend == Device::host) {

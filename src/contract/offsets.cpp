@@ -10,8 +10,7 @@
 
 namespace moegemm::contract {
 
-void check_offsets_values(const char* op, const TensorView& offsets, int64_t M, cudaStream_t stream,
-                          const char* dim) {
+void check_offsets_values(const char* op, const TensorView& offsets, int64_t M, cudaStream_t stream) {
   Rules r(op, Pointers::check);
   r.shape("offsets", offsets, {{"E"}});
   const int64_t E = offsets.shape[0];
@@ -21,7 +20,7 @@ void check_offsets_values(const char* op, const TensorView& offsets, int64_t M, 
   }
   r.dtype_is("offsets", offsets.dtype, DType::i32);
   r.vector("offsets", offsets);
-  if (M < 0) r.fail(ErrorCode::invalid_argument, dim, std::string(dim) + " >= 0", dim + ("=" + std::to_string(M)));
+  if (M < 0) r.fail(ErrorCode::invalid_argument, "M", "M >= 0", "M=" + std::to_string(M));
 
   std::vector<int32_t> copy;
   const int32_t* ends = offsets.ptr<const int32_t>();
@@ -41,7 +40,7 @@ void check_offsets_values(const char* op, const TensorView& offsets, int64_t M, 
     const int64_t end = ends[g];
     const std::string broken = end < 0          ? ">= 0"
                                : end < previous ? ">= offsets[i-1] (non-decreasing)"
-                               : end > M        ? "<= " + std::string(dim)
+                               : end > M        ? "<= M"
                                                 : "";
     if (broken.empty()) {
       previous = end;
@@ -50,7 +49,7 @@ void check_offsets_values(const char* op, const TensorView& offsets, int64_t M, 
     std::string got = "offsets[" + std::to_string(g) + "] = " + std::to_string(end);
     if (end >= 0 && end < previous) got += " < offsets[" + std::to_string(g - 1) + "] = " + std::to_string(previous);
     r.fail(ErrorCode::invalid_argument, "offsets",
-           "non-decreasing expert end rows in [0, " + std::string(dim) + "=" + std::to_string(M) + "], each " + broken,
+           "non-decreasing expert end rows in [0, M=" + std::to_string(M) + "], each " + broken,
            got);
   }
 }
