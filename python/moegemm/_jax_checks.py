@@ -64,14 +64,14 @@ def static_bool(op: str, name: str, value) -> bool:
     TypeError naming it, and so does a traced value (an argument of the jitted function)."""
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
-    if getattr(value, "shape", None) == () and getattr(value, "dtype", None) == np.bool_:
+    shape = getattr(value, "shape", None)
+    if shape == () and getattr(value, "dtype", None) == np.bool_:
         try:
             return bool(value)
         except jax.errors.ConcretizationTypeError as e:  # TracerBoolConversionError derives from it
             raise TypeError(f"moegemm.jax.{op}: {name}: expected a Python bool (it decides the compiled call's "
                             f"outputs), got a traced value; pass a constant, or mark the argument static in "
                             f"jax.jit") from e
-    shape = getattr(value, "shape", None)
     got = f"{type(value).__name__} of shape {tuple(shape)}" if shape is not None else repr(value)
     raise TypeError(f"moegemm.jax.{op}: {name}: expected a Python bool, got {got}")
 
