@@ -25,7 +25,8 @@ Systems of the peers suite (each reported, "not available: <why>" when it cannot
 Every workload of bench/workloads/moe_workloads.json ("gemms", and "models" for mlp) runs with uniform and zipf
 routing; group sizes come from numpy.random.default_rng(seed) and are unaligned. Time: median of --iters calls
 after warm-up; CUDA events for torch and the C++ program, host wall time of synchronised calls for JAX (it has
-no event API). Inputs rotate over copies that together exceed twice the L2 cache. TFLOP/s = 2*M*N*K / time.
+no event API). The torch systems' calls queue behind a sleep kernel (bench/timing.py), as the C++ program's
+queue back to back, so that their events time the GPU's work and not the host's time to issue each call. Inputs rotate over copies that together exceed twice the L2 cache. TFLOP/s = 2*M*N*K / time.
 Writes a JSON of the results (tables: bench/tables.py) and a PNG of the peers suite (bench/plot.py).
 --device cpu --tiny is a smoke run on the CPU (tiny shapes, GPU-only systems skipped with a note); --plan
 prints the estimated H200 time of the selected suites and exits.
@@ -464,11 +465,13 @@ def main(argv=None) -> int:
 
     doc = {"schema": "moegemm-peers/1", "gpu": gpu_name, "date": date, "seed": args.seed, "iters": args.iters,
            "warmup": args.warmup, "timing": {"torch": "median of CUDA-event-timed calls, the torch systems of a row "
-                                                      "interleaved (5 rounds, rotating order)",
+                                                      "interleaved (5 rounds, rotating order), each round "
+                                                      "queued behind a sleep kernel",
                                              "moegemm_cpp": "median of CUDA-event-timed calls (its own process)",
                                              "jax": "median host wall time of synchronised jitted calls",
                                              "suites": "median of CUDA-event-timed calls (torch, one process, the "
-                                                       "systems of a row interleaved)"},
+                                                       "systems of a row interleaved, each round queued behind "
+                                                       "a sleep kernel)"},
            "rows": [], "suites": suites, "quick": args.quick, "tiny": args.tiny, "device": args.device,
            "routings": routings, "suite_seconds": {},
            "targets": {suite: {name: {"ratio": f"time({num}) / time({den})",

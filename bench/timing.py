@@ -15,6 +15,11 @@ import time
 from typing import Callable
 
 ROUNDS = 5
+HOLD_FIRST_US = 5000.0  # the first round's hold; later rounds size theirs from the round before
+HOLD_MAX_US = 100_000.0
+# torch.cuda._sleep spins for a number of GPU clock cycles; 2000 per µs is at or above an H100/H200's
+# highest SM clock (1980 MHz), so the hold lasts at least as long as asked.
+SLEEP_CYCLES_PER_US = 2000
 
 
 def raise_clocks(torch, device: str, seconds: float = 0.5) -> None:
@@ -32,6 +37,12 @@ def raise_clocks(torch, device: str, seconds: float = 0.5) -> None:
             torch.mm(a, a)
         torch.cuda.synchronize()
     del a
+
+
+def gpu_hold(torch, us: float) -> None:
+    """Queues a kernel that keeps the current stream busy for at least `us` µs (torch.cuda._sleep), so that
+    the calls queued behind it in that time start back to back when it ends."""
+    torch.cuda._sleep(int(us * SLEEP_CYCLES_PER_US))
 
 
 def rotated(names: list[str], r: int) -> list[str]:
@@ -52,6 +63,13 @@ def interleaved_us(torch, device: str, systems: dict[str, list[Callable[[], obje
     call is timed by CUDA events on the current stream and the samples are read after one synchronisation
     per round; elsewhere (CPU smoke runs) by the host clock. A system whose call raises gets
     on_error(name, error) as its value (the error itself without on_error) and drops out of later rounds.
+
+    On CUDA a sleep kernel opens each round (`gpu_hold`), long enough for the host to queue the whole round
+    behind it: each call's events then time its work on the GPU alone, not the host's time to issue it.
+    Without it, a call whose host side takes about as long as its kernel (a Python front end at a 40 µs
+    kernel, with its events) leaves the GPU idle between calls, and the idle time lands between that call's
+    events: torch._grouped_mm and moegemm's torch front end read 61 µs on seed-2k, the same kernel 44 µs
+    from the C++ program. Host cost has its own tables (torch_bench.py's dispatch rows).
     """
     out: dict[str, object] = {}
     live = [name for name, calls in systems.items() if calls]
@@ -66,8 +84,13 @@ def interleaved_us(torch, device: str, systems: dict[str, list[Callable[[], obje
     samples: dict[str, list[float]] = {name: [] for name in live}
     per_round = max(1, math.ceil(iters / max(rounds, 1)))
     counters = {name: warmup for name in live}
+    hold_us = HOLD_FIRST_US
     for r in range(max(rounds, 1)):
         events: list[tuple[str, object, object]] = []
+        if device == "cuda":
+            gpu_hold(torch, hold_us)
+            queued = time.perf_counter()
+            pool = [torch.cuda.Event(enable_timing=True) for _ in range(2 * per_round * len(live))]
         for name in rotated(list(live), r):
             calls = systems[name]
             try:
@@ -75,7 +98,7 @@ def interleaved_us(torch, device: str, systems: dict[str, list[Callable[[], obje
                     call = calls[counters[name] % len(calls)]
                     counters[name] += 1
                     if device == "cuda":
-                        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                        start, end = pool.pop(), pool.pop()
                         start.record()
                         call()
                         end.record()
@@ -90,6 +113,8 @@ def interleaved_us(torch, device: str, systems: dict[str, list[Callable[[], obje
                 samples.pop(name, None)
                 events = [e for e in events if e[0] != name]
         if device == "cuda":
+            # The next round's hold: this round's host time to queue its calls, with a margin.
+            hold_us = min(HOLD_MAX_US, 1.5 * 1e6 * (time.perf_counter() - queued) + 200.0)
             torch.cuda.synchronize()
             for name, start, end in events:
                 if name in samples:

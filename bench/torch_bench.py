@@ -5,7 +5,8 @@
    and moegemm.torch.grouped_mm, with torch._grouped_mm's own eager overhead as the bar:
      host   : wall time of `call(); torch.cuda.synchronize()` (median over the runs)
      graph  : the same for a CUDA-graph replay of the call
-     kernel : CUDA-event time of the call on the stream (median)
+     kernel : CUDA-event time of the call on the stream (median; the calls queue behind a sleep kernel, so the
+              host's time to issue them is not in it)
      +host  : host - kernel, the overhead a user sees beyond the kernel (same for graph).
      enqueue: host time per call of 30 calls issued back to back without synchronisation: the CPU cost of a
               call, which a GPU busy with earlier work hides (same for graph: the cost of one replay)
@@ -37,6 +38,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+import timing  # next to this file
+
 try:
     import moegemm.torch as mt
     MT_ERROR = None
@@ -66,11 +69,18 @@ def offsets_of(sizes) -> torch.Tensor:
 
 
 def event_times(fn, iters: int, warmup: int = 5) -> list[float]:
-    """Device time of each of `iters` calls, in microseconds (CUDA events around each call)."""
+    """Device time of each of `iters` calls, in microseconds (CUDA events around each call). The calls queue
+    behind a sleep kernel that lasts 1.5x the host time the warm-up calls took to issue (timing.gpu_hold),
+    so that the events time the GPU's work, not the host's time to issue a call."""
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
     for _ in range(warmup):
         fn(0)
+    per_call = (time.perf_counter() - t0) / max(warmup, 1)
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    torch.cuda.synchronize()
+    timing.gpu_hold(torch, min(timing.HOLD_MAX_US, 1.5e6 * per_call * iters + 200.0))
     for i in range(iters):
         starts[i].record()
         fn(i)
