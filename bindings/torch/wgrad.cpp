@@ -29,6 +29,25 @@ void fill_inputs(GroupedGemmWgradArgs& args, const char* op, const at::Tensor& x
   args.validate = validate;
 }
 
+/// Whether the address ranges from the first to the last byte of two tensors' elements intersect: what can
+/// be told of two strided tensors that at::get_overlap_status cannot decide (a w placed in the padding of an
+/// x with padded rows is refused with the rest: the op cannot tell it apart from one over x's elements).
+bool spans_intersect(const at::Tensor& a, const at::Tensor& b) {
+  if (a.numel() == 0 || b.numel() == 0) return false;
+  const auto span = [](const at::Tensor& t) {
+    int64_t low = 0, high = 0;
+    for (int64_t d = 0; d < t.dim(); ++d) {
+      const int64_t reach = (t.size(d) - 1) * t.stride(d);
+      (reach < 0 ? low : high) += reach;
+    }
+    const auto* base = static_cast<const char*>(t.data_ptr());
+    return std::pair{base + low * t.element_size(), base + (high + 1) * t.element_size()};
+  };
+  const auto [a_begin, a_end] = span(a);
+  const auto [b_begin, b_end] = span(b);
+  return a_begin < b_end && b_begin < a_end;
+}
+
 void run(const DeviceContext& context, const at::Tensor& x, const GroupedGemmWgradArgs& args) {
   launch(context, x, args, [](const auto& a) { return grouped_gemm_wgrad_workspace_bytes(a); },
          [](const auto& a, void* w, std::size_t bytes, cudaStream_t s) { grouped_gemm_wgrad(a, w, bytes, s); });
@@ -58,13 +77,16 @@ void grouped_gemm_wgrad_accumulate_op(const at::Tensor& x, const at::Tensor& dy,
   expect_rank(w, 3, op, "w", transpose_output ? "(E, N, H)" : "(E, H, N)");
   expect_device(x, w, op, "w");
   // The kernel reads x and dy while it adds into w: memory they share would make the sums depend on the order
-  // of the writes. Refused as torch's out= ops refuse it (at::assert_no_overlap: a full or partial overlap;
-  // strided layouts it cannot decide pass).
+  // of the writes. Refused as torch's out= ops refuse it (at::assert_no_overlap: a full or partial overlap),
+  // and, for strided layouts that check cannot decide, wherever the two spans of memory intersect.
   for (const auto& [input, name] : {std::pair{&x, "x"}, std::pair{&dy, "dy"}}) {
     const at::MemOverlapStatus overlap = at::get_overlap_status(w, *input);
     TORCH_CHECK_VALUE(overlap != at::MemOverlapStatus::Full && overlap != at::MemOverlapStatus::Partial, op,
                       ": w: expected memory that does not overlap ", name, ", got a w that shares memory with ",
                       name);
+    TORCH_CHECK_VALUE(overlap != at::MemOverlapStatus::TooHard || !spans_intersect(w, *input), op,
+                      ": w: expected memory that does not overlap ", name, ", got a w inside the memory span of ",
+                      name, "'s strided elements (strides ", input->strides(), ")");
   }
   DeviceContext context(x);
   args.w = view_of(w, op, "w");

@@ -69,9 +69,11 @@ class _RaggedRowsMM(torch.autograd.Function):
         return da, db, None, dbias, None, None, None
 
 
-def _check_no_groups(a, b, k_a, k_b, where, n, offs=None, bias=None):
+def _check_no_groups(a, b, k_a, k_b, where, n, offs=None, bias=None, ragged_k=False):
     """What the ops would check of a call with no groups, which runs none of them: offs, dtypes, the
-    contraction extent, the 16-byte rule on K and N (n: the output's columns) and bias (E = 0, N)."""
+    contraction extent, the 16-byte rule on K and N (n: the output's columns) and bias (E = 0, N). With
+    ``ragged_k`` the contraction is the token dimension T of the 2-D x 2-D mode, which, as with groups, may
+    have any extent (the rules on K do not apply to it)."""
     if offs is not None and (offs.dtype != torch.int32 or offs.shape != (0,)):
         raise ValueError(f"{_OP}: offs: expected an int32 tensor of shape (0,) for 0 groups, got {offs.dtype} of "
                          f"shape {tuple(offs.shape)}")
@@ -90,7 +92,7 @@ def _check_no_groups(a, b, k_a, k_b, where, n, offs=None, bias=None):
     if k_a != k_b:
         raise ValueError(f"{_OP}: b: expected {where} = {k_a} (from a), got {k_b}")
     per_16_bytes = 16 // a.element_size()
-    for name, symbol, value in (("a", "K", k_a), ("b", "N", n)):
+    for name, symbol, value in ((("a", "K", k_a),) if not ragged_k else ()) + (("b", "N", n),):
         if value == 0:
             raise ValueError(f"{_OP}: {name}: expected {symbol} > 0, got {symbol}=0")
         if value % per_16_bytes:
@@ -217,7 +219,7 @@ def _ragged_k_mm(a, b, offs, out_dtype, zero_tail=False, validate=False):
         raise ValueError(f"{_OP}: b: expected a's dtype {a.dtype}, got {b.dtype}")
     check_row_major(_OP, "b", b, "(T, N)")
     if offs.dim() == 1 and offs.shape[0] == 0:  # no groups, no output (as torch._grouped_mm)
-        _check_no_groups(a, b, a.shape[1], b.shape[0], "b.shape[0]", b.shape[1], offs)
+        _check_no_groups(a, b, a.shape[1], b.shape[0], "b.shape[0]", b.shape[1], offs, ragged_k=True)
         if a.shape[0] % (16 // a.element_size()):
             raise ValueError(f"{_OP}: a: expected H = a.shape[0] a multiple of {16 // a.element_size()} for "
                              f"{a.dtype} (16-byte aligned rows of a.t()), got H={a.shape[0]}")

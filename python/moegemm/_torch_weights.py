@@ -25,12 +25,14 @@ def weight_operand(w: torch.Tensor, op: str, name: str) -> tuple[torch.Tensor, s
     e, rows, cols = shape
     expert_stride, row_stride, col_stride = w.stride()
     layout = padded = None
+    # A matrix with no columns (N = 0) or no rows (K = 0) has no padding to find: torch gives its empty dim a
+    # stride of 1, and the op then names the empty extent.
     if col_stride == 1 and (rows <= 1 or row_stride >= cols):
         layout, matrix = "kn", rows * row_stride if rows > 1 else cols
-        padded = (-2, cols) if rows > 1 and row_stride != cols else None
+        padded = (-2, cols) if rows > 1 and cols > 0 and row_stride != cols else None
     elif row_stride == 1 and (cols <= 1 or col_stride >= rows):
         layout, matrix = "nk", cols * col_stride if cols > 1 else rows
-        padded = (-1, rows) if cols > 1 and col_stride != rows else None
+        padded = (-1, rows) if cols > 1 and rows > 0 and col_stride != rows else None
     if padded is not None:
         # The ops read each expert's matrix as one packed block (a padded row pitch is not a tensor they take).
         dim, packed = padded

@@ -216,6 +216,29 @@ def test_2d_2d_no_groups_backward_is_zero(device):
     assert (x.grad == 0).all() and (dy.grad == 0).all()
 
 
+def test_2d_2d_no_groups_takes_any_token_count():
+    """T, the ragged dimension of the 2-D x 2-D mode, has no alignment rule with groups, and none without:
+    no groups gives the (0, H, N) output for T = 30 (it used to be refused as 'K a multiple of 8')."""
+    x, dy = randn(30, M, seed=60), randn(30, N, seed=61)
+    no_offs = torch.zeros(0, dtype=torch.int32)
+    assert mt.grouped_mm(x.t(), dy, no_offs).shape == (0, M, N)
+    assert mt.grouped_mm(x.t(), dy, offsets_of([10, 20])).shape == (2, M, N)  # the same T with groups
+    with pytest.raises(ValueError, match=r"grouped_mm: b: expected shape \(T=30, N\) .*got \(31, 32\)"):
+        mt.grouped_mm(x.t(), randn(31, N, seed=62), no_offs)
+
+
+def test_weights_with_no_columns_are_refused_as_empty_not_as_padded():
+    """A contiguous (E, K, 0) weight (torch strides its empty dim 1) has no padding: the error is N = 0, as for
+    the same weight as a transposed view and in the other modes, not a padding error that suggests
+    .contiguous() on a tensor that already is."""
+    a, offs = randn(M, K, seed=63), offsets_of([M // G] * G)
+    for b in (randn(G, K, 0, seed=64), randn(G, 0, K, seed=65).mT):
+        with pytest.raises(ValueError, match=r"grouped_mm: b: expected N > 0, got N=0"):
+            mt.grouped_mm(a, b, offs)
+    with pytest.raises(ValueError, match=r"grouped_mm: b: expected N > 0, got N=0"):
+        mt.grouped_mm(randn(G, M, K, seed=66), randn(G, K, 0, seed=67))
+
+
 def test_2d_2d_row_major_a_is_rejected():
     a = randn(M, K * G, seed=8)
     with pytest.raises(ValueError, match="grouped_mm: a: .*stride\\(0\\) == 1"):

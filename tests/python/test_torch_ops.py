@@ -202,6 +202,17 @@ def test_grouped_gemm_wgrad_accumulate_refuses_a_w_that_shares_memory_with_its_i
     # Inputs with padded rows (not dense) and a w of its own: no overlap, nothing refused.
     padded = randn(16, 12, dtype=torch.float32, seed=24)[:, :8]
     ops.grouped_gemm_wgrad.accumulate(padded, dy, offsets, torch.zeros(2, 8, 8))
+    # A w over the storage of an x with padded rows, where torch's own overlap check cannot decide: refused
+    # too (it used to run, and its sums read the w it was writing).
+    storage = randn(16, 64, dtype=torch.float32, seed=25)
+    x_padded, w_inside = storage[:, :8], storage.view(-1)[:2 * 8 * 8].view(2, 8, 8)
+    before = w_inside.clone()
+    with pytest.raises(ValueError, match=r"accumulate: w: expected memory that does not overlap x, got a w inside "
+                                         r"the memory span of x's strided elements \(strides \[64, 1\]\)"):
+        ops.grouped_gemm_wgrad.accumulate(x_padded, dy, offsets, w_inside)
+    with pytest.raises(ValueError, match=r"accumulate: w: expected memory that does not overlap dy, got a w inside"):
+        ops.grouped_gemm_wgrad.accumulate(dy, x_padded, offsets, w_inside)
+    assert torch.equal(w_inside, before)
 
 
 def test_grouped_gemm_wgrad_accumulate_bumps_the_version_of_w():
