@@ -187,12 +187,18 @@ def ksweep_table(rows: list[dict]) -> str:
 
 
 def torch_dispatch_table(result: dict) -> str:
-    """torch_bench.py's dispatch rows; the bar is torch._grouped_mm's host overhead at the same shape (met:
-    moegemm's overhead at most the bar's + 1 µs, the resolution of a host-clocked synchronised call)."""
+    """torch_bench.py's dispatch rows; the bar is torch._grouped_mm's eager overhead at the same shape (met:
+    moegemm's at most the bar's + 1 µs). The overhead judged is the host's time to issue a call (`enqueue_us`:
+    30 calls issued back to back, the GPU busy), where the rows have it: host − kernel subtracts two medians
+    taken at different GPU clocks (synchronised single calls against calls queued back to back), which at
+    16384×4096×4096 differ by ±100 µs for the same kernel. Results without issue times are judged on
+    host − kernel, as they were."""
     rows = result.get("dispatch", [])
     bar = {r["shape"]: r for r in rows if r["call"] == "torch._grouped_mm" and "error" not in r}
+    issue = all("enqueue_us" in r for r in rows if "error" not in r)
+    key, what = ("enqueue_us", "eager issue") if issue else ("host_overhead_us", "+ host")
     lines = ["| M×N×K | call | kernel µs | eager host µs | + host µs | graph replay µs | + graph µs "
-             "| + host − torch's | ≤ torch's + 1 µs |", "|" + " --- |" * 9]
+             f"| {what} − torch's | ≤ torch's + 1 µs |", "|" + " --- |" * 9]
     met = judged = 0
     for r in rows:
         if "error" in r:
@@ -201,14 +207,17 @@ def torch_dispatch_table(result: dict) -> str:
         b = bar.get(r["shape"])
         delta, ok = "—", "—"
         if b is not None and r["call"].startswith("moegemm"):
-            d = r["host_overhead_us"] - b["host_overhead_us"]
+            d = r[key] - b[key]
             delta, ok = f"{d:+.1f}", ("yes" if d <= 1.0 else "no")
             judged += 1
             met += d <= 1.0
         lines.append(f"| {r['shape'].replace('x', '×')} | {r['call']} | {r['kernel_us']:.1f} | {r['host_us']:.1f} "
                      f"| {r['host_overhead_us']:.1f} | {r['graph_us']:.1f} | {r['graph_overhead_us']:.1f} | {delta} "
                      f"| {ok} |")
-    lines += ["", f"eager host overhead at most torch._grouped_mm's + 1 µs: met on {met} of {judged} rows."]
+    judged_on = ("the host's time to issue a call (30 back to back, the GPU busy)" if issue
+                 else "host − kernel")
+    lines += ["", f"eager overhead at most torch._grouped_mm's + 1 µs, judged on {judged_on}: met on {met} of "
+                  f"{judged} rows."]
     return "\n".join(lines)
 
 
