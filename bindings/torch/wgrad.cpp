@@ -86,7 +86,7 @@ void grouped_gemm_wgrad_accumulate_op(const at::Tensor& x, const at::Tensor& dy,
                       name);
     TORCH_CHECK_VALUE(overlap != at::MemOverlapStatus::TooHard || !spans_intersect(w, *input), op,
                       ": w: expected memory that does not overlap ", name, ", got a w inside the memory span of ",
-                      name, "'s strided elements (strides ", input->strides(), ")");
+                      name, "'s elements (", name, " has strides ", shape_text(input->strides()), ")");
   }
   DeviceContext context(x);
   args.w = view_of(w, op, "w");
