@@ -67,9 +67,11 @@ def interleaved_us(torch, device: str, systems: dict[str, list[Callable[[], obje
     On CUDA a sleep kernel opens each round (`gpu_hold`), long enough for the host to queue the whole round
     behind it: each call's events then time its work on the GPU alone, not the host's time to issue it.
     Without it, a call whose host side takes about as long as its kernel (a Python front end at a 40 µs
-    kernel, with its events) leaves the GPU idle between calls, and the idle time lands between that call's
-    events: torch._grouped_mm and moegemm's torch front end read 61 µs on seed-2k, the same kernel 44 µs
-    from the C++ program. Host cost has its own tables (torch_bench.py's dispatch rows).
+    kernel, with its events) can leave the GPU idle between calls, and the idle time lands between that
+    call's events: moegemm's torch front end read 61 µs on seed-2k in one full run, the same kernel 44 µs from
+    the C++ program, and side by side (docs/results/timing-hold-ab-h200-2026-12-01.json) per-call events
+    read the seed-2k and seed-4k weight gradients 6-11% slower, for moegemm and torch alike. Host cost has
+    its own tables (torch_bench.py's dispatch rows).
     """
     out: dict[str, object] = {}
     live = [name for name, calls in systems.items() if calls]
