@@ -189,30 +189,26 @@ def test_grouped_gemm_wgrad_accumulate_refuses_a_w_that_shares_memory_with_its_i
     """accumulate reads x and dy while it adds into w: a w over their memory is refused by name, before any
     work, and left as it was."""
     offsets = offsets_of([8, 8])
+    dy = randn(16, 8, dtype=torch.float32, seed=23)
+
+    def refused_as_x_and_as_dy(shared, w, reason):
+        before = w.clone()
+        for name, args in (("x", (shared, dy)), ("dy", (dy, shared))):
+            with pytest.raises(ValueError, match=r"grouped_gemm_wgrad\.accumulate: w: expected memory that does not "
+                                                 rf"overlap {name}, got a w " + reason.format(name=name)):
+                ops.grouped_gemm_wgrad.accumulate(*args, offsets, w)
+        assert torch.equal(w, before)
+
     buf = randn(2 * 8 * 8, dtype=torch.float32, seed=22)
-    x, dy = buf.view(16, 8), randn(16, 8, dtype=torch.float32, seed=23)
-    w = buf.view(2, 8, 8)
-    before = w.clone()
-    with pytest.raises(ValueError, match=r"grouped_gemm_wgrad\.accumulate: w: expected memory that does not "
-                                         r"overlap x, got a w that shares memory with x"):
-        ops.grouped_gemm_wgrad.accumulate(x, dy, offsets, w)
-    with pytest.raises(ValueError, match=r"accumulate: w: expected memory that does not overlap dy"):
-        ops.grouped_gemm_wgrad.accumulate(dy, x, offsets, w)
-    assert torch.equal(w, before)
+    refused_as_x_and_as_dy(buf.view(16, 8), buf.view(2, 8, 8), "that shares memory with {name}")
     # Inputs with padded rows (not dense) and a w of its own: no overlap, nothing refused.
     padded = randn(16, 12, dtype=torch.float32, seed=24)[:, :8]
     ops.grouped_gemm_wgrad.accumulate(padded, dy, offsets, torch.zeros(2, 8, 8))
     # A w over the storage of an x with padded rows, where torch's own overlap check cannot decide: refused
     # too (it used to run, and its sums read the w it was writing).
     storage = randn(16, 64, dtype=torch.float32, seed=25)
-    x_padded, w_inside = storage[:, :8], storage.view(-1)[:2 * 8 * 8].view(2, 8, 8)
-    before = w_inside.clone()
-    with pytest.raises(ValueError, match=r"accumulate: w: expected memory that does not overlap x, got a w inside "
-                                         r"the memory span of x's elements \(x has strides \(64, 1\)\)"):
-        ops.grouped_gemm_wgrad.accumulate(x_padded, dy, offsets, w_inside)
-    with pytest.raises(ValueError, match=r"accumulate: w: expected memory that does not overlap dy, got a w inside"):
-        ops.grouped_gemm_wgrad.accumulate(dy, x_padded, offsets, w_inside)
-    assert torch.equal(w_inside, before)
+    refused_as_x_and_as_dy(storage[:, :8], storage.view(-1)[:2 * 8 * 8].view(2, 8, 8),
+                           r"inside the memory span of {name}'s elements \({name} has strides \(64, 1\)\)")
 
 
 def test_grouped_gemm_wgrad_accumulate_bumps_the_version_of_w():
