@@ -15,7 +15,7 @@ enum class ErrorCode {
 };
 
 /// Thrown by every moegemm entry point. what() names the operand, what was expected and what was given,
-/// e.g. "grouped_gemm: b: expected shape (E=8, N=4096, K=2048), got (8, 4096, 1024)".
+/// e.g. "grouped_gemm: b: expected shape (E=3, N, K=16) with E from offsets, K from a, got (3, 24, 8)".
 class Error : public std::runtime_error {
  public:
   Error(ErrorCode code, const std::string& message) : std::runtime_error(message), code_(code) {}

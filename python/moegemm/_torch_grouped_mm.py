@@ -79,7 +79,8 @@ def _check_no_groups(a, b, k_a, k_b, where, n, offs=None, bias=None, ragged_k=Fa
                          f"shape {tuple(offs.shape)}")
     for name, t in (("b", b), ("offs", offs), ("bias", bias)):
         if t is not None and t.device != a.device:
-            raise ValueError(f"{_OP}: {name}: expected a tensor on {a.device} (the device of a), got {t.device}")
+            raise ValueError(f"{_OP}: {name}: expected a tensor on {a.device} (the device of a), got one on "
+                             f"{t.device}")
     bias_dtypes = (torch.bfloat16, torch.float32) + ((torch.float64,) if a.device.type == "cpu" else ())
     if bias is not None and bias.dtype not in bias_dtypes:
         names = ", ".join(map(str, bias_dtypes[:-1])) + f" or {bias_dtypes[-1]}"

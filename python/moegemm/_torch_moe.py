@@ -124,7 +124,9 @@ def _clamp_limit(op: str, activation: str, limit) -> float:
     kernels take it (in f32), as moegemm.jax checks it. MoEMLP checks it when built."""
     value = _clamp_parameter("limit", limit, op)
     if activation == "swiglu_clamped" and not value > _F32_ROUNDS_TO_ZERO:
-        raise ValueError(f"{op}: limit: expected a positive clamp limit for swiglu_clamped (in f32), got {limit!r}")
+        rounded = ", which f32 rounds to 0" if value > 0 else ""  # as the ops say it (docs/torch.md)
+        raise ValueError(f"{op}: limit: expected a positive clamp limit for swiglu_clamped (in f32), got "
+                         f"{limit!r}{rounded}")
     return value
 
 
@@ -143,7 +145,8 @@ def _check_operands(x, w_up, w_down, offsets, prob, activation, glu_layout) -> N
         raise ValueError(f"{_OP}: prob: expected shape (M={x.shape[0]},) with M from x, got {tuple(prob.shape)}")
     for name, t in (("w_up", w_up), ("w_down", w_down), ("offsets", offsets), ("prob", prob)):
         if t is not None and t.device != x.device:
-            raise ValueError(f"{_OP}: {name}: expected a tensor on {x.device} (the device of x), got {t.device}")
+            raise ValueError(f"{_OP}: {name}: expected a tensor on {x.device} (the device of x), got one on "
+                             f"{t.device}")
     check_row_major(_OP, "x", x, "(M, H)", "; pass x.contiguous()")
     h = x.shape[1]
     if w_up.dim() != 3:

@@ -409,7 +409,8 @@ def test_zero_groups_check_their_operands():
         mt.grouped_mm(a, randn(0, K, N), no_offs, bias=torch.randn(5, 5))
     with pytest.raises(ValueError, match=r"grouped_mm: a: expected H = a.shape\[0\] a multiple of 8"):
         mt.grouped_mm(randn(M, 12).t(), randn(M, N), no_offs)
-    with pytest.raises(ValueError, match=r"grouped_mm: offs: expected a tensor on cpu \(the device of a\), got meta"):
+    with pytest.raises(ValueError, match=r"grouped_mm: offs: expected a tensor on cpu \(the device of a\), got one on "
+                                         r"meta"):
         mt.grouped_mm(a, randn(0, K, N), no_offs.to("meta"))
     with pytest.raises(ValueError, match=r"grouped_mm: bias: expected dtype torch\.bfloat16, torch\.float32 or "
                                          r"torch\.float64, got torch\.int32"):

@@ -358,7 +358,8 @@ def test_operands_on_the_meta_device_are_rejected():
     with pytest.raises(ValueError, match=r"grouped_gemm_wgrad: dy: .*got one on meta"):
         ops.grouped_gemm_wgrad(a, randn(8, 8).to("meta"), offsets)
     module = moegemm.torch.MoEMLP(2, 16, 16, dtype=torch.bfloat16, device="meta")
-    with pytest.raises(ValueError, match=r"moe_mlp: w_up: expected a tensor on cpu \(the device of x\), got meta"):
+    with pytest.raises(ValueError, match=r"moe_mlp: w_up: expected a tensor on cpu \(the device of x\), got one on "
+                                         r"meta"):
         module(a, offsets)
     # every operand on meta: shapes only, as torch's meta kernels do
     d, c = ops.grouped_gemm(a.to("meta"), b.to("meta"), offsets.to("meta"), generate_c=True)
