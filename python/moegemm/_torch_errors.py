@@ -17,6 +17,19 @@ def check_row_major(op: str, name: str, t: torch.Tensor, dims: str, hint: str = 
                          f"{tuple(t.stride())}{hint}")
 
 
+def check_same_device(op: str, **tensors) -> None:
+    """The C++ ops' rule that every operand (None: not given) is on the device of the first, checked here
+    too: a call with an operand on the meta device reaches the fake kernel instead of the C++ op, and would
+    otherwise come back as an uninitialised result on the other operands' device. Raises ValueError
+    ``"<op>: <name>: expected a tensor on <device> (the device of <first>), got one on <its device>"``."""
+    anchor = next(iter(tensors))
+    device = tensors[anchor].device
+    for name, t in tensors.items():
+        if isinstance(t, torch.Tensor) and t.device != device:
+            raise ValueError(f"{op}: {name}: expected a tensor on {device} (the device of {anchor}), got one on "
+                             f"{t.device}")
+
+
 def call_named(public_op: str, names: dict[tuple[str, str], str], fn, *args, **kwargs):
     """``fn(*args, **kwargs)``; a ValueError or NotImplementedError of an inner op whose message starts with
     ``"<op>: <operand>: "`` is re-raised as ``"<public_op>: <name>: ... (checked as <op>'s <operand>)"``, where

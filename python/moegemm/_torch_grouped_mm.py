@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ._torch_errors import call_named, check_row_major
+from ._torch_errors import call_named, check_row_major, check_same_device
 from ._torch_first_order import first_order_only
 from ._torch_options import MAX_EXPERTS
 from ._torch_weights import dense_grad, flipped, weight_grad_like, weight_operand
@@ -77,10 +77,7 @@ def _check_no_groups(a, b, k_a, k_b, where, n, offs=None, bias=None, ragged_k=Fa
     if offs is not None and (offs.dtype != torch.int32 or offs.shape != (0,)):
         raise ValueError(f"{_OP}: offs: expected an int32 tensor of shape (0,) for 0 groups, got {offs.dtype} of "
                          f"shape {tuple(offs.shape)}")
-    for name, t in (("b", b), ("offs", offs), ("bias", bias)):
-        if t is not None and t.device != a.device:
-            raise ValueError(f"{_OP}: {name}: expected a tensor on {a.device} (the device of a), got one on "
-                             f"{t.device}")
+    check_same_device(_OP, a=a, b=b, offs=offs, bias=bias)
     bias_dtypes = (torch.bfloat16, torch.float32) + ((torch.float64,) if a.device.type == "cpu" else ())
     if bias is not None and bias.dtype not in bias_dtypes:
         names = ", ".join(map(str, bias_dtypes[:-1])) + f" or {bias_dtypes[-1]}"
@@ -93,7 +90,8 @@ def _check_no_groups(a, b, k_a, k_b, where, n, offs=None, bias=None, ragged_k=Fa
     if k_a != k_b:
         raise ValueError(f"{_OP}: b: expected {where} = {k_a} (from a), got {k_b}")
     per_16_bytes = 16 // a.element_size()
-    for name, symbol, value in ((("a", "K", k_a),) if not ragged_k else ()) + (("b", "N", n),):
+    extents = [("b", "N", n)] if ragged_k else [("a", "K", k_a), ("b", "N", n)]
+    for name, symbol, value in extents:
         if value == 0:
             raise ValueError(f"{_OP}: {name}: expected {symbol} > 0, got {symbol}=0")
         if value % per_16_bytes:

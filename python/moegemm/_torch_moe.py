@@ -7,7 +7,7 @@ import operator
 
 import torch
 
-from ._torch_errors import call_named, check_row_major
+from ._torch_errors import call_named, check_row_major, check_same_device
 from ._torch_first_order import first_order_only
 from ._torch_options import ACTIVATIONS, GLU_LAYOUTS, MAX_EXPERTS, check_choice
 from ._torch_weights import dense_grad, flipped, weight_grad_like, weight_operand
@@ -143,10 +143,7 @@ def _check_operands(x, w_up, w_down, offsets, prob, activation, glu_layout) -> N
         raise ValueError(f"{_OP}: prob: expected a floating dtype, got {prob.dtype}")
     if prob is not None and tuple(prob.shape) != (x.shape[0],):
         raise ValueError(f"{_OP}: prob: expected shape (M={x.shape[0]},) with M from x, got {tuple(prob.shape)}")
-    for name, t in (("w_up", w_up), ("w_down", w_down), ("offsets", offsets), ("prob", prob)):
-        if t is not None and t.device != x.device:
-            raise ValueError(f"{_OP}: {name}: expected a tensor on {x.device} (the device of x), got one on "
-                             f"{t.device}")
+    check_same_device(_OP, x=x, w_up=w_up, w_down=w_down, offsets=offsets, prob=prob)
     check_row_major(_OP, "x", x, "(M, H)", "; pass x.contiguous()")
     h = x.shape[1]
     if w_up.dim() != 3:

@@ -40,6 +40,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without torch
     raise ImportError("moegemm.torch needs torch (pip install torch); `import moegemm` works without it") from exc
 
 from ._native import library_path
+from ._torch_errors import check_same_device
 from ._torch_options import ACTIVATIONS as _ACTIVATIONS
 from ._torch_options import B_LAYOUTS as _B_LAYOUTS
 from ._torch_options import b_layouts_text as _b_layouts_text
@@ -114,18 +115,6 @@ def _wgrad_hn(op: str, x: torch.Tensor, dy: torch.Tensor, offsets: torch.Tensor)
     return offsets.shape[0], x.shape[1], dy.shape[1]
 
 
-def _same_device(op: str, **tensors) -> None:
-    """The C++ ops' rule that every operand (None: not given) is on the device of the first, checked here
-    too: a call with an operand on the meta device reaches the fake kernel instead of the C++ op, and would
-    otherwise come back as an uninitialised result on the other operands' device. Raises ValueError."""
-    anchor = next(iter(tensors))
-    device = tensors[anchor].device
-    for name, t in tensors.items():
-        if isinstance(t, torch.Tensor) and t.device != device:
-            raise ValueError(f"{op}: {name}: expected a tensor on {device} (the device of {anchor}), got one on "
-                             f"{t.device}")
-
-
 def _absent(like: torch.Tensor) -> torch.Tensor:
     return like.new_empty((0,))
 
@@ -136,7 +125,7 @@ def _absent(like: torch.Tensor) -> torch.Tensor:
 @torch.library.register_fake("moegemm::grouped_gemm")
 def _grouped_gemm_fake(a, b, offsets, *, b_layout="nk", alpha=None, prob=None, bias=None, generate_c=False,
                        out_dtype=None, zero_tail=False, validate=False):
-    _same_device("grouped_gemm", a=a, b=b, offsets=offsets, alpha=alpha, prob=prob, bias=bias)
+    check_same_device("grouped_gemm", a=a, b=b, offsets=offsets, alpha=alpha, prob=prob, bias=bias)
     n = _weights_n("grouped_gemm", a, b, b_layout, offsets)
     d = a.new_empty((a.shape[0], n), dtype=out_dtype or a.dtype)
     return d, (d.new_empty((a.shape[0], n)) if generate_c else _absent(d))
@@ -147,7 +136,7 @@ def _grouped_gemm_glu_fake(a, b, offsets, *, b_layout="nk", alpha=None, prob=Non
                            activation="swiglu", glu_layout="halves", limit=7.0, act_alpha=1.702,
                            linear_offset=1.0, generate_c=False, out_dtype=None, zero_tail=False,
                            validate=False):
-    _same_device("grouped_gemm_glu", a=a, b=b, offsets=offsets, alpha=alpha, prob=prob, bias=bias)
+    check_same_device("grouped_gemm_glu", a=a, b=b, offsets=offsets, alpha=alpha, prob=prob, bias=bias)
     _check_choice("grouped_gemm_glu", "activation", activation, _ACTIVATIONS)
     _check_choice("grouped_gemm_glu", "glu_layout", glu_layout, _GLU_LAYOUTS)
     n = _weights_n("grouped_gemm_glu", a, b, b_layout, offsets)
@@ -158,7 +147,7 @@ def _grouped_gemm_glu_fake(a, b, offsets, *, b_layout="nk", alpha=None, prob=Non
 @torch.library.register_fake("moegemm::grouped_gemm_srelu")
 def _grouped_gemm_srelu_fake(a, b, offsets, *, b_layout="nk", alpha=None, prob=None, bias=None,
                              generate_c=False, out_dtype=None, zero_tail=False, validate=False):
-    _same_device("grouped_gemm_srelu", a=a, b=b, offsets=offsets, alpha=alpha, prob=prob, bias=bias)
+    check_same_device("grouped_gemm_srelu", a=a, b=b, offsets=offsets, alpha=alpha, prob=prob, bias=bias)
     n = _weights_n("grouped_gemm_srelu", a, b, b_layout, offsets)
     d = a.new_empty((a.shape[0], n), dtype=out_dtype or a.dtype)
     return d, (d.new_empty((a.shape[0], n)) if generate_c else _absent(d))
@@ -186,7 +175,7 @@ def _grouped_gemm_dglu_fake(a, b, c, offsets, *, b_layout="nk", alpha=None, beta
                             activation="swiglu", glu_layout="halves", limit=7.0, act_alpha=1.702,
                             linear_offset=1.0, compute_dprob=False, compute_dbias=False, compute_amax=False,
                             dc_dtype=None, dbias_dtype=None, zero_tail=False, validate=False):
-    _same_device("grouped_gemm_dglu", a=a, b=b, c=c, offsets=offsets, alpha=alpha, beta=beta, prob=prob)
+    check_same_device("grouped_gemm_dglu", a=a, b=b, c=c, offsets=offsets, alpha=alpha, beta=beta, prob=prob)
     _check_choice("grouped_gemm_dglu", "activation", activation, _ACTIVATIONS)
     _check_choice("grouped_gemm_dglu", "glu_layout", glu_layout, _GLU_LAYOUTS)
     n = _weights_n("grouped_gemm_dglu", a, b, b_layout, offsets)
@@ -199,7 +188,7 @@ def _grouped_gemm_dglu_fake(a, b, c, offsets, *, b_layout="nk", alpha=None, beta
 def _grouped_gemm_dsrelu_fake(a, b, c, offsets, *, b_layout="nk", alpha=None, prob=None, compute_dprob=False,
                               compute_dbias=False, compute_amax=False, dc_dtype=None, dbias_dtype=None,
                               zero_tail=False, validate=False):
-    _same_device("grouped_gemm_dsrelu", a=a, b=b, c=c, offsets=offsets, alpha=alpha, prob=prob)
+    check_same_device("grouped_gemm_dsrelu", a=a, b=b, c=c, offsets=offsets, alpha=alpha, prob=prob)
     n = _weights_n("grouped_gemm_dsrelu", a, b, b_layout, offsets)
     _saved("grouped_gemm_dsrelu", a, c, n, "N")
     return _backward_outputs("grouped_gemm_dsrelu", a, c, offsets, n, 1, compute_dprob, compute_dbias,
@@ -208,14 +197,14 @@ def _grouped_gemm_dsrelu_fake(a, b, c, offsets, *, b_layout="nk", alpha=None, pr
 
 @torch.library.register_fake("moegemm::grouped_gemm_wgrad")
 def _grouped_gemm_wgrad_fake(x, dy, offsets, *, transpose_output=False, out_dtype=None, validate=False):
-    _same_device("grouped_gemm_wgrad", x=x, dy=dy, offsets=offsets)
+    check_same_device("grouped_gemm_wgrad", x=x, dy=dy, offsets=offsets)
     e, h, n = _wgrad_hn("grouped_gemm_wgrad", x, dy, offsets)
     return x.new_empty((e, n, h) if transpose_output else (e, h, n), dtype=out_dtype or _f32_default(x))
 
 
 @torch.library.register_fake("moegemm::grouped_gemm_wgrad.accumulate")
 def _grouped_gemm_wgrad_accumulate_fake(x, dy, offsets, w, *, transpose_output=False, validate=False):
-    _same_device("grouped_gemm_wgrad", x=x, dy=dy, offsets=offsets, w=w)
+    check_same_device("grouped_gemm_wgrad", x=x, dy=dy, offsets=offsets, w=w)
     e, h, n = _wgrad_hn("grouped_gemm_wgrad", x, dy, offsets)
     _rank("grouped_gemm_wgrad.accumulate", "w", w, 3, "(E, H, N)")
     shape = lambda: (f"grouped_gemm_wgrad: w: expected shape (E={e}, N={n}, H={h}) with E from offsets, N from dy, "
@@ -230,7 +219,7 @@ def _grouped_gemm_wgrad_accumulate_fake(x, dy, offsets, w, *, transpose_output=F
 @torch.library.register_fake("moegemm::gemm_swiglu")
 def _gemm_swiglu_fake(a, b, *, b_layout="nk", alpha=1.0, glu_layout="interleaved32_up_first", ab12_dtype=None,
                       out_dtype=None):
-    _same_device("gemm_swiglu", a=a, b=b)
+    check_same_device("gemm_swiglu", a=a, b=b)
     _check_choice("gemm_swiglu", "glu_layout", glu_layout, _GLU_LAYOUTS)
     n = _weights_n("gemm_swiglu", a, b, b_layout)
     return (a.new_empty((a.shape[0], n), dtype=ab12_dtype or _f32_default(a)),
@@ -239,14 +228,14 @@ def _gemm_swiglu_fake(a, b, *, b_layout="nk", alpha=1.0, glu_layout="interleaved
 
 @torch.library.register_fake("moegemm::gemm_amax")
 def _gemm_amax_fake(a, b, *, b_layout="nk", out_dtype=None):
-    _same_device("gemm_amax", a=a, b=b)
+    check_same_device("gemm_amax", a=a, b=b)
     n = _weights_n("gemm_amax", a, b, b_layout)
     return a.new_empty((a.shape[0], n), dtype=out_dtype or a.dtype), a.new_empty((1,), dtype=torch.float32)
 
 
 @torch.library.register_fake("moegemm::gemm_srelu")
 def _gemm_srelu_fake(a, b, *, b_layout="nk", alpha=1.0, prob=None, generate_c=False, out_dtype=None):
-    _same_device("gemm_srelu", a=a, b=b, prob=prob)
+    check_same_device("gemm_srelu", a=a, b=b, prob=prob)
     n = _weights_n("gemm_srelu", a, b, b_layout)
     d = a.new_empty((a.shape[0], n), dtype=out_dtype or a.dtype)
     return d, (d.new_empty((a.shape[0], n)) if generate_c else _absent(d))
@@ -254,7 +243,7 @@ def _gemm_srelu_fake(a, b, *, b_layout="nk", alpha=1.0, prob=None, generate_c=Fa
 
 @torch.library.register_fake("moegemm::gemm_dsrelu")
 def _gemm_dsrelu_fake(a, b, c, *, b_layout="nk", alpha=1.0, prob=None, compute_dprob=False, out_dtype=None):
-    _same_device("gemm_dsrelu", a=a, b=b, c=c, prob=prob)
+    check_same_device("gemm_dsrelu", a=a, b=b, c=c, prob=prob)
     n = _weights_n("gemm_dsrelu", a, b, b_layout)
     _saved("gemm_dsrelu", a, c, n, "N")
     dc = a.new_empty((a.shape[0], n), dtype=out_dtype or c.dtype)
