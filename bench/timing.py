@@ -45,6 +45,12 @@ def gpu_hold(torch, us: float) -> None:
     torch.cuda._sleep(int(us * SLEEP_CYCLES_PER_US))
 
 
+def hold_for(issue_seconds: float) -> float:
+    """The hold (µs) for calls whose host side took `issue_seconds` to issue before: 1.5x that, plus 200 µs,
+    at most HOLD_MAX_US."""
+    return min(HOLD_MAX_US, 1.5e6 * issue_seconds + 200.0)
+
+
 def rotated(names: list[str], r: int) -> list[str]:
     """`names` starting at position r (mod len): round r's order."""
     if not names:
@@ -115,8 +121,7 @@ def interleaved_us(torch, device: str, systems: dict[str, list[Callable[[], obje
                 samples.pop(name, None)
                 events = [e for e in events if e[0] != name]
         if device == "cuda":
-            # The next round's hold: this round's host time to queue its calls, with a margin.
-            hold_us = min(HOLD_MAX_US, 1.5 * 1e6 * (time.perf_counter() - queued) + 200.0)
+            hold_us = hold_for(time.perf_counter() - queued)  # the next round's, from this round's issue time
             torch.cuda.synchronize()
             for name, start, end in events:
                 if name in samples:

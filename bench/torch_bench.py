@@ -70,7 +70,7 @@ def offsets_of(sizes) -> torch.Tensor:
 
 def event_times(fn, iters: int, warmup: int = 5) -> list[float]:
     """Device time of each of `iters` calls, in microseconds (CUDA events around each call). The calls queue
-    behind a sleep kernel that lasts 1.5x the host time the warm-up calls took to issue (timing.gpu_hold),
+    behind a sleep kernel sized from the host time the warm-up calls took to issue (timing.hold_for),
     so that the events time the GPU's work, not the host's time to issue a call."""
     torch.cuda.synchronize()
     t0 = time.perf_counter()
@@ -80,7 +80,7 @@ def event_times(fn, iters: int, warmup: int = 5) -> list[float]:
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     torch.cuda.synchronize()
-    timing.gpu_hold(torch, min(timing.HOLD_MAX_US, 1.5e6 * per_call * iters + 200.0))
+    timing.gpu_hold(torch, timing.hold_for(per_call * iters))
     for i in range(iters):
         starts[i].record()
         fn(i)
