@@ -18,8 +18,11 @@ int64_t parse_int(const std::string& flag, const std::string& text, int64_t min,
                   int64_t max = std::numeric_limits<int64_t>::max()) {
   int64_t v = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec == std::errc::result_out_of_range && end == text.data() + text.size())
+  if (ec == std::errc::result_out_of_range && end == text.data() + text.size()) {
+    // Past int64 on either side: the bound on that side.
+    if (text[0] == '-') throw UsageError(flag + ": must be >= " + std::to_string(min) + ", got " + text);
     throw UsageError(flag + ": must be <= " + std::to_string(max) + ", got " + text);
+  }
   if (ec != std::errc() || end != text.data() + text.size())
     throw UsageError(flag + ": expected an integer, got '" + text + "'");
   if (v < min) throw UsageError(flag + ": must be >= " + std::to_string(min) + ", got " + text);
@@ -149,7 +152,14 @@ GemmOptions parse_gemm_options(const std::vector<std::string>& args) {
       {"--warmup", [&](const std::string& v) { o.warmup = parse_int32("--warmup", v, 0); }},
       {"--json", [&](const std::string& v) { if (v != "-") check_writable_path(v); o.json = v; }},
   });
-  if (o.m == 0 || o.n == 0 || o.k == 0 || o.e == 0) throw UsageError("gemm: --m, --n, --k and --e are required");
+  if (o.m == 0 || o.n == 0 || o.k == 0 || o.e == 0) {
+    std::string missing;
+    const std::pair<const char*, int64_t> required[] = {{"--m", o.m}, {"--n", o.n}, {"--k", o.k}, {"--e", o.e}};
+    for (const auto& [flag, value] : required) {
+      if (value == 0) missing += (missing.empty() ? "" : ", ") + std::string(flag);
+    }
+    throw UsageError("gemm: --m, --n, --k and --e are required; missing: " + missing);
+  }
   if (o.m > std::numeric_limits<int32_t>::max())
     throw UsageError("--m: " + std::to_string(o.m) + " rows exceed the 2147483647 that int32 expert offsets address");
   if (!o.group_sizes.empty() && routing_given)

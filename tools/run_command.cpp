@@ -33,13 +33,12 @@ ModelPreset layer_shape(const ModelPreset& preset, const RunOptions& o, bool gpu
     s.intermediate = shrink(preset.intermediate);
     s.tokens = kCpuTokens;
   }
-  if (o.tokens) {
-    // Rows = tokens x top_k are addressed by int32 offsets.
-    if (*o.tokens > std::numeric_limits<int32_t>::max() / s.top_k) {
-      throw UsageError("--tokens: " + std::to_string(*o.tokens) + " tokens x top_k " + std::to_string(s.top_k) +
-                       " of " + s.name + " exceed the 2147483647 rows that int32 expert offsets address");
-    }
-    s.tokens = *o.tokens;
+  if (o.tokens) s.tokens = *o.tokens;
+  // Rows = tokens x top_k are addressed by int32 offsets, whether the tokens come from --tokens or the preset.
+  if (s.tokens > std::numeric_limits<int32_t>::max() / s.top_k) {
+    const std::string what = std::to_string(s.tokens) + " tokens x top_k " + std::to_string(s.top_k);
+    throw UsageError((o.tokens ? "--tokens: " + what + " of " + s.name : "model " + s.name + ": " + what) +
+                     " exceed the 2147483647 rows that int32 expert offsets address");
   }
   return s;
 }

@@ -75,6 +75,7 @@ const ModelPreset& find_model(const Workloads& w, const std::string& name) {
     if (m.name == name) return m;
     known += (known.empty() ? "" : ", ") + m.name;
   }
+  if (known.empty()) throw UsageError("--model: unknown model '" + name + "' (the workloads file has no models)");
   throw UsageError("--model: unknown model '" + name + "' (known: " + known + ")");
 }
 

@@ -59,10 +59,21 @@ moegemm_cli_test(too_many_tokens COMMAND ${_expect_2} ${_cli} run --backend cpu 
                  --tokens 9223372036854775807 REGEX "^moegemm: --tokens: 9223372036854775807 tokens x top_k 8")
 moegemm_cli_test(run_json_to_stdout COMMAND ${_expect_2} ${_cli} run --backend cpu --json -
                  REGEX "--json: run prints its table on standard output")
+# Rows from a workloads file are checked as --tokens is (the CPU backend runs 64 tokens of every model).
+moegemm_cli_test(workloads_rows_past_int32 COMMAND ${_expect_2} ${_cli} run --backend cpu
+                 --workloads ${CMAKE_CURRENT_SOURCE_DIR}/tests/workloads_rows_past_int32.json
+                 REGEX "^moegemm: model huge: 64 tokens x top_k 100000000 exceed the 2147483647 rows")
+moegemm_cli_test(model_from_empty_workloads COMMAND ${_expect_2} ${_cli} run --backend cpu --model x
+                 --workloads ${CMAKE_CURRENT_SOURCE_DIR}/tests/workloads_no_models.json
+                 REGEX "--model: unknown model 'x' \\(the workloads file has no models\\)")
+moegemm_cli_test(gemm_missing_shape COMMAND ${_expect_2} ${_cli} gemm --m 64 --k 64
+                 REGEX "gemm: --m, --n, --k and --e are required; missing: --n, --e")
 moegemm_cli_test(non_numeric_tokens COMMAND ${_expect_2} ${_cli} run --tokens many
                  REGEX "--tokens: expected an integer, got 'many'")
 moegemm_cli_test(tokens_out_of_range COMMAND ${_expect_2} ${_cli} run --tokens 99999999999999999999
                  REGEX "--tokens: must be <= 9223372036854775807, got 99999999999999999999")
+moegemm_cli_test(seed_below_int64 COMMAND ${_expect_2} ${_cli} run --seed -99999999999999999999
+                 REGEX "--seed: must be >= 0, got -99999999999999999999")
 moegemm_cli_test(iters_past_int COMMAND ${_expect_2} ${_cli} gemm --m 64 --n 64 --k 64 --e 2 --iters 4294967297
                  REGEX "--iters: must be <= 2147483647, got 4294967297")
 moegemm_cli_test(json_is_directory COMMAND ${_expect_2} ${_cli} run --json ${_out} REGEX "is a directory")
