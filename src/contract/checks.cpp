@@ -61,10 +61,17 @@ void check_a(Rules& r, const TensorView& a, Problem& p) {
   p.input = a.dtype;
   r.positive("a", "K", p.K);
   r.matrix("a", a, "K");
+  r.kernel_extent("a", "M", p.M);
+  r.kernel_extent("a", "K", p.K);
+}
+
+void check_b_layout(Rules& r, const char* name, BLayout layout) {
+  r.option(name, static_cast<int>(layout), {"nk", "kn"});
 }
 
 /// One (N, K) / (K, N) weight matrix of the dense ops; sets p.N.
 void check_dense_b(Rules& r, const TensorView& b, BLayout layout, Problem& p) {
+  check_b_layout(r, "b_layout", layout);
   if (layout == BLayout::nk) {
     r.shape("b", b, {{"N"}, {"K", p.K, "a"}});
     p.N = b.shape[0];
@@ -77,6 +84,8 @@ void check_dense_b(Rules& r, const TensorView& b, BLayout layout, Problem& p) {
   r.positive("b", "N", p.N);
   r.matrix("b", b, layout == BLayout::nk ? "K" : "N");
   r.row_bytes("b", "N", p.N, b.dtype);
+  r.contiguous_rows_on_device("b", b, layout == BLayout::nk ? "K" : "N");
+  r.kernel_extent("b", "N", p.N);
 }
 
 /// Expert weights, dense (E, N, K) / (E, K, N) or a pointer table; sets p.N.
@@ -86,6 +95,7 @@ void check_weights(Rules& r, const ExpertWeights& b, Problem& p) {
     r.fail(ErrorCode::invalid_argument, "b", "exactly one of b.dense or b.ptrs",
            dense ? "both" : "neither");
   }
+  check_b_layout(r, "b.layout", b.layout);
   if (dense) {
     const TensorView& w = b.dense;
     if (b.layout == BLayout::nk) {
@@ -101,6 +111,7 @@ void check_weights(Rules& r, const ExpertWeights& b, Problem& p) {
     r.stacked_matrices("b", w, b.layout == BLayout::nk ? "K" : "N");
     r.row_bytes("b", "N", p.N, w.dtype);
     r.row_bytes("b", "K", p.K, w.dtype);
+    r.kernel_extent("b", "N", p.N);
     return;
   }
   r.shape("b.ptrs", b.ptrs, {{"E", p.E, "offsets"}});
@@ -112,6 +123,7 @@ void check_weights(Rules& r, const ExpertWeights& b, Problem& p) {
   p.N = b.n;
   r.row_bytes("b", "N", p.N, b.dtype);
   r.row_bytes("b", "K", p.K, b.dtype);
+  r.kernel_extent("b.n", "N", p.N);
   r.pointer_table("b.ptrs", b.ptrs);
 }
 
@@ -134,6 +146,7 @@ void check_bias(Rules& r, const TensorView& bias, const Problem& p) {
   r.shape("bias", bias, {{"E", p.E, "offsets"}, {"N", p.N, "b"}});
   r.bias_dtype("bias", bias.dtype);
   r.matrix("bias", bias, "N");
+  r.contiguous_rows_on_device("bias", bias, "N");
 }
 
 /// A row-indexed (M, cols) output or saved activation; `symbol` names cols ("N", "I", "2I").
@@ -191,7 +204,14 @@ void check_glu_split(Rules& r, const char* b_name, int64_t n2, int64_t b_n, GluL
   }
 }
 
+void check_glu_layout(Rules& r, const char* name, GluLayout layout) {
+  r.option(name, static_cast<int>(layout), {"halves", "interleaved32", "interleaved32_up_first"});
+}
+
+/// The GLU options of the grouped GLU ops: activation and layout values, swiglu_clamped's parameters.
 void check_glu_params(Rules& r, const GluParams& glu) {
+  r.option("glu.activation", static_cast<int>(glu.activation), {"swiglu", "geglu", "swiglu_clamped"});
+  check_glu_layout(r, "glu.layout", glu.layout);
   if (glu.activation != Activation::swiglu_clamped) return;  // the other activations ignore the parameters
   // A value as given, in the shortest form that reads back (std::to_string would print 1e-30 as 0.000000),
   // and without iostreams: an ostream's number formatting goes through the locale's facets, which a library
@@ -326,12 +346,15 @@ Device check(const GroupedGemmWgradArgs& x, Pointers pointers) {
   const int64_t H = x.x.shape[1];
   r.positive("x", "H", H);
   r.matrix("x", x.x, "H");
+  r.kernel_extent("x", "M", p.M);
+  r.kernel_extent("x", "H", H);
   r.shape("dy", x.dy, {{"M", p.M, "x"}, {"N"}});
   r.input_dtype("dy", x.dy.dtype);
   r.same_dtype("dy", x.dy.dtype, "x", x.x.dtype);
   p.N = x.dy.shape[1];
   r.positive("dy", "N", p.N);
   r.matrix("dy", x.dy, "N");
+  r.kernel_extent("dy", "N", p.N);
 
   const bool dense = x.w.defined();
   if (dense == x.w_ptrs.defined()) {
@@ -365,6 +388,7 @@ Device check(const GemmSwigluArgs& x, Pointers pointers) {
   Problem p;
   check_a(r, x.a, p);
   check_dense_b(r, x.b, x.b_layout, p);
+  check_glu_layout(r, "layout", x.layout);
   check_glu_split(r, "b", p.N, p.N, x.layout, {{"ab12", &x.ab12}, {"c", &x.c}});
   check_rows(r, "ab12", x.ab12, p, "N", p.N);
   check_rows(r, "c", x.c, p, "N/2", p.N / 2);

@@ -1,6 +1,7 @@
 #include "contract/rules.hpp"
 
 #include <cstdio>
+#include <limits>
 #include <string>
 
 // GCC 12 reports a false -Wrestrict in operator+(const char*, std::string&&) (GCC bug 105651).
@@ -198,6 +199,32 @@ void Rules::row_bytes(const char* name, const char* symbol, int64_t value, DType
        std::string(symbol) + " * sizeof(" + dtype_name(dtype) + ") a multiple of 16 bytes (16-byte alignment "
            "rule: " + symbol + " % " + std::to_string(multiple) + " == 0 for " + dtype_name(dtype) + ")",
        std::string(symbol) + "=" + std::to_string(value) + " (" + std::to_string(bytes) + " bytes)");
+}
+
+void Rules::kernel_extent(const char* name, const char* symbol, int64_t value) const {
+  if (backend_ != Device::cuda || value <= std::numeric_limits<int32_t>::max()) return;
+  fail(ErrorCode::unsupported, name,
+       std::string(symbol) + " <= 2147483647 on the cuda backend (the sm_90a kernels index it with 32-bit integers)",
+       std::string(symbol) + "=" + std::to_string(value));
+}
+
+void Rules::contiguous_rows_on_device(const char* name, const TensorView& t, const char* cols) const {
+  if (backend_ != Device::cuda || t.shape[0] <= 1 || t.strides[0] == t.shape[1]) return;
+  fail(ErrorCode::unsupported, name,
+       "contiguous rows on the cuda backend (stride(0) == " + std::string(cols) + "=" + std::to_string(t.shape[1]) +
+           "; the sm_90a kernels read its rows without a row stride)",
+       "stride(0)=" + std::to_string(t.strides[0]));
+}
+
+void Rules::option(const char* name, int value, std::initializer_list<const char*> names) const {
+  if (value >= 0 && value < static_cast<int>(names.size())) return;
+  std::string list;
+  int i = 0;
+  for (const char* n : names) {
+    list += (i == 0 ? "" : (i + 1 == static_cast<int>(names.size()) ? " or " : ", ")) + std::string(n);
+    ++i;
+  }
+  fail(ErrorCode::invalid_argument, name, list, "value " + std::to_string(value));
 }
 
 void Rules::matrix(const char* name, const TensorView& t, const char* cols) const {

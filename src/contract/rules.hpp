@@ -75,6 +75,15 @@ class Rules {
   /// `value` elements of `dtype` span a multiple of 16 bytes (dimensions the kernels split or tile by
   /// TMA: K and N of B, the I of a halves split).
   void row_bytes(const char* name, const char* symbol, int64_t value, DType dtype) const;
+  /// On the cuda backend, an extent the sm_90a kernels hold in a 32-bit integer (M, N, K, H) is at most
+  /// 2147483647 (unsupported past it); the host backend takes any.
+  void kernel_extent(const char* name, const char* symbol, int64_t value) const;
+  /// On the cuda backend, a matrix whose rows the sm_90a kernels address as contiguous (the dense ops' b,
+  /// bias) has stride(0) == its columns when it has more than one row (unsupported otherwise).
+  void contiguous_rows_on_device(const char* name, const TensorView& t, const char* cols) const;
+  /// An enum option within its values: `value` indexes `names` (count of them); otherwise invalid_argument
+  /// naming the option and listing the values.
+  void option(const char* name, int value, std::initializer_list<const char*> names) const;
   /// Host pointer table (b.ptrs, w_ptrs on the host backend): every entry non-null and 16-byte aligned.
   void pointer_table(const char* name, const TensorView& t) const;
 

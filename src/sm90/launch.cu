@@ -256,7 +256,7 @@ std::size_t tile_counter_bytes(const ForwardProblem& f) { return dynamic_order_p
 }  // namespace
 
 std::size_t workspace_bytes(const ForwardProblem& f) {
-  return (f.b_ptrs ? expert_maps_bytes(f.num_experts) : 0) + region(dprob_partial_bytes(f)) +
+  return (f.pointer_weights ? expert_maps_bytes(f.num_experts) : 0) + region(dprob_partial_bytes(f)) +
          region(dbias_partial_bytes(f)) + region(tile_counter_bytes(f));
 }
 

@@ -17,6 +17,7 @@ struct ForwardProblem {
   TensorView a;             // (M, K) bf16
   const void* b = nullptr;        // dense weights, (E, N, K) for nk or (E, K, N) for kn
   const int64_t* b_ptrs = nullptr;  // or (E,) device addresses of per-expert (N, K) / (K, N) matrices
+  bool pointer_weights = false;      // b_ptrs given: sizes the workspace, whose query may carry a null table
   void* workspace = nullptr;      // workspace_bytes(problem) bytes
   BLayout b_layout = BLayout::nk;
   const int* offsets = nullptr;  // nullptr: one group of M rows

@@ -201,6 +201,44 @@ TEST(Workspace, QueryNeedsNoBuffers) {
   EXPECT_EQ(grouped_gemm_workspace_bytes(moved), bytes);
 }
 
+// The size of pointer-mode weights' maps depends on E, not on where the pointer table is: a trace-time query
+// with no table yet gets what the call will ask for.
+TEST(Workspace, PointerModeSizeDoesNotDependOnTheTableAddress) {
+  GroupedGemmArgs x = traced_device_call();
+  x.b.dense = TensorView{};
+  x.b.n = 1024;
+  x.b.ptrs = TensorView::contiguous(nullptr, DType::i64, {8}, Device::cuda);
+  const std::size_t traced = grouped_gemm_workspace_bytes(x);
+  x.b.ptrs.data = reinterpret_cast<void*>(0x7f0040000000);
+  EXPECT_EQ(grouped_gemm_workspace_bytes(x), traced);
+  EXPECT_GT(traced, 0u);  // one tensor map per expert
+}
+
+// gemm_swiglu, gemm_amax and gemm_srelu run without a workspace, so they ask for none, even where the grouped
+// ops would take the dynamic tile order's counter (M = 256 rows, 65536 columns: 256 tiles of 128 x 256).
+TEST(Workspace, DenseOpsWithoutPartialsAskForNone) {
+  const auto dev = [](DType t, std::initializer_list<int64_t> shape) {
+    return TensorView::contiguous(nullptr, t, shape, Device::cuda);
+  };
+  GemmSreluArgs s;
+  s.a = dev(DType::bf16, {256, 64});
+  s.b = dev(DType::bf16, {65536, 64});
+  s.d = dev(DType::bf16, {256, 65536});
+  EXPECT_EQ(gemm_srelu_workspace_bytes(s), 0u);
+  GemmAmaxArgs am;
+  am.a = s.a;
+  am.b = s.b;
+  am.c = s.d;
+  am.amax = dev(DType::f32, {1});
+  EXPECT_EQ(gemm_amax_workspace_bytes(am), 0u);
+  GemmSwigluArgs sw;
+  sw.a = s.a;
+  sw.b = s.b;
+  sw.ab12 = s.d;
+  sw.c = dev(DType::bf16, {256, 32768});
+  EXPECT_EQ(gemm_swiglu_workspace_bytes(sw), 0u);
+}
+
 TEST(Workspace, QueryStillChecksShapes) {
   GroupedGemmArgs x = traced_device_call();
   x.d = TensorView::contiguous(nullptr, DType::bf16, {4096, 1000}, Device::cuda);

@@ -15,6 +15,7 @@
 
 #include "common/expect_error.hpp"
 #include "contract/checks.hpp"
+#include "contract/checks_pointers.hpp"
 #include "moegemm/moegemm.hpp"
 
 namespace moegemm {
@@ -773,6 +774,83 @@ TEST(Contract, WgradHostPointerTable) {
 }
 
 // ---- dense ops ---------------------------------------------------------------------------------------------
+
+// C++ callers can cast any integer to an option enum: values outside it are errors naming the option.
+TEST(Contract, EnumOptionsOutOfRangeAreNamed) {
+  Maker m{Device::cuda};
+  auto x = grouped_gemm_args(m);
+  x.b.layout = static_cast<BLayout>(5);
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: b.layout: expected nk or kn, got value 5"});
+  auto g = glu_args(m);
+  g.glu.activation = static_cast<Activation>(7);
+  expect_error([&] { contract::check(g); }, ErrorCode::invalid_argument,
+               {"grouped_gemm_glu: glu.activation: expected swiglu, geglu or swiglu_clamped, got value 7"});
+  auto d = dglu_args(m);
+  d.glu.layout = static_cast<GluLayout>(9);
+  expect_error([&] { contract::check(d); }, ErrorCode::invalid_argument,
+               {"grouped_gemm_dglu: glu.layout: expected halves, interleaved32 or interleaved32_up_first, got value 9"});
+  GemmSwigluArgs sw;
+  sw.a = m.t(DType::bf16, {kM, kK});
+  sw.b = m.t(DType::bf16, {kN, kK});
+  sw.ab12 = m.t(DType::bf16, {kM, kN});
+  sw.c = m.t(DType::bf16, {kM, kN / 2});
+  sw.layout = static_cast<GluLayout>(3);
+  expect_error([&] { contract::check(sw); }, ErrorCode::invalid_argument, {"gemm_swiglu: layout: expected halves"});
+  sw.layout = GluLayout::halves;
+  sw.b_layout = static_cast<BLayout>(2);
+  expect_error([&] { contract::check(sw); }, ErrorCode::invalid_argument,
+               {"gemm_swiglu: b_layout: expected nk or kn, got value 2"});
+}
+
+// The sm_90a kernels hold M, N, K and H in 32-bit integers; the host backend takes any extent.
+TEST(Contract, DeviceExtentsFitThirtyTwoBits) {
+  constexpr int64_t kHuge = (int64_t{1} << 31) + 128;
+  for (Device dev : {Device::cuda, Device::host}) {
+    Maker m{dev};
+    auto x = grouped_gemm_args(m);
+    x.a = TensorView::contiguous(reinterpret_cast<void*>(0x7f0000000000), DType::bf16, {kHuge, kK}, dev);
+    x.d = TensorView::contiguous(reinterpret_cast<void*>(0x7f0000000000), DType::bf16, {kHuge, kN}, dev);
+    x.prob = x.alpha = x.bias = x.c = TensorView{};
+    if (dev == Device::cuda) {
+      expect_error([&] { contract::check(x, contract::Pointers::ignore); }, ErrorCode::unsupported,
+                   {"grouped_gemm: a: expected M <= 2147483647 on the cuda backend", "got M=2147483776"});
+    } else {
+      EXPECT_EQ(contract::check(x, contract::Pointers::ignore), Device::host);
+    }
+  }
+  Maker m{Device::cuda};
+  auto w = wgrad_args(m);
+  w.dy = TensorView::contiguous(w.dy.data, DType::bf16, {kM, kHuge - 128 + 8}, Device::cuda);
+  w.w = TensorView::contiguous(w.w.data, DType::f32, {kE, 48, kHuge - 128 + 8}, Device::cuda);
+  expect_error([&] { contract::check(w, contract::Pointers::ignore); }, ErrorCode::unsupported,
+               {"grouped_gemm_wgrad: dy: expected N <= 2147483647 on the cuda backend", "got N=2147483656"});
+}
+
+// The dense ops' b and the grouped ops' bias are read without a row stride by the sm_90a kernels: padded rows
+// are refused on the cuda backend (they would be read as contiguous), and computed on the host.
+TEST(Contract, DeviceRowsReadWithoutAStrideMustBeContiguous) {
+  for (Device dev : {Device::cuda, Device::host}) {
+    Maker m{dev};
+    GemmSreluArgs s;
+    s.a = m.t(DType::bf16, {kM, kK});
+    s.b = TensorView::strided(m.memory(kN * (kK + 8) * 2), DType::bf16, {kN, kK}, {kK + 8, 1}, dev);
+    s.d = m.t(DType::bf16, {kM, kN});
+    auto x = grouped_gemm_args(m);
+    x.bias = TensorView::strided(m.memory(kE * (kN + 8) * 4), DType::f32, {kE, kN}, {kN + 8, 1}, dev);
+    if (dev == Device::cuda) {
+      expect_error([&] { contract::check(s); }, ErrorCode::unsupported,
+                   {"gemm_srelu: b: expected contiguous rows on the cuda backend (stride(0) == K=64",
+                    "got stride(0)=72"});
+      expect_error([&] { contract::check(x); }, ErrorCode::unsupported,
+                   {"grouped_gemm: bias: expected contiguous rows on the cuda backend (stride(0) == N=128",
+                    "got stride(0)=136"});
+    } else {
+      EXPECT_EQ(contract::check(s), Device::host);
+      EXPECT_EQ(contract::check(x), Device::host);
+    }
+  }
+}
 
 TEST(Contract, DenseOps) {
   Maker m{Device::cuda};
