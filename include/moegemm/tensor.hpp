@@ -53,7 +53,8 @@ struct TensorView {
   }
   template <class T> T* ptr() const { return static_cast<T*>(data); }
 
-  /// A dense row-major view.
+  /// A dense row-major view. A shape longer than kMaxRank keeps its rank, so that every op rejects the view
+  /// by name ("expected a tensor of rank 1 to 4"); only its first kMaxRank extents are stored.
   static TensorView contiguous(void* data, DType dtype, std::initializer_list<int64_t> shape,
                                Device device = Device::host) {
     TensorView v;
@@ -62,20 +63,26 @@ struct TensorView {
     v.device = device;
     v.rank = static_cast<int>(shape.size());
     int i = 0;
-    for (int64_t s : shape) v.shape[i++] = s;
+    for (int64_t s : shape) {
+      if (i == kMaxRank) break;
+      v.shape[i++] = s;
+    }
     int64_t st = 1;
-    for (int d = v.rank - 1; d >= 0; --d) {
+    for (int d = (v.rank < kMaxRank ? v.rank : kMaxRank) - 1; d >= 0; --d) {
       v.strides[d] = st;
       st *= v.shape[d];
     }
     return v;
   }
-  /// A strided view; strides in elements.
+  /// A strided view; strides in elements (at most kMaxRank are stored, as for the shape).
   static TensorView strided(void* data, DType dtype, std::initializer_list<int64_t> shape,
                             std::initializer_list<int64_t> strides, Device device = Device::host) {
     TensorView v = contiguous(data, dtype, shape, device);
     int i = 0;
-    for (int64_t s : strides) v.strides[i++] = s;
+    for (int64_t s : strides) {
+      if (i == kMaxRank) break;
+      v.strides[i++] = s;
+    }
     return v;
   }
 };

@@ -196,6 +196,24 @@ TEST(Contract, RankAboveFourAndNegativeExtentsAreNamed) {
   expect_error([&] { contract::check(y); }, ErrorCode::invalid_argument, {"grouped_gemm: a:", "(a negative extent)"});
 }
 
+// The factories store at most four extents and strides: a longer list neither writes past the view's arrays
+// (it overwrote the strides and the device before) nor loses its rank, which every op then rejects.
+TEST(Contract, FactoriesKeepLongShapesInBoundsAndRejectable) {
+  const TensorView v = TensorView::strided(reinterpret_cast<void*>(0x7f0000000000), DType::bf16, {kM, kK},
+                                           {kK, 1, 7, 7, 7, 7}, Device::cuda);
+  EXPECT_EQ(v.rank, 2);
+  EXPECT_EQ(v.strides[0], kK);
+  EXPECT_EQ(v.device, Device::cuda);
+  Maker m{Device::cuda};
+  auto x = grouped_gemm_args(m);
+  x.a = TensorView::contiguous(x.a.data, DType::bf16, {1, 2, 2, 2, 8}, Device::cuda);
+  EXPECT_EQ(x.a.rank, 5);
+  EXPECT_EQ(x.a.strides[0], 8);  // the first four extents' row-major strides, untouched by the fifth
+  EXPECT_EQ(x.a.device, Device::cuda);
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: a: expected a tensor of rank 1 to 4", "got rank 5"});
+}
+
 // ---- dtypes --------------------------------------------------------------------------------------------
 
 TEST(Contract, InputsMustBe16BitOnDevice) {
