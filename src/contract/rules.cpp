@@ -22,16 +22,20 @@ std::string address(const void* p) {
 
 bool is_8bit(DType t) { return t == DType::e4m3 || t == DType::e5m2; }
 
-std::string dtype_list(std::initializer_list<DType> ts) {
+/// "a, b or c" of the items' names.
+template <class T, class Name>
+std::string or_list(std::initializer_list<T> items, Name name) {
   std::string s;
   std::size_t i = 0;
-  for (DType t : ts) {
-    if (i > 0) s += (i + 1 == ts.size()) ? " or " : ", ";
-    s += dtype_name(t);
+  for (const T& t : items) {
+    if (i > 0) s += (i + 1 == items.size()) ? " or " : ", ";
+    s += name(t);
     ++i;
   }
   return s;
 }
+
+std::string dtype_list(std::initializer_list<DType> ts) { return or_list(ts, dtype_name); }
 
 }  // namespace
 
@@ -218,13 +222,8 @@ void Rules::contiguous_rows_on_device(const char* name, const TensorView& t, con
 
 void Rules::option(const char* name, int value, std::initializer_list<const char*> names) const {
   if (value >= 0 && value < static_cast<int>(names.size())) return;
-  std::string list;
-  int i = 0;
-  for (const char* n : names) {
-    list += (i == 0 ? "" : (i + 1 == static_cast<int>(names.size()) ? " or " : ", ")) + std::string(n);
-    ++i;
-  }
-  fail(ErrorCode::invalid_argument, name, list, "value " + std::to_string(value));
+  fail(ErrorCode::invalid_argument, name, or_list(names, [](const char* n) { return n; }),
+       "value " + std::to_string(value));
 }
 
 void Rules::matrix(const char* name, const TensorView& t, const char* cols) const {

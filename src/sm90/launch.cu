@@ -266,7 +266,7 @@ void launch_forward(const ForwardProblem& f, cudaStream_t stream) {
                "cudaMemsetAsync(amax)");
   }
   const bool glu = f.epilogue == EpilogueKind::glu;
-  Carver carve{static_cast<uint8_t*>(f.workspace) + (f.b_ptrs ? expert_maps_bytes(f.num_experts) : 0)};
+  Carver carve{static_cast<uint8_t*>(f.workspace) + (f.pointer_weights ? expert_maps_bytes(f.num_experts) : 0)};
   float* dprob_partials = static_cast<float*>(carve.take(dprob_partial_bytes(f)));
   float* dbias_partials = static_cast<float*>(carve.take(dbias_partial_bytes(f)));
   int* tile_counter = static_cast<int*>(carve.take(tile_counter_bytes(f)));
