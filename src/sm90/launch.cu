@@ -36,6 +36,14 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
   return fn;
 }
 
+/// Row pitch in bytes of a tensor map over a row-major matrix of `rows` rows of `cols` elements of `esize`
+/// bytes with row stride `stride` (elements): the stride, except for a matrix of at most one row, whose
+/// stride the contract leaves free since no second row is addressed (any value, not a multiple of 16 bytes
+/// or past what a map encodes): its row width, a multiple of 16 bytes (row_bytes in the contract).
+cuuint64_t map_pitch(int64_t rows, int64_t stride, int64_t cols, int esize) {
+  return static_cast<cuuint64_t>((rows > 1 ? stride : cols) * esize);
+}
+
 /// A tensor map with 128B swizzle; dims[0] is the contiguous one, strides in bytes for dims 1..rank-1.
 CUtensorMap make_map(const void* base, int rank, const cuuint64_t* dims, const cuuint64_t* strides,
                      const cuuint32_t* box, const char* operand,
@@ -199,7 +207,7 @@ CUtensorMap output_map(const OutMatrix& out, int64_t m, int64_t cols, const char
                                    : out.type == OutType::f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                                                               : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(m)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(out.ld) * esize};
+  const cuuint64_t strides[1] = {map_pitch(m, out.ld, cols, esize)};
   const cuuint32_t box[2] = {static_cast<cuuint32_t>(128 / esize), 64};
   return make_map(out.ptr, 2, dims, strides, box, operand, type);
 }
@@ -261,6 +269,11 @@ std::size_t workspace_bytes(const ForwardProblem& f) {
 }
 
 void launch_forward(const ForwardProblem& f, cudaStream_t stream) {
+  // Before anything is written: an op that cannot run leaves every output as it was.
+  if (f.a.dtype != DType::bf16) {
+    throw Error(ErrorCode::unsupported, std::string(f.op) + ": a: the sm_90a kernels take bf16 inputs, got " +
+                                            dtype_name(f.a.dtype));
+  }
   if (f.amax.defined()) {  // the op's own starting value of its max (0 over no element)
     check_cuda(cudaMemsetAsync(f.amax.data, 0, static_cast<std::size_t>(f.amax.numel()) * 4, stream),
                "cudaMemsetAsync(amax)");
@@ -276,10 +289,6 @@ void launch_forward(const ForwardProblem& f, cudaStream_t stream) {
                           static_cast<int>(f.num_experts), 0, stream);
     }
     return;
-  }
-  if (f.a.dtype != DType::bf16) {
-    throw Error(ErrorCode::unsupported, std::string(f.op) + ": a: the sm_90a kernels take bf16 inputs, got " +
-                                            dtype_name(f.a.dtype));
   }
   KernelParams p{};
   p.offsets = f.offsets;
@@ -340,7 +349,7 @@ void launch_forward(const ForwardProblem& f, cudaStream_t stream) {
   }
 
   const cuuint64_t a_dims[2] = {static_cast<cuuint64_t>(f.k), static_cast<cuuint64_t>(f.m)};
-  const cuuint64_t a_strides[1] = {static_cast<cuuint64_t>(f.a.stride(0)) * 2};
+  const cuuint64_t a_strides[1] = {map_pitch(f.m, f.a.stride(0), f.k, 2)};
   const cuuint32_t a_box[2] = {64, 128};
   p.tma_a = make_map(f.a.data, 2, a_dims, a_strides, a_box, "a");
 
@@ -441,10 +450,11 @@ void launch_wgrad(const WgradProblem& w, cudaStream_t stream) {
   const cuuint32_t box[3] = {64, 64, 1};
   const cuuint64_t rows = static_cast<cuuint64_t>(std::max<int64_t>(t, 1));
   const cuuint64_t a_dims[3] = {static_cast<cuuint64_t>(m), rows, 1};
-  const cuuint64_t a_strides[2] = {static_cast<cuuint64_t>(w.a.stride(0)) * 2, static_cast<cuuint64_t>(w.a.stride(0)) * 2 * rows};
+  const cuuint64_t a_pitch = map_pitch(t, w.a.stride(0), m, 2), b_pitch = map_pitch(t, w.b.stride(0), n, 2);
+  const cuuint64_t a_strides[2] = {a_pitch, a_pitch * rows};
   p.tma_a = make_map(w.a.data, 3, a_dims, a_strides, box, "x");
   const cuuint64_t b_dims[3] = {static_cast<cuuint64_t>(n), rows, 1};
-  const cuuint64_t b_strides[2] = {static_cast<cuuint64_t>(w.b.stride(0)) * 2, static_cast<cuuint64_t>(w.b.stride(0)) * 2 * rows};
+  const cuuint64_t b_strides[2] = {b_pitch, b_pitch * rows};
   p.tma_b = make_map(w.b.data, 3, b_dims, b_strides, box, "dy");
   // The dynamic tile order (wgrad_dynamic_order_pays, or the override) on the cooperative kernel: its counter
   // follows the maps in the workspace, and the maps' kernel zeroes it.
@@ -454,8 +464,8 @@ void launch_wgrad(const WgradProblem& w, cudaStream_t stream) {
     p.tile_counter = static_cast<int*>(
         Carver{static_cast<uint8_t*>(w.workspace) + 2 * expert_maps_bytes(w.num_experts)}.take(4));
   }
-  const RaggedKMaps maps = launch_ragged_k_maps(p.tma_a, p.tma_b, w.a.data, w.a.stride(0) * 2, w.b.data,
-                                                w.b.stride(0) * 2, w.offsets, p.num_experts, p.k, w.workspace,
+  const RaggedKMaps maps = launch_ragged_k_maps(p.tma_a, p.tma_b, w.a.data, static_cast<int64_t>(a_pitch), w.b.data,
+                                                static_cast<int64_t>(b_pitch), w.offsets, p.num_experts, p.k, w.workspace,
                                                 p.tile_counter, stream);
   p.a_maps = maps.a;
   p.b_maps = maps.b;

@@ -273,6 +273,7 @@ struct Wgrad {
   bool transpose = false;
   bool ptrs = false;  ///< w_ptrs: expert g writes slot E-1-g of a stack of separate per-expert buffers
   bool accumulate = false;
+  int64_t row_pad = 0;  ///< elements after every row of x and dY (their row strides: H or N + row_pad)
   uint64_t seed = 1;
 
   int64_t experts() const {
@@ -285,8 +286,8 @@ struct Wgrad {
 struct WgradInputs {
   Operand x, dy, offsets;
   explicit WgradInputs(const Wgrad& p) {
-    x = Operand(random_tensor(DType::bf16, {p.m, p.h}, p.seed));
-    dy = Operand(random_tensor(DType::bf16, {p.m, p.n}, p.seed + 1));
+    x = Operand(random_tensor(DType::bf16, {p.m, p.h}, p.seed, -1.0, 1.0, p.row_pad));
+    dy = Operand(random_tensor(DType::bf16, {p.m, p.n}, p.seed + 1, -1.0, 1.0, p.row_pad));
     offsets = Operand(offsets_of(p.sizes, p.raw_offsets));
   }
 };

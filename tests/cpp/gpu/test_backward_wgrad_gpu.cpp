@@ -123,6 +123,25 @@ TEST(BackwardGpu, WgradSkewedExpertsLongestFirst) {
   }
 }
 
+TEST(BackwardGpu, WgradOneRowWithAnyRowStride) {
+  // One row of x and dY: the contract leaves their row strides free (no second row is addressed), and a
+  // stride that is no multiple of 16 bytes must not reach the tensor maps, which cannot encode it. The
+  // experts around the row's own are empty (exact zeros).
+  REQUIRE_GPU();
+  for (DType out : {DType::f32, DType::bf16}) {
+    Wgrad p;
+    p.m = 1;
+    p.h = 136;
+    p.n = 264;
+    p.sizes = {0, 1, 0};
+    p.row_pad = 3;  // 6 bytes past each row
+    p.out = out;
+    p.seed = 16000 + (out == DType::bf16);
+    p.name = "one row, row stride + 3 " + describe(p);
+    check_wgrad(p);
+  }
+}
+
 TEST(BackwardGpu, WgradCasesC01C02C09) {
   REQUIRE_GPU();
   // C01: sizes [162, 0, 2577, 446, 0, 83], H = 2048, N = 768, output poisoned (NaN pattern) before the call:

@@ -566,6 +566,72 @@ TEST(ForwardGpu, GemmSwigluDense) {
   }
 }
 
+TEST(ForwardGpu, OneRowWithAnyRowStride) {
+  // The contract leaves the row stride of a one-row matrix free (no second row is addressed): strides that
+  // are no multiple of 16 bytes on a, d and c must not reach the tensor maps, which cannot encode them.
+  REQUIRE_GPU();
+  const int64_t n = 256, k = 128;
+  const HostTensor a = random_tensor(DType::bf16, {1, k}, 81, -1.0, 1.0, 3);
+  const HostTensor b = random_tensor(DType::bf16, {2, n, k}, 82, -0.08, 0.08);
+  const HostTensor offsets = offsets_from_sizes({0, 1});
+  auto run_glu = [&](bool device) {
+    HostTensor d(DType::bf16, {1, n / 2}, 5), c(DType::bf16, {1, n}, 7);
+    poison(d);
+    poison(c);
+    DeviceTensor da(a), db(b), doffsets(offsets), dd(d), dc(c);
+    GroupedGemmGluArgs args;
+    args.a = device ? da.view() : a.view();
+    args.b.layout = BLayout::nk;
+    args.b.dense = device ? db.view() : b.view();
+    args.offsets = device ? doffsets.view() : offsets.view();
+    args.d = device ? dd.view() : d.view();
+    args.c = device ? dc.view() : c.view();
+    call_op(grouped_gemm_glu_workspace_bytes, grouped_gemm_glu, args, device);
+    if (device) {
+      dd.download(d);
+      dc.download(c);
+    }
+    return std::make_pair(std::move(d), std::move(c));
+  };
+  const auto ref = run_glu(false);
+  const auto got = run_glu(true);
+  EXPECT_TRUE(matches(got.first, expect_rows(ref.first, 1, false))) << "d";
+  EXPECT_TRUE(matches(got.second, expect_rows(ref.second, 1, false))) << "c";
+}
+
+TEST(ForwardGpu, UnsupportedInputWritesNothing) {
+  // f16 inputs have no sm_90a kernel: the op raises `unsupported` before it writes anything, the amax it
+  // would have started from zero included.
+  REQUIRE_GPU();
+  const int64_t m = 64, n = 128, k = 64;
+  const HostTensor a = random_tensor(DType::f16, {m, k}, 83);
+  const HostTensor b = random_tensor(DType::f16, {n, k}, 84, -0.1, 0.1);
+  HostTensor d(DType::f16, {m, n}), amax(DType::f32, {1});  // c and amax
+  poison(d);
+  poison(amax);
+  auto bytes_of = [](const HostTensor& t) {
+    const auto* p = static_cast<const unsigned char*>(t.data());
+    return std::vector<unsigned char>(p, p + t.storage_bytes());
+  };
+  const std::vector<unsigned char> d_before = bytes_of(d), amax_before = bytes_of(amax);
+  DeviceTensor da(a), db(b), dd(d), damax(amax);
+  GemmAmaxArgs args;
+  args.a = da.view();
+  args.b = db.view();
+  args.c = dd.view();
+  args.amax = damax.view();
+  try {
+    call_op(gemm_amax_workspace_bytes, gemm_amax, args, true);
+    ADD_FAILURE() << "gemm_amax with f16 inputs on the cuda backend did not raise";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::unsupported) << e.what();
+  }
+  dd.download(d);
+  damax.download(amax);
+  EXPECT_TRUE(bytes_of(d) == d_before) << "c was written";
+  EXPECT_TRUE(bytes_of(amax) == amax_before) << "amax was written";
+}
+
 TEST(ForwardGpu, C11RowTimesNPast2To31) {
   REQUIRE_GPU();
   // 1.1M rows x 2048 columns = 2.25e9 elements of D: 64-bit addressing in the epilogue.
