@@ -234,7 +234,7 @@ void Rules::matrix(const char* name, const TensorView& t, const char* cols) cons
          "read)",
          "strides (" + std::to_string(t.strides[0]) + ", " + std::to_string(t.strides[1]) + ")");
   }
-  if (t.strides[0] < ncols) {
+  if (rows > 1 && t.strides[0] < ncols) {  // one row: no second row to overlap, any stride (docs/ops.md §0)
     fail(ErrorCode::invalid_argument, name,
          "row stride stride(0) >= " + std::string(cols) + "=" + std::to_string(ncols) +
              " (rows must not overlap)",

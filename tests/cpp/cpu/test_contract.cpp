@@ -625,6 +625,24 @@ TEST(Contract, OverlappingRowsAreRejected) {
                {"grouped_gemm: d: expected row stride stride(0) >= N=128", "got stride(0)=120"});
 }
 
+TEST(Contract, OneRowMatricesTakeAnyRowStride) {
+  // A (1, cols) view's row stride addresses nothing (torch gives size-1 dims arbitrary strides, e.g. the
+  // transpose of a (K, 1) column): neither overlapping rows nor the 16-byte rule apply to it.
+  Maker m{Device::cuda};
+  auto x = grouped_gemm_args(m);
+  x.a = TensorView::strided(m.t(DType::bf16, {1, kK}).data, DType::bf16, {1, kK}, {1, 1}, Device::cuda);
+  x.prob = m.t(DType::f32, {1});
+  x.d = TensorView::strided(m.t(DType::bf16, {1, kN}).data, DType::bf16, {1, kN}, {kN + 3, 1}, Device::cuda);
+  x.c = TensorView::strided(m.t(DType::bf16, {1, kN}).data, DType::bf16, {1, kN}, {7, 1}, Device::cuda);
+  EXPECT_EQ(contract::check(x), Device::cuda);
+  x.a = TensorView::strided(x.a.data, DType::bf16, {2, kK}, {1, 1}, Device::cuda);  // two rows: rejected
+  x.prob = m.t(DType::f32, {2});
+  x.d = m.t(DType::bf16, {2, kN});
+  x.c = m.t(DType::bf16, {2, kN});
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: a: expected row stride stride(0) >= K=64", "got stride(0)=1"});
+}
+
 TEST(Contract, PaddedRowsAreAccepted) {
   Maker m{Device::cuda};
   auto x = grouped_gemm_args(m);

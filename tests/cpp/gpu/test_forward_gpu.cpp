@@ -568,35 +568,43 @@ TEST(ForwardGpu, GemmSwigluDense) {
 
 TEST(ForwardGpu, OneRowWithAnyRowStride) {
   // The contract leaves the row stride of a one-row matrix free (no second row is addressed): strides that
-  // are no multiple of 16 bytes on a, d and c must not reach the tensor maps, which cannot encode them.
+  // are no multiple of 16 bytes on a, d and c (past the row, or 1 as torch gives size-1 dims) must not reach
+  // the tensor maps, which cannot encode them.
   REQUIRE_GPU();
   const int64_t n = 256, k = 128;
   const HostTensor a = random_tensor(DType::bf16, {1, k}, 81, -1.0, 1.0, 3);
   const HostTensor b = random_tensor(DType::bf16, {2, n, k}, 82, -0.08, 0.08);
   const HostTensor offsets = offsets_from_sizes({0, 1});
-  auto run_glu = [&](bool device) {
-    HostTensor d(DType::bf16, {1, n / 2}, 5), c(DType::bf16, {1, n}, 7);
-    poison(d);
-    poison(c);
-    DeviceTensor da(a), db(b), doffsets(offsets), dd(d), dc(c);
-    GroupedGemmGluArgs args;
-    args.a = device ? da.view() : a.view();
-    args.b.layout = BLayout::nk;
-    args.b.dense = device ? db.view() : b.view();
-    args.offsets = device ? doffsets.view() : offsets.view();
-    args.d = device ? dd.view() : d.view();
-    args.c = device ? dc.view() : c.view();
-    call_op(grouped_gemm_glu_workspace_bytes, grouped_gemm_glu, args, device);
-    if (device) {
-      dd.download(d);
-      dc.download(c);
-    }
-    return std::make_pair(std::move(d), std::move(c));
-  };
-  const auto ref = run_glu(false);
-  const auto got = run_glu(true);
-  EXPECT_TRUE(matches(got.first, expect_rows(ref.first, 1, false))) << "d";
-  EXPECT_TRUE(matches(got.second, expect_rows(ref.second, 1, false))) << "c";
+  for (bool unit_stride : {false, true}) {
+    SCOPED_TRACE(unit_stride ? "row strides 1" : "row strides past the row");
+    // The same row under a view whose row stride is 1 instead of the storage's.
+    auto one_row = [&](TensorView v) {
+      return unit_stride ? TensorView::strided(v.data, v.dtype, {1, v.shape[1]}, {1, 1}, v.device) : v;
+    };
+    auto run_glu = [&](bool device) {
+      HostTensor d(DType::bf16, {1, n / 2}, 5), c(DType::bf16, {1, n}, 7);
+      poison(d);
+      poison(c);
+      DeviceTensor da(a), db(b), doffsets(offsets), dd(d), dc(c);
+      GroupedGemmGluArgs args;
+      args.a = one_row(device ? da.view() : a.view());
+      args.b.layout = BLayout::nk;
+      args.b.dense = device ? db.view() : b.view();
+      args.offsets = device ? doffsets.view() : offsets.view();
+      args.d = one_row(device ? dd.view() : d.view());
+      args.c = one_row(device ? dc.view() : c.view());
+      call_op(grouped_gemm_glu_workspace_bytes, grouped_gemm_glu, args, device);
+      if (device) {
+        dd.download(d);
+        dc.download(c);
+      }
+      return std::make_pair(std::move(d), std::move(c));
+    };
+    const auto ref = run_glu(false);
+    const auto got = run_glu(true);
+    EXPECT_TRUE(matches(got.first, expect_rows(ref.first, 1, false))) << "d";
+    EXPECT_TRUE(matches(got.second, expect_rows(ref.second, 1, false))) << "c";
+  }
 }
 
 TEST(ForwardGpu, UnsupportedInputWritesNothing) {
