@@ -40,10 +40,13 @@ ModelPreset layer_shape(const ModelPreset& preset, const RunOptions& o, bool gpu
     throw UsageError((o.tokens ? "--tokens: " + what + " of " + s.name : "model " + s.name + ": " + what) +
                      " exceed the 2147483647 rows that int32 expert offsets address");
   }
-  // The largest tensors of the layer (make_layer): past int64 their byte counts would wrap, and a buffer
-  // smaller than the layer would then be written. Within it, an allocation that cannot be met fails cleanly.
+  // The largest tensors of the layer (make_layer) hold at most 2^60 elements, so that their byte counts at up
+  // to 8 bytes an element fit in 64 bits: past that they would wrap, and a buffer smaller than the layer would
+  // be written. Below it, an allocation that cannot be met fails cleanly.
+  constexpr int64_t kMaxElements = int64_t{1} << 60;
   const auto too_large = [&](const std::string& what) {
-    return UsageError("model " + s.name + ": " + what + " f32 elements exceed what a 64-bit byte count holds");
+    return UsageError("model " + s.name + ": " + what +
+                      " elements exceed 2^60, past what 64-bit byte counts of the layer's buffers hold");
   };
   if (s.intermediate > std::numeric_limits<int64_t>::max() / 2) {
     throw too_large("2 intermediate (2 x " + std::to_string(s.intermediate) + ")");
@@ -56,9 +59,9 @@ ModelPreset layer_shape(const ModelPreset& preset, const RunOptions& o, bool gpu
                  {"tokens x top_k x 2 intermediate", rows, two_i, 1},
                  {"experts x 2 intermediate x hidden", s.experts, two_i, s.hidden}};
   for (const auto& t : tensors) {
-    int64_t elems = 0, bytes = 0;
+    int64_t elems = 0;
     if (__builtin_mul_overflow(t.a, t.b, &elems) || __builtin_mul_overflow(elems, t.c, &elems) ||
-        __builtin_mul_overflow(elems, int64_t{4}, &bytes)) {
+        elems > kMaxElements) {
       throw too_large(std::string(t.what) + " (" + std::to_string(t.a) + " x " + std::to_string(t.b) +
                       (t.c == 1 ? "" : " x " + std::to_string(t.c)) + ")");
     }

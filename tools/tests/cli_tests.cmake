@@ -66,10 +66,10 @@ moegemm_cli_test(workloads_rows_past_int32 COMMAND ${_expect_2} ${_cli} run --ba
 # Tensor sizes past what int64 bytes hold are refused before anything is allocated (they used to wrap).
 moegemm_cli_test(workloads_sizes_past_int64 COMMAND ${_expect_2} ${_cli} run --backend cpu --model wide
                  --workloads ${CMAKE_CURRENT_SOURCE_DIR}/tests/workloads_sizes_past_int64.json
-                 REGEX "^moegemm: model wide: tokens x top_k x hidden \\(128 x [0-9]+\\) f32 elements exceed")
+                 REGEX "^moegemm: model wide: tokens x top_k x hidden \\(128 x [0-9]+\\) elements exceed 2\\^60")
 moegemm_cli_test(workloads_intermediate_past_int64 COMMAND ${_expect_2} ${_cli} run --backend cpu --model deep
                  --workloads ${CMAKE_CURRENT_SOURCE_DIR}/tests/workloads_sizes_past_int64.json
-                 REGEX "^moegemm: model deep: tokens x top_k x 2 intermediate \\(128 x [0-9]+\\) f32 elements exceed")
+                 REGEX "^moegemm: model deep: tokens x top_k x 2 intermediate \\(128 x [0-9]+\\) elements exceed 2\\^60")
 moegemm_cli_test(model_from_empty_workloads COMMAND ${_expect_2} ${_cli} run --backend cpu --model x
                  --workloads ${CMAKE_CURRENT_SOURCE_DIR}/tests/workloads_no_models.json
                  REGEX "--model: unknown model 'x' \\(the workloads file has no models\\)")
