@@ -20,7 +20,9 @@ def dtype_names(dtypes: Iterable) -> str:
 
 
 def check_rank(op: str, name: str, x, rank: int, layout: str) -> None:
-    """Raise ValueError unless ``x`` has ``rank`` dims (``layout`` names them, e.g. "(M, K)")."""
+    """Raise TypeError unless ``x`` is an array (check_array), ValueError unless it has ``rank`` dims
+    (``layout`` names them, e.g. "(M, K)")."""
+    check_array(op, name, x)
     if np.ndim(x) != rank:
         raise ValueError(f"moegemm.jax.{op}: {name}: expected rank {rank} {layout}, "
                          f"got shape {tuple(np.shape(x))}")
@@ -143,8 +145,8 @@ def check_aligned(op: str, name: str, x, axis: int, what: str) -> None:
     got = np.shape(x)[axis]
     if got % 8 != 0:
         raise ValueError(
-            f"moegemm.jax.{op}: {name}: {what} = {got} is not a multiple of 8; 16-bit operands need "
-            f"16-byte aligned rows (shape {tuple(np.shape(x))}, dtype {np.dtype(x.dtype).name})")
+            f"moegemm.jax.{op}: {name}: expected {what} a multiple of 8 (16-bit operands need 16-byte aligned "
+            f"rows), got {what} = {got} (shape {tuple(np.shape(x))}, dtype {np.dtype(x.dtype).name})")
 
 
 def check_offsets(op: str, offsets, groups: int, what: str) -> None:
@@ -157,7 +159,6 @@ def check_offsets(op: str, offsets, groups: int, what: str) -> None:
 def check_group_sizes(op: str, group_sizes, groups: int, what: str) -> None:
     """Raise unless ``group_sizes`` is a (groups,) integer array: TypeError for a non-array or a non-integer
     dtype, ValueError for the shape."""
-    check_array(op, "group_sizes", group_sizes)
     check_rank(op, "group_sizes", group_sizes, 1, "(G,)")
     if not jnp.issubdtype(group_sizes.dtype, jnp.integer):
         raise TypeError(f"moegemm.jax.{op}: group_sizes: expected an integer dtype, "

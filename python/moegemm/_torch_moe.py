@@ -166,11 +166,11 @@ def _check_operands(x, w_up, w_down, offsets, prob, activation, glu_layout) -> N
                          f"w_up, H from x, got {tuple(w_down.shape)}")
     if x.element_size() == 2:  # 16-bit rows must start 16-byte aligned (the kernels' TMA rule, on every backend)
         if h % 8:
-            raise ValueError(f"{_OP}: x: H = {h} is not a multiple of 8; 16-bit operands need 16-byte aligned "
-                             f"rows (shape {tuple(x.shape)}, dtype {x.dtype})")
+            raise ValueError(f"{_OP}: x: expected H a multiple of 8 (16-bit operands need 16-byte aligned "
+                             f"rows), got H = {h} (shape {tuple(x.shape)}, dtype {x.dtype})")
         if (two_i // 2) % 8:
-            raise ValueError(f"{_OP}: w_up: I = {two_i // 2} (half of its last dim) is not a multiple of 8; the "
-                             f"GLU output's 16-bit rows must be 16-byte aligned (shape {tuple(w_up.shape)})")
+            raise ValueError(f"{_OP}: w_up: expected I (half of its last dim) a multiple of 8 (the GLU output's "
+                             f"16-bit rows must be 16-byte aligned), got I = {two_i // 2} (shape {tuple(w_up.shape)})")
     if offsets.dim() != 1 or offsets.shape[0] != e or offsets.dtype != torch.int32:
         raise ValueError(f"{_OP}: offsets: expected an (E={e},) int32 tensor with E from w_up, got shape "
                          f"{tuple(offsets.shape)} and dtype {offsets.dtype}")

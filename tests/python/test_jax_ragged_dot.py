@@ -81,7 +81,7 @@ def test_ragged_dot_jax_cases(m, k, n, g, platform, dtype):
 @pytest.mark.parametrize("m,k,n,g", UNALIGNED_JAX_CASES)
 def test_ragged_dot_unaligned_jax_cases_raise(m, k, n, g):
     rng = np.random.default_rng(0)
-    with pytest.raises(ValueError, match="is not a multiple of 8"):
+    with pytest.raises(ValueError, match="a multiple of 8 .*got"):
         mj.ragged_dot(rand(rng, (m, k)), rand(rng, (g, k, n)), jnp.asarray(_random_sizes(rng, m, g)))
 
 
@@ -199,6 +199,16 @@ def test_operands_that_are_not_arrays_raise_type_error():
         mj.ragged_dot(lhs, rhs, [10, 22])
     with pytest.raises(TypeError, match=r"grouped_gemm: offsets: expected an array .*got list"):
         mj.grouped_gemm(lhs, rhs, [10, 32], b_layout="kn")
+    # Operands whose rank is checked first: a list or a string is still a TypeError, not a rank error.
+    offs = jnp.asarray([10, 32], jnp.int32)
+    with pytest.raises(TypeError, match=r"grouped_gemm: b: expected an array .*got list"):
+        mj.grouped_gemm(lhs, [[1.0]], offs, b_layout="kn")
+    with pytest.raises(TypeError, match=r"grouped_gemm: b: expected an array .*got str"):
+        mj.grouped_gemm(lhs, "x", offs, b_layout="kn")
+    with pytest.raises(TypeError, match=r"ragged_dot: rhs: expected an array .*got list"):
+        mj.ragged_dot(lhs, [[1.0]], jnp.asarray([10, 22], jnp.int32))
+    with pytest.raises(TypeError, match=r"moe_mlp: w_up: expected an array .*got list"):
+        mj.moe_mlp(lhs, [[1.0]], rand(rng, (2, 8, 16)), offsets=offs)
 
 
 def test_c06_empty_groups_and_n43_error():
@@ -206,7 +216,7 @@ def test_c06_empty_groups_and_n43_error():
     _check_value_and_grad(rand(rng, (16, 64)), rand(rng, (4, 64, 32)), np.array([8, 0, 8, 0], np.int32))
     sizes = np.array([2] * 6 + [0] * 12 + [0], np.int32)[:18]
     sizes[0] += 32 - sizes.sum()
-    with pytest.raises(ValueError, match=r"ragged_dot: rhs: N = 43 is not a multiple of 8"):
+    with pytest.raises(ValueError, match=r"ragged_dot: rhs: expected N a multiple of 8 .*got N = 43"):
         jax.jit(mj.ragged_dot)(rand(rng, (32, 64)), rand(rng, (18, 64, 43)), jnp.asarray(sizes))
 
 
@@ -405,7 +415,7 @@ def test_moe_mlp_offsets_argument_and_errors():
         mj.moe_mlp(x, w_up, w_down, offsets=offsets_of([10, 12, 10]))
     with pytest.raises(TypeError, match=r"moe_mlp: offsets: expected dtype int32, got"):
         mj.moe_mlp(x, w_up, w_down, offsets=np.array([10, 32], np.uint32))
-    with pytest.raises(ValueError, match=r"moe_mlp: x: H = 12 is not a multiple of 8"):
+    with pytest.raises(ValueError, match=r"moe_mlp: x: expected H a multiple of 8 .*got H = 12"):
         mj.moe_mlp(rand(rng, (32, 12)), rand(rng, (2, 12, 32)), rand(rng, (2, 16, 12)),
                    group_sizes=jnp.array([10, 22]))
     with pytest.raises(ValueError, match=r"moe_mlp: w_up: I = 12 \(half of its last dim\) is not a multiple "

@@ -643,6 +643,24 @@ TEST(Contract, OneRowMatricesTakeAnyRowStride) {
                {"grouped_gemm: a: expected row stride stride(0) >= K=64", "got stride(0)=1"});
 }
 
+TEST(Contract, EmptyMatricesTakeAnyStrides) {
+  // M = 0: a (0, cols) view reads nothing, whatever its strides (autograd hands out empty gradients with
+  // all-zero strides); with rows, a column stride other than 1 is still a transposed view.
+  Maker m{Device::cuda};
+  auto x = grouped_gemm_args(m);
+  x.a = TensorView::strided(x.a.data, DType::bf16, {0, kK}, {0, 0}, Device::cuda);
+  x.prob = m.t(DType::f32, {0});
+  x.d = TensorView::strided(x.d.data, DType::bf16, {0, kN}, {0, 0}, Device::cuda);
+  x.c = TensorView::strided(x.c.data, DType::bf16, {0, kN}, {1, 0}, Device::cuda);
+  EXPECT_EQ(contract::check(x), Device::cuda);
+  x.a = TensorView::strided(x.a.data, DType::bf16, {1, kK}, {kK, 0}, Device::cuda);
+  x.prob = m.t(DType::f32, {1});
+  x.d = m.t(DType::bf16, {1, kN});
+  x.c = m.t(DType::bf16, {1, kN});
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: a: expected a row-major matrix with unit column stride", "got strides (64, 0)"});
+}
+
 TEST(Contract, PaddedRowsAreAccepted) {
   Maker m{Device::cuda};
   auto x = grouped_gemm_args(m);
