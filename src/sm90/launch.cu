@@ -464,9 +464,10 @@ void launch_wgrad(const WgradProblem& w, cudaStream_t stream) {
     p.tile_counter = static_cast<int*>(
         Carver{static_cast<uint8_t*>(w.workspace) + 2 * expert_maps_bytes(w.num_experts)}.take(4));
   }
-  const RaggedKMaps maps = launch_ragged_k_maps(p.tma_a, p.tma_b, w.a.data, static_cast<int64_t>(a_pitch), w.b.data,
-                                                static_cast<int64_t>(b_pitch), w.offsets, p.num_experts, p.k, w.workspace,
-                                                p.tile_counter, stream);
+  const RaggedKMaps maps =
+      launch_ragged_k_maps(p.tma_a, p.tma_b, w.a.data, static_cast<int64_t>(a_pitch), w.b.data,
+                           static_cast<int64_t>(b_pitch), w.offsets, p.num_experts, p.k, w.workspace,
+                           p.tile_counter, stream);
   p.a_maps = maps.a;
   p.b_maps = maps.b;
   if (!w.w_ptrs) {
