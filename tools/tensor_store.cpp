@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <stdexcept>
+#include <string>
 
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
@@ -16,7 +18,14 @@ namespace moegemm::cli {
 OwnedTensor make_tensor(Device device, DType dtype, std::initializer_list<int64_t> shape) {
   OwnedTensor t;
   t.view = TensorView::contiguous(nullptr, dtype, shape, device);
-  const std::size_t bytes = std::max<std::size_t>(t.bytes(), 16);  // never a null pointer, even when empty
+  // The byte count, checked: a shape whose count wraps 64 bits would otherwise get a smaller buffer.
+  int64_t count = static_cast<int64_t>(dtype_size(dtype));
+  for (int64_t extent : shape) {
+    if (__builtin_mul_overflow(count, extent, &count)) {
+      throw std::length_error(std::string("a ") + dtype_name(dtype) + " tensor's byte count passes 64 bits");
+    }
+  }
+  const std::size_t bytes = std::max<std::size_t>(static_cast<std::size_t>(count), 16);  // never null, even empty
   void* p = nullptr;
   if (device == Device::cuda) {
     MOEGEMM_CLI_CUDA(cudaMalloc(&p, bytes));
