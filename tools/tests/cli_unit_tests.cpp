@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <stdexcept>
 
 #include <cuda_bf16.h>
 
@@ -12,10 +13,20 @@
 #include "routing.hpp"
 #include "sample.hpp"
 #include "spot_check.hpp"
+#include "tensor_store.hpp"
 #include "verify.hpp"
 
 namespace moegemm::cli {
 namespace {
+
+TEST(TensorStore, ByteCountPastSixtyFourBitsIsAnError) {
+  // 2^31 x 2^31 x 2 f32 elements are 2^65 bytes: refused, never a wrapped (smaller) allocation.
+  const int64_t big = int64_t{1} << 31;
+  EXPECT_THROW(make_tensor(Device::host, DType::f32, {big, big, 2}), std::length_error);
+  const OwnedTensor t = make_tensor(Device::host, DType::f32, {3, 5});
+  EXPECT_NE(t.view.data, nullptr);
+  EXPECT_EQ(t.bytes(), 60u);
+}
 
 TEST(Compare, IdenticalPassesWithZeroError) {
   const std::vector<double> e{1.0, -2.0, 0.5, 3.0};
