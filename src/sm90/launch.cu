@@ -84,7 +84,8 @@ std::optional<Schedule> parse_schedule(const char* variable) {
 
 /// MOEGEMM_GLU_SCHEDULE, MOEGEMM_DGLU_SCHEDULE, MOEGEMM_LINEAR_SCHEDULE and MOEGEMM_WGRAD_SCHEDULE replace the
 /// launcher's choice of kernel for the GLU, the dGLU with a saved tile, the linear epilogue and the weight
-/// gradient (for measuring and testing both kernels of each); read once.
+/// gradient (for measuring and testing both kernels of each); read once, the weight gradient's at every launch
+/// (SwitchableEnv).
 std::optional<Schedule> glu_schedule_override() {
   static const std::optional<Schedule> value = parse_schedule("MOEGEMM_GLU_SCHEDULE");
   return value;
@@ -97,9 +98,26 @@ std::optional<Schedule> linear_schedule_override() {
   static const std::optional<Schedule> value = parse_schedule("MOEGEMM_LINEAR_SCHEDULE");
   return value;
 }
+
+/// An environment variable that a benchmark may switch between launches in one process: where it is set at
+/// the first launch that asks for it (to anything), it is read again at every launch (bench/pairs.py,
+/// bench/wgrad_tiles.py); where it is not, a launch pays a static load instead of a getenv (~25 ns).
+struct SwitchableEnv {
+  const char* name;
+  bool watched;
+  explicit SwitchableEnv(const char* variable) : name(variable), watched(std::getenv(variable) != nullptr) {}
+  /// The value now; empty where unset or not watched.
+  std::string value() const {
+    const char* env = watched ? std::getenv(name) : nullptr;
+    return env ? env : "";
+  }
+};
+
+/// MOEGEMM_WGRAD_SCHEDULE (switchable): the weight gradient's kernel.
 std::optional<Schedule> wgrad_schedule_override() {
-  static const std::optional<Schedule> value = parse_schedule("MOEGEMM_WGRAD_SCHEDULE");
-  return value;
+  static const SwitchableEnv env("MOEGEMM_WGRAD_SCHEDULE");
+  if (!env.watched) return std::nullopt;
+  return parse_schedule(env.name);
 }
 
 /// MOEGEMM_TILE_ORDER=static or dynamic replaces the launcher's choice of tile order for the launches on the
@@ -116,15 +134,11 @@ std::optional<bool> dynamic_order_override() {
   return value;
 }
 
-/// MOEGEMM_PAIRS=1 runs the linear epilogue's cooperative launches in cluster pairs that multicast B
-/// (launch_linear_pairs). Where the variable is set at the first launch (to anything), it is read again at
-/// every launch, so that a benchmark can switch kernels in one process (bench/pairs.py); where it is not, a
-/// launch pays a static load instead of a getenv (~25 ns).
+/// MOEGEMM_PAIRS=1 (switchable) runs the linear epilogue's cooperative launches in cluster pairs that multicast
+/// B (launch_linear_pairs).
 bool pairs_override() {
-  static const bool watched = std::getenv("MOEGEMM_PAIRS") != nullptr;
-  if (!watched) return false;
-  const char* env = std::getenv("MOEGEMM_PAIRS");
-  return env && std::string(env) == "1";
+  static const SwitchableEnv env("MOEGEMM_PAIRS");
+  return env.value() == "1";
 }
 
 /// MOEGEMM_MAX_CTAS=N (N > 0) caps the persistent grid at N CTAs, so that tests run many tiles per CTA on
@@ -452,10 +466,14 @@ void launch_wgrad(const WgradProblem& w, cudaStream_t stream) {
   const cuuint64_t a_dims[3] = {static_cast<cuuint64_t>(m), rows, 1};
   const cuuint64_t a_pitch = map_pitch(t, w.a.stride(0), m, 2), b_pitch = map_pitch(t, w.b.stride(0), n, 2);
   const cuuint64_t a_strides[2] = {a_pitch, a_pitch * rows};
-  p.tma_a = make_map(w.a.data, 3, a_dims, a_strides, box, "x");
+  // Without rows (T = 0) nothing is loaded through the maps, and x and dy may have no storage at all (torch's
+  // empty CUDA tensors have a null address, which the map encoder refuses): the workspace stands in for them.
+  const void* x_base = t > 0 ? w.a.data : w.workspace;
+  const void* dy_base = t > 0 ? w.b.data : w.workspace;
+  p.tma_a = make_map(x_base, 3, a_dims, a_strides, box, "x");
   const cuuint64_t b_dims[3] = {static_cast<cuuint64_t>(n), rows, 1};
   const cuuint64_t b_strides[2] = {b_pitch, b_pitch * rows};
-  p.tma_b = make_map(w.b.data, 3, b_dims, b_strides, box, "dy");
+  p.tma_b = make_map(dy_base, 3, b_dims, b_strides, box, "dy");
   // The dynamic tile order (wgrad_dynamic_order_pays, or the override) on the cooperative kernel: its counter
   // follows the maps in the workspace, and the maps' kernel zeroes it.
   const int64_t tiles = w.num_experts * ((m + 127) / 128) * p.n_tiles;
@@ -465,7 +483,7 @@ void launch_wgrad(const WgradProblem& w, cudaStream_t stream) {
         Carver{static_cast<uint8_t*>(w.workspace) + 2 * expert_maps_bytes(w.num_experts)}.take(4));
   }
   const RaggedKMaps maps =
-      launch_ragged_k_maps(p.tma_a, p.tma_b, w.a.data, static_cast<int64_t>(a_pitch), w.b.data,
+      launch_ragged_k_maps(p.tma_a, p.tma_b, x_base, static_cast<int64_t>(a_pitch), dy_base,
                            static_cast<int64_t>(b_pitch), w.offsets, p.num_experts, p.k, w.workspace,
                            p.tile_counter, stream);
   p.a_maps = maps.a;

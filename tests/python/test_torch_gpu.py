@@ -288,3 +288,28 @@ def test_f32_inputs_on_cuda_raise_not_implemented():
     a, b = randn(16, 32, dtype=torch.float32, device="cuda"), randn(2, 16, 32, dtype=torch.float32, device="cuda")
     with pytest.raises(NotImplementedError, match="grouped_gemm: a"):
         ops.grouped_gemm(a, b, offsets_of([8, 8], "cuda"))
+
+
+def test_moe_mlp_step_without_tokens_cuda():
+    """A rank that receives no tokens (T = 0; torch's empty CUDA tensors have no storage, a null address):
+    MoEMLP forward and backward run, y is (0, H), the weight gradients are exactly zero; the wgrad op with
+    accumulate leaves w bitwise unchanged, and grouped_mm's 2-D x 2-D mode gives zeros."""
+    h, i, e = 128, 64, 4
+    mlp = mt.MoEMLP(e, h, i, dtype=torch.bfloat16).cuda()
+    x = torch.empty(0, h, dtype=torch.bfloat16, device="cuda", requires_grad=True)
+    prob = torch.empty(0, dtype=torch.float32, device="cuda", requires_grad=True)
+    offsets = offsets_of([0] * e, "cuda")
+    y = mlp(x, offsets, prob)
+    assert y.shape == (0, h)
+    y.backward(torch.empty_like(y))
+    torch.cuda.synchronize()
+    assert x.grad.shape == (0, h) and prob.grad.shape == (0,)
+    assert (mlp.w_up.grad == 0).all() and (mlp.w_down.grad == 0).all()
+    dy = torch.empty(0, 2 * i, dtype=torch.bfloat16, device="cuda")
+    poison([e * h * 2 * i * 4], "cuda")
+    assert (ops.grouped_gemm_wgrad(x.detach(), dy, offsets) == 0).all()
+    w = randn(e, h, 2 * i, dtype=torch.float32, device="cuda", seed=3)
+    before = w.clone()
+    ops.grouped_gemm_wgrad.accumulate(x.detach(), dy, offsets, w)
+    assert torch.equal(w.view(torch.int32), before.view(torch.int32))
+    assert (mt.grouped_mm(x.detach().t(), dy, offsets) == 0).all()

@@ -317,6 +317,10 @@ inline HostTensor run_wgrad(const Wgrad& p, const WgradInputs& in, bool device, 
   GroupedGemmWgradArgs args;
   args.x = in.x.view(device);
   args.dy = in.dy.view(device);
+  if (device && p.m == 0) {  // no rows: no storage, as torch's empty CUDA tensors have
+    args.x.data = nullptr;
+    args.dy.data = nullptr;
+  }
   args.offsets = in.offsets.view(device);
   args.transpose_output = p.transpose;
   args.accumulate = p.accumulate;

@@ -142,6 +142,25 @@ TEST(BackwardGpu, WgradOneRowWithAnyRowStride) {
   }
 }
 
+TEST(BackwardGpu, WgradNoRowsWithoutStorage) {
+  // T = 0 with x and dY at a null address (torch's empty CUDA tensors): every expert's output is exactly 0,
+  // or with accumulate bitwise unchanged, and the tensor maps must not be made over the null address.
+  REQUIRE_GPU();
+  int variant = 0;
+  for (DType out : {DType::f32, DType::bf16}) {
+    for (bool accumulate : {false, true}) {
+      Wgrad p;
+      p.m = 0;
+      p.sizes = {0, 0, 0};
+      p.out = out;
+      p.accumulate = accumulate;
+      p.seed = 16100 + 10 * variant++;
+      p.name = "T = 0, null x and dY, " + describe(p);
+      check_wgrad(p);
+    }
+  }
+}
+
 TEST(BackwardGpu, WgradCasesC01C02C09) {
   REQUIRE_GPU();
   // C01: sizes [162, 0, 2577, 446, 0, 83], H = 2048, N = 768, output poisoned (NaN pattern) before the call:

@@ -1,0 +1,115 @@
+"""moegemm's bf16 weight gradient on each of its kernels against torch._grouped_mm, interleaved in one process.
+
+The kernels (docs/kernels.md): `default` is the launcher's choice; `coop` the cooperative kernel (128 x 256
+or 128 x 128 tiles, the heuristic's width, both warpgroups on one tile, the tensor cores idle during its
+epilogue); `pingpong` the ping-pong kernel (128 x 128 tiles, each warpgroup its own, its epilogue under the
+other's mainloop). They are switched per call through MOEGEMM_WGRAD_SCHEDULE, which the launcher reads at
+every launch once it is set at the first. For each selected GEMM of the workloads file (x (M, K), dY (M, N), E experts) and each routing
+(bench/peers.py's group sizes) this checks that every kernel gives bitwise the same weights as `default`,
+then times the systems interleaved: --rounds rounds of --calls calls each on rotating inputs (CUDA events),
+and reports each one's median us per call and TFLOP/s (2 M N K flops).
+
+Usage: PYTHONPATH=build/python python3 bench/wgrad_tiles.py [--only dsv3-up qwen3-up]
+                                                            [--routing uniform zipf] [--rounds 7] [--calls 6]
+                                                            [--json out.json]
+Needs torch with a CUDA GPU and the moegemm torch ops; exits 2 without them, 1 when the outputs differ.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+
+from peers import group_sizes, rotation
+from power import selected_gemms, torch_with_moegemm
+
+HERE = Path(__file__).resolve().parent
+# kernel -> MOEGEMM_WGRAD_SCHEDULE; "auto" leaves the launcher's choice
+KERNELS = {"default": "auto", "coop": "cooperative", "pingpong": "pingpong"}
+
+
+def on_kernel(kernel: str, call):
+    """Runs call() with the weight gradient forced onto `kernel`."""
+    os.environ["MOEGEMM_WGRAD_SCHEDULE"] = KERNELS[kernel]
+    try:
+        return call()
+    finally:
+        os.environ["MOEGEMM_WGRAD_SCHEDULE"] = "auto"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workloads", default=str(HERE / "workloads" / "moe_workloads.json"))
+    ap.add_argument("--only", nargs="+", default=["all"], help="GEMM names of the workloads file, or `all` (default)")
+    ap.add_argument("--routing", nargs="+", default=["uniform", "zipf"], choices=["uniform", "zipf"])
+    ap.add_argument("--kernels", nargs="+", default=list(KERNELS), choices=list(KERNELS))
+    ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds (>= 1)")
+    ap.add_argument("--calls", type=int, default=6, help="calls per system and round (>= 1)")
+    ap.add_argument("--json", help="write the result here")
+    args = ap.parse_args(argv)
+    if args.rounds < 1 or args.calls < 1:
+        ap.error("--rounds and --calls must be >= 1")
+    gemms = selected_gemms(ap, args)
+    # Set before the first launch, so that the launcher reads it at every launch.
+    os.environ["MOEGEMM_WGRAD_SCHEDULE"] = "auto"
+    torch = torch_with_moegemm("wgrad_tiles.py")
+    if torch is None:
+        return 2
+    if not torch.cuda.is_available():
+        print("wgrad_tiles.py: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    bf16, rows, status = torch.bfloat16, [], 0
+    l2_bytes = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20))
+    names = ["torch_grouped_mm", *args.kernels]
+    print(f"{'workload':>13} {'routing':>8} {'equal':>5} " + " ".join(f"{s + ' us':>12}" for s in names)
+          + " " + " ".join(f"{s + '/torch':>13}" for s in args.kernels), flush=True)
+    for name in args.only:
+        g = gemms[name]
+        m, n, k, e = g["M"], g["N"], g["K"], g["E"]
+        for routing in args.routing:
+            sizes = group_sizes(routing, m, e, 0)
+            offs = torch.tensor(sizes, device="cuda").cumsum(0).to(torch.int32)
+            copies = rotation(2 * (m * k + m * n), l2_bytes, cap=4)
+            sets = [(torch.randn(m, k, device="cuda", dtype=bf16), torch.randn(m, n, device="cuda", dtype=bf16) * 0.1)
+                    for _ in range(copies)]
+            wgrad = torch.ops.moegemm.grouped_gemm_wgrad
+            systems = {"torch_grouped_mm": lambda x, dy: torch._grouped_mm(x.t(), dy, offs=offs)}
+            for kern in args.kernels:
+                systems[kern] = (lambda kern: lambda x, dy: on_kernel(
+                    kern, lambda: wgrad(x, dy, offs, out_dtype=bf16)))(kern)
+            reference = on_kernel("default", lambda: wgrad(*sets[0], offs, out_dtype=bf16))
+            equal = all(bool(torch.equal(reference, systems[kern](*sets[0]))) for kern in args.kernels)
+            status |= 0 if equal else 1
+            times = {s: [] for s in systems}
+            for _ in range(args.rounds):
+                for s, f in systems.items():
+                    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    start.record()
+                    for i in range(args.calls):
+                        f(*sets[i % copies])
+                    stop.record()
+                    torch.cuda.synchronize()
+                    times[s].append(start.elapsed_time(stop) * 1000 / args.calls)
+            us = {s: statistics.median(v) for s, v in times.items()}
+            flops = 2.0 * m * n * k
+            rows.append({"workload": name, "routing": routing, "M": m, "N": n, "K": k, "E": e,
+                         "bitwise_equal": equal, "median_us": us,
+                         "tflops": {s: flops / (t * 1e-6) / 1e12 for s, t in us.items()},
+                         "torch_over": {s: us["torch_grouped_mm"] / us[s] for s in args.kernels}})
+            print(f"{name:>13} {routing:>8} {str(equal):>5} " + " ".join(f"{us[s]:12.1f}" for s in names) + " "
+                  + " ".join(f"{us['torch_grouped_mm'] / us[s]:13.3f}" for s in args.kernels), flush=True)
+            del sets
+            torch.cuda.empty_cache()
+    if args.json:
+        out = {"gpu": torch.cuda.get_device_name(0), "rounds": args.rounds, "calls": args.calls,
+               "kernels": {k: {"MOEGEMM_WGRAD_SCHEDULE": KERNELS[k]} for k in args.kernels}, "rows": rows}
+        Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
