@@ -4,15 +4,18 @@ The kernels (docs/kernels.md): `default` is the launcher's choice; `coop` the co
 or 128 x 128 tiles, the heuristic's width, both warpgroups on one tile, the tensor cores idle during its
 epilogue); `pingpong` the ping-pong kernel (128 x 128 tiles, each warpgroup its own, its epilogue under the
 other's mainloop). They are switched per call through MOEGEMM_WGRAD_SCHEDULE, which the launcher reads at
-every launch once it is set at the first. For each selected GEMM of the workloads file (x (M, K), dY (M, N), E experts) and each routing
-(bench/peers.py's group sizes) this checks that every kernel gives bitwise the same weights as `default`,
-then times the systems interleaved: --rounds rounds of --calls calls each on rotating inputs (CUDA events),
-and reports each one's median us per call and TFLOP/s (2 M N K flops).
+every launch once it is set at the first. For each selected GEMM of the workloads file (x (M, K), dY (M, N),
+E experts) and each routing (bench/peers.py's group sizes) this checks that every kernel gives bitwise the
+same weights as `default`, then times the systems interleaved (timing.interleaved_us: --rounds rounds of
+--calls calls each, in an order that rotates from round to round, on rotating inputs) and reports each one's
+median us per call and TFLOP/s (2 M N K flops).
 
 Usage: PYTHONPATH=build/python python3 bench/wgrad_tiles.py [--only dsv3-up qwen3-up]
                                                             [--routing uniform zipf] [--rounds 7] [--calls 6]
-                                                            [--json out.json]
-Needs torch with a CUDA GPU and the moegemm torch ops; exits 2 without them, 1 when the outputs differ.
+                                                            [--device cpu] [--json out.json]
+Needs torch with a CUDA GPU (--device cpu: a smoke run on the CPU backend, timed by the host clock, where
+the kernel switch has no effect) and the moegemm torch ops; exits 2 without them, 1 when the outputs differ
+or a call fails.
 """
 
 from __future__ import annotations
@@ -20,12 +23,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 from pathlib import Path
 
 from peers import group_sizes, rotation
 from power import selected_gemms, torch_with_moegemm
+from timing import interleaved_us
 
 HERE = Path(__file__).resolve().parent
 # kernel -> MOEGEMM_WGRAD_SCHEDULE; "auto" leaves the launcher's choice
@@ -49,6 +52,7 @@ def main(argv=None) -> int:
     ap.add_argument("--kernels", nargs="+", default=list(KERNELS), choices=list(KERNELS))
     ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds (>= 1)")
     ap.add_argument("--calls", type=int, default=6, help="calls per system and round (>= 1)")
+    ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     ap.add_argument("--json", help="write the result here")
     args = ap.parse_args(argv)
     if args.rounds < 1 or args.calls < 1:
@@ -59,11 +63,12 @@ def main(argv=None) -> int:
     torch = torch_with_moegemm("wgrad_tiles.py")
     if torch is None:
         return 2
-    if not torch.cuda.is_available():
-        print("wgrad_tiles.py: needs a CUDA GPU", file=sys.stderr)
+    dev = args.device
+    if dev == "cuda" and not torch.cuda.is_available():
+        print("wgrad_tiles.py: needs a CUDA GPU (or --device cpu)", file=sys.stderr)
         return 2
     bf16, rows, status = torch.bfloat16, [], 0
-    l2_bytes = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20))
+    l2_bytes = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20)) if dev == "cuda" else 0
     names = ["torch_grouped_mm", *args.kernels]
     print(f"{'workload':>13} {'routing':>8} {'equal':>5} " + " ".join(f"{s + ' us':>12}" for s in names)
           + " " + " ".join(f"{s + '/torch':>13}" for s in args.kernels), flush=True)
@@ -72,29 +77,25 @@ def main(argv=None) -> int:
         m, n, k, e = g["M"], g["N"], g["K"], g["E"]
         for routing in args.routing:
             sizes = group_sizes(routing, m, e, 0)
-            offs = torch.tensor(sizes, device="cuda").cumsum(0).to(torch.int32)
+            offs = torch.tensor(sizes, device=dev).cumsum(0).to(torch.int32)
             copies = rotation(2 * (m * k + m * n), l2_bytes, cap=4)
-            sets = [(torch.randn(m, k, device="cuda", dtype=bf16), torch.randn(m, n, device="cuda", dtype=bf16) * 0.1)
+            sets = [(torch.randn(m, k, device=dev, dtype=bf16), torch.randn(m, n, device=dev, dtype=bf16) * 0.1)
                     for _ in range(copies)]
             wgrad = torch.ops.moegemm.grouped_gemm_wgrad
-            systems = {"torch_grouped_mm": lambda x, dy: torch._grouped_mm(x.t(), dy, offs=offs)}
+            systems = {"torch_grouped_mm": [lambda x=x, dy=dy: torch._grouped_mm(x.t(), dy, offs=offs)
+                                            for x, dy in sets]}
             for kern in args.kernels:
-                systems[kern] = (lambda kern: lambda x, dy: on_kernel(
-                    kern, lambda: wgrad(x, dy, offs, out_dtype=bf16)))(kern)
+                systems[kern] = [lambda x=x, dy=dy, kern=kern: on_kernel(
+                    kern, lambda: wgrad(x, dy, offs, out_dtype=bf16)) for x, dy in sets]
             reference = on_kernel("default", lambda: wgrad(*sets[0], offs, out_dtype=bf16))
-            equal = all(bool(torch.equal(reference, systems[kern](*sets[0]))) for kern in args.kernels)
+            equal = all(bool(torch.equal(reference, systems[kern][0]())) for kern in args.kernels)
             status |= 0 if equal else 1
-            times = {s: [] for s in systems}
-            for _ in range(args.rounds):
-                for s, f in systems.items():
-                    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    start.record()
-                    for i in range(args.calls):
-                        f(*sets[i % copies])
-                    stop.record()
-                    torch.cuda.synchronize()
-                    times[s].append(start.elapsed_time(stop) * 1000 / args.calls)
-            us = {s: statistics.median(v) for s, v in times.items()}
+            us = interleaved_us(torch, dev, systems, warmup=2, iters=args.rounds * args.calls, rounds=args.rounds)
+            failed = {s: v for s, v in us.items() if not isinstance(v, float)}
+            if failed:
+                print(f"{name} {routing}: failed: {failed}", file=sys.stderr)
+                status = 1
+                continue
             flops = 2.0 * m * n * k
             rows.append({"workload": name, "routing": routing, "M": m, "N": n, "K": k, "E": e,
                          "bitwise_equal": equal, "median_us": us,
@@ -103,10 +104,12 @@ def main(argv=None) -> int:
             print(f"{name:>13} {routing:>8} {str(equal):>5} " + " ".join(f"{us[s]:12.1f}" for s in names) + " "
                   + " ".join(f"{us['torch_grouped_mm'] / us[s]:13.3f}" for s in args.kernels), flush=True)
             del sets
-            torch.cuda.empty_cache()
+            if dev == "cuda":
+                torch.cuda.empty_cache()
     if args.json:
-        out = {"gpu": torch.cuda.get_device_name(0), "rounds": args.rounds, "calls": args.calls,
-               "kernels": {k: {"MOEGEMM_WGRAD_SCHEDULE": KERNELS[k]} for k in args.kernels}, "rows": rows}
+        out = {"gpu": torch.cuda.get_device_name(0) if dev == "cuda" else "cpu", "rounds": args.rounds,
+               "calls": args.calls, "kernels": {k: {"MOEGEMM_WGRAD_SCHEDULE": KERNELS[k]} for k in args.kernels},
+               "rows": rows}
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
     return status
 

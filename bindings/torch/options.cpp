@@ -69,7 +69,7 @@ GluParams glu_params(std::string_view activation, std::string_view glu_layout, d
   }
   p.act_alpha = static_cast<float>(act_alpha);
   p.linear_offset = static_cast<float>(linear_offset);
-  // Likewise a finite slope or offset that f32 rounds to infinity (the contract would report it as inf).
+  // Likewise a finite slope or offset that f32 rounds to infinity (the contract would report it as +-inf).
   if (p.activation == Activation::swiglu_clamped) {
     for (const auto& [name, given, taken] : {std::tuple{"act_alpha", act_alpha, p.act_alpha},
                                              std::tuple{"linear_offset", linear_offset, p.linear_offset}}) {
@@ -78,7 +78,7 @@ GluParams glu_params(std::string_view activation, std::string_view glu_layout, d
         const auto end = std::to_chars(text, text + sizeof text, given).ptr;
         TORCH_CHECK_VALUE(false, op, ": ", name, ": expected a finite ", name,
                           " for swiglu_clamped (finite in f32), got ", std::string(text, end),
-                          ", which f32 rounds to inf");
+                          given < 0 ? ", which f32 rounds to -inf" : ", which f32 rounds to inf");
       }
     }
   }

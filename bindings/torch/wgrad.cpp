@@ -61,8 +61,16 @@ at::Tensor grouped_gemm_wgrad_op(const at::Tensor& x, const at::Tensor& dy, cons
   fill_inputs(args, op, x, dy, offsets, transpose_output, validate);
   DeviceContext context(x);
   const int64_t e = offsets.size(0), h = x.size(1), n = dy.size(1);
+  const at::ScalarType w_type = out_dtype_or(out_dtype, f32_default_dtype(x), op, "out_dtype");
+  // The contract first (shapes, dtypes, options; the pointers aside), on a view of the w to come: the output,
+  // E x H x N, may be far larger than x and dy (with T = 0 they are empty), and a call the op refuses must get
+  // its own error, not the allocator's.
+  args.w = transpose_output ? TensorView::contiguous(nullptr, dtype_of(w_type, op, "out_dtype"), {e, n, h})
+                            : TensorView::contiguous(nullptr, dtype_of(w_type, op, "out_dtype"), {e, h, n});
+  args.w.device = args.x.device;
+  with_torch_errors([&] { grouped_gemm_wgrad_workspace_bytes(args); });
   // Not zero-filled here: the op writes every element, exact zeros for experts without rows.
-  const auto options = x.options().dtype(out_dtype_or(out_dtype, f32_default_dtype(x), op, "out_dtype"));
+  const auto options = x.options().dtype(w_type);
   at::Tensor w = transpose_output ? at::empty({e, n, h}, options) : at::empty({e, h, n}, options);
   args.w = view_of(w, op, "w");
   run(context, x, args);

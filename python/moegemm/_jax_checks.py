@@ -13,6 +13,7 @@ import numpy as np
 SIXTEEN_BIT = (jnp.bfloat16, jnp.float16)
 OUTPUT_FLOATS = (jnp.bfloat16, jnp.float16, jnp.float32)
 MAX_EXPERTS = 1024  # the contract's kMaxExperts (docs/ops.md section 0)
+MAX_OFFSET_ROWS = 2**31 - 1  # the last row an int32 offset can end at
 
 
 def dtype_names(dtypes: Iterable) -> str:
@@ -88,7 +89,8 @@ def clamp_parameter(op: str, activation: str, name: str, value) -> float:
     infinite as the kernels take it, in f32 (every output would be NaN), as the ops' contract checks it."""
     value = static_float(op, name, value)
     if activation == "swiglu_clamped" and not abs(value) < _F32_ROUNDS_TO_INF:  # `not <` also refuses NaN
-        got = f"{value}" if not np.isfinite(value) else f"{value}, which f32 rounds to inf"
+        rounded = "-inf" if value < 0 else "inf"
+        got = f"{value}" if not np.isfinite(value) else f"{value}, which f32 rounds to {rounded}"
         raise ValueError(f"moegemm.jax.{op}: {name}: expected a finite {name} for swiglu_clamped (in f32), "
                          f"got {got}")
     return value
@@ -156,14 +158,18 @@ def check_offsets(op: str, offsets, groups: int, what: str) -> None:
     check_extent(op, "offsets", offsets, 0, groups, what)
 
 
-def check_group_sizes(op: str, group_sizes, groups: int, what: str) -> None:
+def check_group_sizes(op: str, group_sizes, groups: int, what: str, rows_name: str, rows_of) -> None:
     """Raise unless ``group_sizes`` is a (groups,) integer array: TypeError for a non-array or a non-integer
-    dtype, ValueError for the shape."""
+    dtype, ValueError for the shape; also ValueError where the array the sizes split, ``rows_of`` (named
+    ``rows_name``), has more rows than int32 offsets can end at (offsets_from_sizes)."""
     check_rank(op, "group_sizes", group_sizes, 1, "(G,)")
     if not jnp.issubdtype(group_sizes.dtype, jnp.integer):
         raise TypeError(f"moegemm.jax.{op}: group_sizes: expected an integer dtype, "
                         f"got {np.dtype(group_sizes.dtype).name}")
     check_extent(op, "group_sizes", group_sizes, 0, groups, what)
+    if rows_of.shape[0] > MAX_OFFSET_ROWS:
+        raise ValueError(f"moegemm.jax.{op}: {rows_name}: expected at most {MAX_OFFSET_ROWS} rows with group_sizes "
+                         f"(their sums become int32 offsets), got shape {tuple(rows_of.shape)}")
 
 
 def offsets_from_sizes(group_sizes, m: int):

@@ -124,7 +124,7 @@ def moe_mlp(x, w_up, w_down, group_sizes=None, offsets=None, prob=None, activati
                          f"multiple of 8; the GLU output's 16-bit rows must be 16-byte aligned "
                          f"(shape {tuple(w_up.shape)})")
     if group_sizes is not None:
-        chk.check_group_sizes(_OP, group_sizes, e, "E from w_up")
+        chk.check_group_sizes(_OP, group_sizes, e, "E from w_up", "x", x)
         offsets = chk.offsets_from_sizes(group_sizes, x.shape[0])
     else:
         chk.check_offsets(_OP, offsets, e, "E from w_up")

@@ -67,7 +67,8 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
       (empty groups get exact zeros). A f32 cotangent is rounded to lhs's dtype first.
     Raises:
       TypeError for dtypes other than bf16/f16 (use jax.lax.ragged_dot for those), a non-integer
-      group_sizes or an operand that is not an array (a list); ValueError for shapes, at trace time.
+      group_sizes or an operand that is not an array (a list); ValueError for shapes, at trace time,
+      including M > 2^31 - 1 (the offsets are int32).
     """
     del precision
     if group_offset is not None:
@@ -77,7 +78,7 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
     chk.check_dtype(_OP, "lhs", lhs, chk.SIXTEEN_BIT)
     chk.check_dtype(_OP, "rhs", rhs, (lhs.dtype,))
     chk.check_extent(_OP, "rhs", rhs, 1, lhs.shape[1], "K from lhs")
-    chk.check_group_sizes(_OP, group_sizes, rhs.shape[0], "G from rhs")
+    chk.check_group_sizes(_OP, group_sizes, rhs.shape[0], "G from rhs", "lhs", lhs)
     if rhs.shape[0] > chk.MAX_EXPERTS:
         raise ValueError(f"moegemm.jax.ragged_dot: rhs: expected at most {chk.MAX_EXPERTS} groups (dim 0), got "
                          f"shape {tuple(rhs.shape)}")

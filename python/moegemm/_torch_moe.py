@@ -110,7 +110,8 @@ def _clamp_finite(op: str, activation: str, name: str, value) -> float:
     or infinite as the kernels take it, in f32 (every output would be NaN), as the ops' contract checks it."""
     value = _clamp_parameter(name, value, op)
     if activation == "swiglu_clamped" and not abs(value) < _F32_ROUNDS_TO_INF:  # `not <` also refuses NaN
-        got = f"{value!r}" if not math.isfinite(value) else f"{value!r}, which f32 rounds to inf"
+        rounded = "-inf" if value < 0 else "inf"
+        got = f"{value!r}" if not math.isfinite(value) else f"{value!r}, which f32 rounds to {rounded}"
         raise ValueError(f"{op}: {name}: expected a finite {name} for swiglu_clamped (in f32), got {got}")
     return value
 

@@ -22,6 +22,15 @@ std::string address(const void* p) {
 
 bool is_8bit(DType t) { return t == DType::e4m3 || t == DType::e5m2; }
 
+/// " (N bytes)": `count` elements of `dtype` in bytes, or "" where that product would not fit in int64.
+std::string bytes_text(int64_t count, DType dtype) {
+  const auto size = static_cast<int64_t>(dtype_size(dtype));
+  if (count > std::numeric_limits<int64_t>::max() / size || count < std::numeric_limits<int64_t>::min() / size) {
+    return "";
+  }
+  return " (" + std::to_string(count * size) + " bytes)";
+}
+
 /// "a, b or c" of the items' names.
 template <class T, class Name>
 std::string or_list(std::initializer_list<T> items, Name name) {
@@ -196,13 +205,13 @@ void Rules::dtype_in(const char* name, DType t, DType first, DType second) const
 }
 
 void Rules::row_bytes(const char* name, const char* symbol, int64_t value, DType dtype) const {
-  const int64_t bytes = value * static_cast<int64_t>(dtype_size(dtype));
-  if (bytes % 16 == 0) return;
+  // Every element size divides 16: the count is checked in elements, so that no product can overflow.
   const int64_t multiple = 16 / static_cast<int64_t>(dtype_size(dtype));
+  if (value % multiple == 0) return;
   fail(ErrorCode::invalid_argument, name,
        std::string(symbol) + " * sizeof(" + dtype_name(dtype) + ") a multiple of 16 bytes (16-byte alignment "
            "rule: " + symbol + " % " + std::to_string(multiple) + " == 0 for " + dtype_name(dtype) + ")",
-       std::string(symbol) + "=" + std::to_string(value) + " (" + std::to_string(bytes) + " bytes)");
+       std::string(symbol) + "=" + std::to_string(value) + bytes_text(value, dtype));
 }
 
 void Rules::kernel_extent(const char* name, const char* symbol, int64_t value) const {
@@ -241,11 +250,9 @@ void Rules::matrix(const char* name, const TensorView& t, const char* cols) cons
          "stride(0)=" + std::to_string(t.strides[0]));
   }
   row_bytes(name, cols, ncols, t.dtype);
-  const int64_t stride_bytes = t.strides[0] * static_cast<int64_t>(dtype_size(t.dtype));
-  if (rows > 1 && stride_bytes % 16 != 0) {
+  if (rows > 1 && t.strides[0] % (16 / static_cast<int64_t>(dtype_size(t.dtype))) != 0) {
     fail(ErrorCode::invalid_argument, name, "a row stride that is a multiple of 16 bytes (16-byte alignment rule)",
-         "stride(0)=" + std::to_string(t.strides[0]) + " elements (" + std::to_string(stride_bytes) +
-             " bytes)");
+         "stride(0)=" + std::to_string(t.strides[0]) + " elements" + bytes_text(t.strides[0], t.dtype));
   }
   if (!check_pointers() || rows * ncols == 0) return;
   if (t.data == nullptr) fail(ErrorCode::invalid_argument, name, "a non-null data pointer", "nullptr");

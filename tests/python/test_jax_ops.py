@@ -267,7 +267,8 @@ def test_trace_time_errors_name_the_operand():
                                          r"swiglu_clamped \(in f32.*\), got 0.0"):
         mj.grouped_gemm_glu(a, b, off, activation="swiglu_clamped", limit=0)
     for name in ("act_alpha", "linear_offset"):  # NaN or infinity there (in f32) would make every output NaN
-        for bad, got in ((float("nan"), "nan"), (float("-inf"), "-inf"), (1e39, "1e\\+39, which f32 rounds to inf")):
+        for bad, got in ((float("nan"), "nan"), (float("-inf"), "-inf"), (1e39, "1e\\+39, which f32 rounds to inf"),
+                         (-1e39, "-1e\\+39, which f32 rounds to -inf")):
             with pytest.raises(ValueError, match=rf"grouped_gemm_glu: {name}: expected a finite {name} for "
                                                  rf"swiglu_clamped \(in f32\), got {got}$"):
                 mj.grouped_gemm_glu(a, b, off, activation="swiglu_clamped", **{name: bad})

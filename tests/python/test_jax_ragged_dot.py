@@ -469,6 +469,24 @@ def test_ragged_dot_group_limit_and_empty_contraction():
         mj.ragged_dot(x, jnp.ones((2, 8, 8), jnp.bfloat16), jnp.array([6, 10]), preferred_element_type="bogus")
 
 
+def test_group_sizes_over_more_rows_than_int32_offsets_end_at_are_refused():
+    """group_sizes become int32 offsets: M = 2^31 rows is refused by name at trace time (shapes only, nothing
+    allocated), where the cumulative sum used to fail inside JAX with an OverflowError."""
+    spec = jax.ShapeDtypeStruct
+    big = spec((2**31, 64), jnp.bfloat16)
+    with pytest.raises(ValueError, match=r"^moegemm\.jax\.ragged_dot: lhs: expected at most 2147483647 rows with "
+                                         r"group_sizes .*got shape \(2147483648, 64\)"):
+        jax.eval_shape(mj.ragged_dot, big, spec((8, 64, 64), jnp.bfloat16), spec((8,), jnp.int32))
+    with pytest.raises(ValueError, match=r"^moegemm\.jax\.moe_mlp: x: expected at most 2147483647 rows with "
+                                         r"group_sizes"):
+        jax.eval_shape(lambda x, u, d, g: mj.moe_mlp(x, u, d, group_sizes=g), big,
+                       spec((8, 64, 128), jnp.bfloat16), spec((8, 64, 64), jnp.bfloat16), spec((8,), jnp.int32))
+    # One row fewer traces.
+    out = jax.eval_shape(mj.ragged_dot, spec((2**31 - 1, 64), jnp.bfloat16), spec((8, 64, 64), jnp.bfloat16),
+                         spec((8,), jnp.int32))
+    assert out.shape == (2**31 - 1, 64)
+
+
 def test_second_derivatives_raise():
     """The backward passes call moegemm's FFI ops, which have no derivative: a second derivative raises (as torch's
     moe_mlp does), also for a loss linear in the output, never returning a gradient that lacks terms."""

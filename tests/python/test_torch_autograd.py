@@ -314,7 +314,7 @@ def test_moe_mlp_errors_name_its_own_operands(case, pattern):
      r"rounds to inf$"),
     ("linear_offset_f32_inf", ValueError,
      r"moe_mlp: linear_offset: expected a finite linear_offset .*got -3\.4028235677973366e\+38, which f32 rounds "
-     r"to inf$"),
+     r"to -inf$"),
     ("x_without_columns", ValueError, r"moe_mlp: x: expected H > 0 \(its last dim\), got shape \(64, 0\)$"),
     ("w_up_without_columns", ValueError, r"moe_mlp: w_up: expected 2I > 0 \(its last dim\), got shape \(4, 32, 0\)$"),
 ])
@@ -389,6 +389,8 @@ def test_moe_mlp_module_checks_its_configuration_when_built():
         mt.MoEMLP(2, 16, 16, activation="swiglu_clamped", linear_offset=float("nan"))
     with pytest.raises(ValueError, match=r"MoEMLP: act_alpha: .*got 1e\+39, which f32 rounds to inf$"):
         mt.MoEMLP(2, 16, 16, activation="swiglu_clamped", act_alpha=1e39)  # refused when built, not at forward
+    with pytest.raises(ValueError, match=r"MoEMLP: linear_offset: .*got -1e\+40, which f32 rounds to -inf$"):
+        mt.MoEMLP(2, 16, 16, activation="swiglu_clamped", linear_offset=-1e40)
     # The largest double that f32 rounds to its largest finite value is taken.
     mt.MoEMLP(2, 16, 16, activation="swiglu_clamped", act_alpha=2.0 ** 128 - 2.0 ** 103 - 2.0 ** 75)
     mt.MoEMLP(2, 16, 16, activation="geglu", act_alpha=float("nan"))  # as are the slope and the offset

@@ -225,6 +225,21 @@ def test_grouped_gemm_wgrad_accumulate_bumps_the_version_of_w():
         loss.backward()
 
 
+def test_grouped_gemm_wgrad_checks_the_call_before_allocating_w():
+    """With T = 0, x and dy are empty while w (E, H, N) is not: a call the op refuses gets the op's own error
+    before w is allocated (here w would be 2^36 bytes, past what the host allocator hands out)."""
+    h = 2**31 + 1  # not a multiple of 8 either
+    x, dy = torch.empty(0, h, dtype=torch.bfloat16), torch.empty(0, 8, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"grouped_gemm_wgrad: offsets: expected dtype i32, got i64"):
+        ops.grouped_gemm_wgrad(x, dy, torch.zeros(4, dtype=torch.int64))
+    with pytest.raises(ValueError, match=r"grouped_gemm_wgrad: x: expected H \* sizeof\(bf16\) a multiple of 16 "
+                                         r"bytes .*got H=2147483649 \(4294967298 bytes\)"):
+        ops.grouped_gemm_wgrad(x, dy, torch.zeros(4, dtype=torch.int32))
+    # The same T = 0 call with valid operands: every expert exactly 0.
+    w = ops.grouped_gemm_wgrad(torch.empty(0, 16, dtype=torch.bfloat16), dy, torch.zeros(4, dtype=torch.int32))
+    assert w.shape == (4, 16, 8) and (w == 0).all()
+
+
 @pytest.mark.parametrize("b_layout", ["nk", "kn"])
 def test_dense_ops_values(b_layout):
     m, k, n = 12, 32, 128
@@ -338,7 +353,7 @@ def test_errors_name_the_operand():
     with pytest.raises(ValueError, match=r"grouped_gemm_glu: act_alpha: expected a finite act_alpha for "
                                          r"swiglu_clamped \(finite in f32\), got 1e\+300, which f32 rounds to inf$"):
         ops.grouped_gemm_glu(a, b, offsets, activation="swiglu_clamped", act_alpha=1e300)
-    with pytest.raises(ValueError, match=r"grouped_gemm_glu: linear_offset: .*got -1e\+39, which f32 rounds to inf$"):
+    with pytest.raises(ValueError, match=r"grouped_gemm_glu: linear_offset: .*got -1e\+39, which f32 rounds to -inf$"):
         ops.grouped_gemm_glu(a, b, offsets, activation="swiglu_clamped", linear_offset=-1e39)
     # An I that breaks the 16-byte rule blames b, whose N sets it.
     with pytest.raises(ValueError, match=r"grouped_gemm_glu: b: expected I = N/2 with I \* sizeof\(bf16\) a "

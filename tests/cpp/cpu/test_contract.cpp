@@ -712,6 +712,31 @@ TEST(Contract, C08_NotAMultipleOf8ColumnsIsAClearError) {
                 "16-byte alignment rule: K % 8 == 0 for bf16", "got K=33 (66 bytes)"});
 }
 
+TEST(Contract, SixteenByteRuleOfAnExtentPastInt64BytesNamesNoByteCount) {
+  // K = 2^63 - 1 bf16 columns: not a multiple of 8, and its bytes do not fit in int64 (the count was once
+  // printed as "-2 bytes", from a product that overflowed). An empty a, so that no storage is implied.
+  Maker m{Device::cuda};
+  auto x = grouped_gemm_args(m);
+  constexpr int64_t kHuge = std::numeric_limits<int64_t>::max();
+  x.a = TensorView::strided(x.a.data, DType::bf16, {0, kHuge}, {kHuge, 1}, Device::cuda);
+  try {
+    contract::check(x);
+    ADD_FAILURE() << "no Error thrown";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("grouped_gemm: a: expected K * sizeof(bf16) a multiple of 16 bytes"), std::string::npos)
+        << what;
+    EXPECT_NE(what.find("got K=9223372036854775807"), std::string::npos) << what;
+    EXPECT_EQ(what.find("bytes)"), std::string::npos) << what;
+  }
+  // A row stride past int64 bytes likewise.
+  x = grouped_gemm_args(m);
+  x.a = TensorView::strided(x.a.data, DType::bf16, {kM, kK}, {kHuge, 1}, Device::cuda);
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: a: expected a row stride that is a multiple of 16 bytes",
+                "got stride(0)=9223372036854775807 elements"});
+}
+
 TEST(Contract, SixteenByteRuleHoldsOnTheHostToo) {
   Maker m{Device::host};
   auto x = grouped_gemm_args(m);
