@@ -254,7 +254,7 @@ void Rules::matrix(const char* name, const TensorView& t, const char* cols) cons
     fail(ErrorCode::invalid_argument, name, "a row stride that is a multiple of 16 bytes (16-byte alignment rule)",
          "stride(0)=" + std::to_string(t.strides[0]) + " elements" + bytes_text(t.strides[0], t.dtype));
   }
-  if (!check_pointers() || rows * ncols == 0) return;
+  if (!check_pointers() || rows == 0 || ncols == 0) return;
   if (t.data == nullptr) fail(ErrorCode::invalid_argument, name, "a non-null data pointer", "nullptr");
   if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0) {
     fail(ErrorCode::invalid_argument, name, "a 16-byte aligned base address (16-byte alignment rule)",
