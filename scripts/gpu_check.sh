@@ -9,6 +9,8 @@
 #   MOEGEMM_BUILD_DIR       build tree (default build-gpu-check)
 #   MOEGEMM_CMAKE_ARGS      extra CMake arguments (e.g. -DMOEGEMM_GTEST_SOURCE_DIR=...)
 #   MOEGEMM_GTEST_FILTER    GoogleTest filter for the GPU suite (default: everything)
+#   MOEGEMM_TEST_MODES      the test stage's kernel modes, a subset of "heuristic 256 pingpong dynamic pairs
+#                           pairs256 c11" (default: all), so that the stage can be split over several calls
 #   MOEGEMM_BENCH_ARGS      arguments for bench/peers.py (default: --quick: every suite, small; the
 #                           markdown tables go to $REPORT/tables.md)
 set -uo pipefail
@@ -63,10 +65,13 @@ for stage in "${stages[@]}"; do
       grep -oE 'HGMMA\.[0-9x]+\.[A-Z0-9.]+' "$REPORT/sass.txt" | sort | uniq -c | tee -a "$REPORT/summary.txt"
       ;;
     test)
-      # Four times: with the tile widths the heuristic picks (mostly BN = 128, the cooperative kernels and the
-      # static tile order at test sizes), with every m-grouped op forced to BN = 256 (MOEGEMM_BLOCK_N), with
-      # PINGPONG_ENV, so that every kernel of every op runs, and with DYNAMIC_ENV.
+      # In each mode of MOEGEMM_TEST_MODES: with the tile widths the heuristic picks (mostly BN = 128, the
+      # cooperative kernels and the static tile order at test sizes), with every m-grouped op forced to BN = 256
+      # (MOEGEMM_BLOCK_N), with PINGPONG_ENV, so that every kernel of every op runs, with DYNAMIC_ENV, on the
+      # cluster-pair kernel (PAIRS_ENV, PAIRS256_ENV), and the 2^31-element case (c11).
+      modes=" ${MOEGEMM_TEST_MODES:-heuristic 256 pingpong dynamic pairs pairs256 c11} "
       for width in heuristic 256 pingpong dynamic pairs pairs256; do
+        [ "${modes/ $width /}" = "$modes" ] && continue
         note "GPU tests (ctest -L gpu), tile width: $width"
         unset "${KERNEL_CHOICE_VARS[@]}"
         [ "$width" = 256 ] && export MOEGEMM_BLOCK_N=256
@@ -84,7 +89,7 @@ for stage in "${stages[@]}"; do
         grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|FAILED  \]" "$REPORT/gpu_tests_$width.log" | tee -a "$REPORT/summary.txt"
       done
       unset "${KERNEL_CHOICE_VARS[@]}"
-      if [ -z "${MOEGEMM_GTEST_FILTER:-}" ]; then
+      if [ -z "${MOEGEMM_GTEST_FILTER:-}" ] && [ "${modes/ c11 /}" != "$modes" ]; then
         # The 2^31-element case on the linear ping-pong kernel, on the full grid.
         note "GPU tests: the 2^31-element case on the linear ping-pong kernel"
         MOEGEMM_LINEAR_SCHEDULE=pingpong "$BUILD"/tests/cpp/moegemm_gpu_tests --gtest_filter='ForwardGpu.C11*' \
