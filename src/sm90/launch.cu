@@ -467,7 +467,8 @@ void launch_wgrad(const WgradProblem& w, cudaStream_t stream) {
   const cuuint64_t a_pitch = map_pitch(t, w.a.stride(0), m, 2), b_pitch = map_pitch(t, w.b.stride(0), n, 2);
   const cuuint64_t a_strides[2] = {a_pitch, a_pitch * rows};
   // Without rows (T = 0) nothing is loaded through the maps, and x and dy may have no storage at all (torch's
-  // empty CUDA tensors have a null address, which the map encoder refuses): the workspace stands in for them.
+  // empty CUDA tensors have a null address, which the driver's encoder is not documented to take): the
+  // workspace stands in for them.
   const void* x_base = t > 0 ? w.a.data : w.workspace;
   const void* dy_base = t > 0 ? w.b.data : w.workspace;
   p.tma_a = make_map(x_base, 3, a_dims, a_strides, box, "x");
