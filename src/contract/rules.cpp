@@ -24,11 +24,9 @@ bool is_8bit(DType t) { return t == DType::e4m3 || t == DType::e5m2; }
 
 /// " (N bytes)": `count` elements of `dtype` in bytes, or "" where that product would not fit in int64.
 std::string bytes_text(int64_t count, DType dtype) {
-  const auto size = static_cast<int64_t>(dtype_size(dtype));
-  if (count > std::numeric_limits<int64_t>::max() / size || count < std::numeric_limits<int64_t>::min() / size) {
-    return "";
-  }
-  return " (" + std::to_string(count * size) + " bytes)";
+  int64_t bytes = 0;
+  if (__builtin_mul_overflow(count, static_cast<int64_t>(dtype_size(dtype)), &bytes)) return "";
+  return " (" + std::to_string(bytes) + " bytes)";
 }
 
 /// "a, b or c" of the items' names.
