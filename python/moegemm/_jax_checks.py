@@ -10,10 +10,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._limits import MAX_EXPERTS, MAX_OFFSET_ROWS  # noqa: F401 (imported from here by the JAX modules)
+
 SIXTEEN_BIT = (jnp.bfloat16, jnp.float16)
 OUTPUT_FLOATS = (jnp.bfloat16, jnp.float16, jnp.float32)
-MAX_EXPERTS = 1024  # the contract's kMaxExperts (docs/ops.md section 0)
-MAX_OFFSET_ROWS = 2**31 - 1  # the last row an int32 offset can end at
 
 
 def dtype_names(dtypes: Iterable) -> str:

@@ -6,10 +6,14 @@ import torch
 
 from ._torch_errors import call_named, check_row_major, check_same_device
 from ._torch_first_order import first_order_only
-from ._torch_options import MAX_EXPERTS
+from ._torch_options import MAX_EXPERTS, MAX_OFFSET_ROWS
 from ._torch_weights import dense_grad, flipped, weight_grad_like, weight_operand
 
 _OP = "grouped_mm"
+# The ops, bound once (moegemm.torch loads the library before it imports this module): the lookup through
+# torch.ops costs ~0.3 us per call, a tenth of this wrapper's own host time.
+_GROUPED_GEMM = torch.ops.moegemm.grouped_gemm.default
+_WGRAD = torch.ops.moegemm.grouped_gemm_wgrad.default
 _OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _IN_DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
 
@@ -40,8 +44,8 @@ class _RaggedRowsMM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, a, b, offs, bias, out_dtype, zero_tail, validate):
         b_op, layout = weight_operand(b, _OP, "b")
-        out, _ = torch.ops.moegemm.grouped_gemm(a, b_op, offs, b_layout=layout, bias=bias, out_dtype=out_dtype,
-                                                zero_tail=zero_tail, validate=validate)
+        out, _ = _GROUPED_GEMM(a, b_op, offs, b_layout=layout, bias=bias, out_dtype=out_dtype, zero_tail=zero_tail,
+                               validate=validate)
         ctx.save_for_backward(a, b_op, offs)
         ctx.layout = layout
         ctx.zero_tail = zero_tail
@@ -60,12 +64,10 @@ class _RaggedRowsMM(torch.autograd.Function):
         dout = dense_grad(dout, a.dtype)  # the kernels read bf16 operands: dA and dB see dout rounded to it
         da = db = None
         if ctx.needs_input_grad[0]:
-            da, _ = torch.ops.moegemm.grouped_gemm(dout, b_op, offs, b_layout=flipped(ctx.layout),
-                                                   zero_tail=ctx.zero_tail)
+            da, _ = _GROUPED_GEMM(dout, b_op, offs, b_layout=flipped(ctx.layout), zero_tail=ctx.zero_tail)
         if ctx.needs_input_grad[1]:
             transpose, fix = weight_grad_like(ctx.layout)
-            db = fix(torch.ops.moegemm.grouped_gemm_wgrad(a, dout, offs, transpose_output=transpose,
-                                                          out_dtype=ctx.b_dtype))
+            db = fix(_WGRAD(a, dout, offs, transpose_output=transpose, out_dtype=ctx.b_dtype))
         return da, db, None, dbias, None, None, None
 
 
@@ -136,13 +138,14 @@ class _NoGroupsMM(torch.autograd.Function):
 
 def _rows_mm(a, b, offs, bias, out_dtype, zero_tail, validate=False):
     # Extents in the caller's terms (b may be a transposed view, which the op would report as (E, N, K)).
-    if b.shape[1] != a.shape[1]:
-        raise ValueError(f"{_OP}: b: expected shape (E, K={a.shape[1]}, N) with K from a.shape[1], got "
-                         f"{tuple(b.shape)}")
-    if offs.dim() == 1 and offs.shape[0] != b.shape[0]:
-        raise ValueError(f"{_OP}: offs: expected shape (E={b.shape[0]},) with E from b.shape[0], got "
+    a_shape, b_shape = a.shape, b.shape  # each read is a call into torch on the eager path
+    if b_shape[1] != a_shape[1]:
+        raise ValueError(f"{_OP}: b: expected shape (E, K={a_shape[1]}, N) with K from a.shape[1], got "
+                         f"{tuple(b_shape)}")
+    if offs.dim() == 1 and offs.shape[0] != b_shape[0]:
+        raise ValueError(f"{_OP}: offs: expected shape (E={b_shape[0]},) with E from b.shape[0], got "
                          f"{tuple(offs.shape)}")
-    if b.shape[0] == 0:
+    if b_shape[0] == 0:
         _check_no_groups(a, b, a.shape[1], b.shape[1], "b.shape[1]", b.shape[2], offs, bias)
         check_row_major(_OP, "a", a, "(M, K)")
         _check_aligned_rows(a)
@@ -153,7 +156,7 @@ def _rows_mm(a, b, offs, bias, out_dtype, zero_tail, validate=False):
     if needs_grad:
         return call_named(_OP, _ROWS_NAMES, _RaggedRowsMM.apply, a, b, offs, bias, out_dtype, zero_tail, validate)
     b_op, layout = weight_operand(b, _OP, "b")
-    out, _ = call_named(_OP, _ROWS_NAMES, torch.ops.moegemm.grouped_gemm, a, b_op, offs, b_layout=layout, bias=bias,
+    out, _ = call_named(_OP, _ROWS_NAMES, _GROUPED_GEMM, a, b_op, offs, b_layout=layout, bias=bias,
                         out_dtype=out_dtype, zero_tail=zero_tail, validate=validate)
     return out
 
@@ -179,10 +182,10 @@ class _RaggedKMM(torch.autograd.Function):
         dout = dense_grad(dout, a.dtype)  # the kernels read bf16 operands
         da = db = None
         if ctx.needs_input_grad[0]:
-            da_t, _ = torch.ops.moegemm.grouped_gemm(b, dout, offs, b_layout="nk", zero_tail=ctx.zero_tail)
+            da_t, _ = _GROUPED_GEMM(b, dout, offs, b_layout="nk", zero_tail=ctx.zero_tail)
             da = da_t.t()  # (H, T) with stride(0) == 1, like a
         if ctx.needs_input_grad[1]:
-            db, _ = torch.ops.moegemm.grouped_gemm(a.t(), dout, offs, b_layout="kn", zero_tail=ctx.zero_tail)
+            db, _ = _GROUPED_GEMM(a.t(), dout, offs, b_layout="kn", zero_tail=ctx.zero_tail)
         return da, db, None, None, None, None
 
 
@@ -230,7 +233,7 @@ def _ragged_k_mm(a, b, offs, out_dtype, zero_tail=False, validate=False):
 
 def _ragged_k_op(a, b, offs, out_dtype, validate):
     """The 2-D x 2-D forward: grouped_gemm_wgrad of x = a.t() and dy = b, its errors in grouped_mm's names."""
-    return call_named(_OP, _RAGGED_K_NAMES, torch.ops.moegemm.grouped_gemm_wgrad, a.t(), b, offs,
+    return call_named(_OP, _RAGGED_K_NAMES, _WGRAD, a.t(), b, offs,
                       out_dtype=out_dtype or a.dtype, validate=validate)
 
 
@@ -257,7 +260,7 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
       ranges of T (dA = (b @ dout[g]^T)^T, dB = a.t() @ dout[g]); their columns (dA) and rows (dB) at or past
       ``offs[-1]`` are in no group, not written, content unspecified, zeros with ``zero_tail=True``.
     - 3-D x 3-D (batched): ``a`` (E, M, K), ``b`` (E, K, N), ``offs=None`` -> (E, M, N). ``a`` must be
-      viewable as (E*M, K).
+      viewable as (E*M, K), with E*M <= 2^31 - 1 (the groups' ends are int32 offsets).
     - 3-D x 2-D: NotImplementedError.
 
     E = 0 (no groups) is accepted in every mode, as by ``torch._grouped_mm``: 2-D x 3-D gives (M, N) rows that
@@ -279,9 +282,12 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
     NotImplementedError for f16/f32 inputs on CUDA and for unsupported modes.
     Formula source: docs/ops.md §1 and §5; ``torch._grouped_mm`` (torch/_meta_registrations.py).
     """
-    for name, t in (("a", a), ("b", b), ("offs", offs), ("bias", bias)):
-        if not isinstance(t, torch.Tensor) and (t is not None or name in ("a", "b")):
-            raise TypeError(f"{_OP}: {name}: expected a torch.Tensor, got {type(t).__name__}")
+    tensor = torch.Tensor
+    if not (isinstance(a, tensor) and isinstance(b, tensor) and (offs is None or isinstance(offs, tensor))
+            and (bias is None or isinstance(bias, tensor))):
+        for name, t in (("a", a), ("b", b), ("offs", offs), ("bias", bias)):
+            if not isinstance(t, torch.Tensor) and (t is not None or name in ("a", "b")):
+                raise TypeError(f"{_OP}: {name}: expected a torch.Tensor, got {type(t).__name__}")
     if offs is not None and offs.dim() != 1:
         raise ValueError(f"{_OP}: offs: expected a 1-D (E,) int32 tensor, got shape {tuple(offs.shape)}")
     if out_dtype is not None and out_dtype not in _OUT_DTYPES:
@@ -306,6 +312,9 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
                              f"{tuple(b.shape)}")
         if e > MAX_EXPERTS:
             raise ValueError(f"{_OP}: a: expected at most {MAX_EXPERTS} groups (dim 0), got shape {tuple(a.shape)}")
+        if e * m > MAX_OFFSET_ROWS:  # the groups' ends are int32 offsets
+            raise ValueError(f"{_OP}: a: expected E * M <= {MAX_OFFSET_ROWS} rows in all (the groups' ends are "
+                             f"int32 offsets), got shape {tuple(a.shape)}")
         if bias is not None and tuple(bias.shape) != (e, b.shape[2]):
             raise ValueError(f"{_OP}: bias: expected shape (E={e}, N={b.shape[2]}) with E and N from b, got "
                              f"{tuple(bias.shape)}")

@@ -3,10 +3,11 @@ runs."""
 
 from __future__ import annotations
 
+from ._limits import MAX_EXPERTS, MAX_OFFSET_ROWS  # noqa: F401 (imported from here by the torch modules)
+
 B_LAYOUTS = ("nk", "kn")
 ACTIVATIONS = ("swiglu", "geglu", "swiglu_clamped")
 GLU_LAYOUTS = ("halves", "interleaved32", "interleaved32_up_first")
-MAX_EXPERTS = 1024  # the contract's kMaxExperts (docs/ops.md section 0)
 
 
 def _quoted_or(choices: tuple[str, ...]) -> str:

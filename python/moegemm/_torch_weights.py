@@ -40,7 +40,8 @@ def weight_operand(w: torch.Tensor, op: str, name: str) -> tuple[torch.Tensor, s
             f"{op}: {name}: expected the experts' matrices packed one after another, without padding inside a "
             f"matrix (stride({dim}) == {packed} here), got shape {tuple(shape)} with strides {tuple(w.stride())}; "
             f"pass w.contiguous() to copy it")
-    if layout is not None and e > 1 and expert_stride != matrix:
+    # An empty matrix has no expert stride to honour either (a sliced w[:, :0] keeps its parent's).
+    if layout is not None and e > 1 and rows > 0 and cols > 0 and expert_stride != matrix:
         raise ValueError(
             f"{op}: {name}: expected the experts' matrices packed one after another (expert stride "
             f"{matrix}), got shape {tuple(shape)} with strides {tuple(w.stride())}; pass w.contiguous() to "

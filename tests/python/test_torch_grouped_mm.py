@@ -379,6 +379,15 @@ def test_errors():
     # 3-D x 3-D has no offs to blame.
     with pytest.raises(ValueError, match=r"grouped_mm: a: expected at most 1024 groups \(dim 0\)"):
         mt.grouped_mm(randn(1025, 1, 16), randn(1025, 16, 8))
+    # E * M rows past the last int32 offset (storage-less tensors: the check comes before any op).
+    big = dict(dtype=torch.bfloat16, device="meta")
+    with pytest.raises(ValueError, match=r"grouped_mm: a: expected E \* M <= 2147483647 rows in all .*got shape "
+                                         r"\(3, 1073741824, 8\)"):
+        mt.grouped_mm(torch.empty(3, 2**30, 8, **big), torch.empty(3, 8, 8, **big))
+    # K = 0 sliced from a wider weight keeps its parent's expert stride: the empty extent is named, not the
+    # packing (which w.contiguous() could not change).
+    with pytest.raises(ValueError, match=r"grouped_mm: a: expected K > 0, got K=0"):
+        mt.grouped_mm(a[:, :0], randn(G, K, N)[:, :0], offs)
     with pytest.raises(ValueError, match=r"grouped_mm: bias: expected shape \(E=4, N=32\) with E and N from b"):
         mt.grouped_mm(randn(G, M, K), b, bias=randn(3, N))
     # A transposed view with strided experts: the caller's strides in the message.
@@ -386,7 +395,8 @@ def test_errors():
                                          r"another \(expert stride 2048\), got shape \(4, 64, 32\) with strides "
                                          r"\(4096, 1, 64\)"):
         mt.grouped_mm(a, randn(2 * G, N, K)[::2].mT, offs)
-    for name, args in (("a", ([[1.0]], b, offs)), ("offs", (a, b, [M] * G))):
+    for name, args in (("a", ([[1.0]], b, offs)), ("b", (a, [[1.0]], offs)), ("offs", (a, b, [M] * G)),
+                       ("bias", (a, b, offs, [[1.0]]))):
         with pytest.raises(TypeError, match=rf"grouped_mm: {name}: expected a torch\.Tensor, got list"):
             mt.grouped_mm(*args)
     with pytest.raises(ValueError, match=r"grouped_mm: b: expected shape \(T=64, N\) with T .*from a.shape\[1\], "
