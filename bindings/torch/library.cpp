@@ -9,6 +9,9 @@
 //    where the op writes into a tensor the caller passes (grouped_gemm_wgrad.accumulate).
 //  - Output dtypes default to a's dtype (dc: c's dtype); dprob and amax are float32, dbias defaults to
 //    float32, wgrad to float32 (float64 for float64 inputs on the CPU backend).
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/grad_mode.h>
 #include <torch/library.h>
 #include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 
@@ -19,6 +22,30 @@ namespace {
 // Layout-sensitive ops: the kernels read the strides they are given, so compiled graphs must hand them
 // exactly the strides eager mode would.
 const std::vector<at::Tag> kTags = {at::Tag::needs_exact_strides};
+
+// grouped_gemm_wgrad.accumulate returns nothing, so the not-implemented fallback has no output to mark, and
+// a gradient owed to x or dy would be dropped without a word: refused at the call instead. The rest is the
+// fallback's: a leaf w that requires grad is refused as any in-place op refuses it, and w's own history is
+// kept (what the op adds does not depend on it: d w_after / d w_before is the identity).
+void wgrad_accumulate_autograd(const at::Tensor& x, const at::Tensor& dy, const at::Tensor& offsets,
+                               const at::Tensor& w, bool transpose_output, bool validate) {
+  if (at::GradMode::is_enabled()) {
+    for (const auto& [t, name] : {std::pair{&x, "x"}, std::pair{&dy, "dy"}}) {
+      TORCH_CHECK_NOT_IMPLEMENTED(!t->requires_grad(), "grouped_gemm_wgrad.accumulate: ", name,
+                                  ": expected a tensor that does not require grad (the op has no derivative ",
+                                  "and returns nothing autograd could mark), got one that requires grad; detach ",
+                                  "it, or call it under torch.no_grad()");
+    }
+    TORCH_CHECK(!(w.requires_grad() && w.is_leaf()),
+                "a leaf Variable that requires grad is being used in an in-place operation.");
+  }
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("moegemm::grouped_gemm_wgrad", "accumulate")
+                             .typed<void(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                         bool, bool)>();
+  at::AutoDispatchBelowADInplaceOrView guard;
+  op.call(x, dy, offsets, w, transpose_output, validate);
+}
 
 }  // namespace
 
@@ -90,8 +117,9 @@ TORCH_LIBRARY_IMPL(moegemm, CUDA, m) {
 // raises "derivative not implemented" instead of silently dropping the gradient.
 TORCH_LIBRARY_IMPL(moegemm, Autograd, m) {
   for (const char* op : {"grouped_gemm", "grouped_gemm_glu", "grouped_gemm_dglu", "grouped_gemm_srelu",
-                         "grouped_gemm_dsrelu", "grouped_gemm_wgrad", "grouped_gemm_wgrad.accumulate",
-                         "gemm_swiglu", "gemm_amax", "gemm_srelu", "gemm_dsrelu"}) {
+                         "grouped_gemm_dsrelu", "grouped_gemm_wgrad", "gemm_swiglu", "gemm_amax", "gemm_srelu",
+                         "gemm_dsrelu"}) {
     m.impl(op, torch::autograd::autogradNotImplementedFallback());
   }
+  m.impl("grouped_gemm_wgrad.accumulate", TORCH_FN(wgrad_accumulate_autograd));
 }

@@ -7,7 +7,7 @@ import torch
 from ._torch_errors import call_named, check_row_major, check_same_device
 from ._torch_first_order import first_order_only
 from ._torch_options import MAX_EXPERTS, MAX_OFFSET_ROWS
-from ._torch_weights import dense_grad, flipped, weight_grad_like, weight_operand
+from ._torch_weights import dense_grad, flipped, operand_view, weight_grad_like, weight_operand
 
 _OP = "grouped_mm"
 # The ops, bound once (moegemm.torch loads the library before it imports this module): the lookup through
@@ -46,7 +46,7 @@ class _RaggedRowsMM(torch.autograd.Function):
         b_op, layout = weight_operand(b, _OP, "b")
         out, _ = _GROUPED_GEMM(a, b_op, offs, b_layout=layout, bias=bias, out_dtype=out_dtype, zero_tail=zero_tail,
                                validate=validate)
-        ctx.save_for_backward(a, b_op, offs)
+        ctx.save_for_backward(a, b, offs)  # the caller's b, which requires grad (first_order_only), not b_op
         ctx.layout = layout
         ctx.zero_tail = zero_tail
         ctx.b_dtype = b.dtype
@@ -56,7 +56,8 @@ class _RaggedRowsMM(torch.autograd.Function):
     @staticmethod
     @first_order_only  # the backward runs moegemm ops, which have no derivative of their own
     def backward(ctx, saved, dout):
-        a, b_op, offs = saved
+        a, b, offs = saved
+        b_op = operand_view(b, ctx.layout)
         if ctx.needs_input_grad[3]:  # from the incoming gradient as it is (f32 with out_dtype=f32)
             dbias = _segment_column_sums(dout, offs, ctx.bias_dtype)
         else:

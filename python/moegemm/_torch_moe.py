@@ -10,7 +10,7 @@ import torch
 from ._torch_errors import call_named, check_row_major, check_same_device
 from ._torch_first_order import first_order_only
 from ._torch_options import ACTIVATIONS, GLU_LAYOUTS, MAX_EXPERTS, check_choice
-from ._torch_weights import dense_grad, flipped, weight_grad_like, weight_operand
+from ._torch_weights import dense_grad, flipped, operand_view, weight_grad_like, weight_operand
 
 _OP = "moe_mlp"
 
@@ -41,7 +41,9 @@ class _MoEMLPFunction(torch.autograd.Function):
         h, c = torch.ops.moegemm.grouped_gemm_glu(x, up, offsets, b_layout=up_layout, prob=prob32, generate_c=True,
                                                   zero_tail=zero_tail, validate=validate, **glu)
         y, _ = torch.ops.moegemm.grouped_gemm(h, down, offsets, b_layout=down_layout, zero_tail=zero_tail)
-        ctx.save_for_backward(x, up, down, offsets, prob32, h, c)
+        # The caller's tensors, not the views and the f32 copy made here without grad: first_order_only
+        # connects a second derivative to the saved tensors that require grad.
+        ctx.save_for_backward(x, w_up, w_down, offsets, prob, h, c)
         ctx.layouts = (up_layout, down_layout)
         ctx.config = (glu, zero_tail)
         ctx.dtypes = (w_up.dtype, w_down.dtype, None if prob is None else prob.dtype)
@@ -50,8 +52,9 @@ class _MoEMLPFunction(torch.autograd.Function):
     @staticmethod
     @first_order_only  # the backward runs moegemm ops, which have no derivative of their own
     def backward(ctx, saved, dy):
-        x, up, down, offsets, prob32, h, c = saved
+        x, w_up, w_down, offsets, prob, h, c = saved
         up_layout, down_layout = ctx.layouts
+        up, down, prob32 = operand_view(w_up, up_layout), operand_view(w_down, down_layout), _as_f32(prob)
         glu, zero_tail = ctx.config
         w_up_dtype, w_down_dtype, prob_dtype = ctx.dtypes
         need_x, need_up, need_down, _, need_prob = ctx.needs_input_grad[:5]
@@ -144,6 +147,9 @@ def _check_operands(x, w_up, w_down, offsets, prob, activation, glu_layout) -> N
         raise ValueError(f"{_OP}: prob: expected a floating dtype, got {prob.dtype}")
     if prob is not None and tuple(prob.shape) != (x.shape[0],):
         raise ValueError(f"{_OP}: prob: expected shape (M={x.shape[0]},) with M from x, got {tuple(prob.shape)}")
+    # The op's rule, checked before the float32 conversion (which would copy a strided prob of another dtype).
+    if prob is not None and prob.shape[0] > 1 and prob.stride(0) != 1:
+        raise ValueError(f"{_OP}: prob: expected a contiguous vector (stride(0) == 1), got stride(0)={prob.stride(0)}")
     check_same_device(_OP, x=x, w_up=w_up, w_down=w_down, offsets=offsets, prob=prob)
     check_row_major(_OP, "x", x, "(M, H)", "; pass x.contiguous()")
     h = x.shape[1]
@@ -183,6 +189,8 @@ def _check_operands(x, w_up, w_down, offsets, prob, activation, glu_layout) -> N
         if t.numel() and t.device.type != "meta" and t.data_ptr() % 16:
             raise ValueError(f"{_OP}: {name}: expected a 16-byte aligned base address (16-byte alignment rule), "
                              f"got {t.data_ptr():#x}")
+    if x.shape[0] > 1 and x.stride(0) < h:  # overlapping rows (an expanded x, say)
+        raise ValueError(f"{_OP}: x: expected a row stride stride(0) >= H={h}, got stride(0)={x.stride(0)}")
     if x.shape[0] > 1 and x.stride(0) * x.element_size() % 16:
         per_row = 16 // x.element_size()
         raise ValueError(f"{_OP}: x: expected a row stride that is a multiple of 16 bytes ({per_row} {x.dtype} "

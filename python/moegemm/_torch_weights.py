@@ -57,6 +57,13 @@ def weight_operand(w: torch.Tensor, op: str, name: str) -> tuple[torch.Tensor, s
     )
 
 
+def operand_view(w: torch.Tensor, layout: str) -> torch.Tensor:
+    """The moegemm b that weight_operand gave for ``w`` with ``layout``, again (no checks): an autograd
+    Function saves the caller's ``w`` and takes this view in its backward, so that the saved tensor is the one
+    that requires grad."""
+    return w if layout == "kn" else w.mT
+
+
 def dense_grad(g: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """An incoming gradient as a row-major operand of `dtype`. Autograd may hand over an empty gradient
     with all-zero strides, which ``contiguous()`` keeps (nothing to copy) and the ops' stride checks

@@ -317,6 +317,11 @@ def test_moe_mlp_errors_name_its_own_operands(case, pattern):
      r"to -inf$"),
     ("x_without_columns", ValueError, r"moe_mlp: x: expected H > 0 \(its last dim\), got shape \(64, 0\)$"),
     ("w_up_without_columns", ValueError, r"moe_mlp: w_up: expected 2I > 0 \(its last dim\), got shape \(4, 32, 0\)$"),
+    # A strided prob is refused whatever its dtype (a bf16 one was copied by the float32 conversion).
+    ("prob_strided_bf16", ValueError, r"moe_mlp: prob: expected a contiguous vector \(stride\(0\) == 1\), got "
+                                      r"stride\(0\)=2$"),
+    ("prob_strided_f32", ValueError, r"moe_mlp: prob: expected a contiguous vector \(stride\(0\) == 1\)"),
+    ("x_expanded", ValueError, r"moe_mlp: x: expected a row stride stride\(0\) >= H=32, got stride\(0\)=0$"),
 ])
 def test_moe_mlp_rejects_bad_arguments_by_name(case, error, pattern):
     x, w_up, w_down = randn(64, 32), randn(4, 32, 32, seed=1), randn(4, 16, 32, seed=2)
@@ -336,7 +341,10 @@ def test_moe_mlp_rejects_bad_arguments_by_name(case, error, pattern):
              "act_alpha_f32_inf": dict(activation="swiglu_clamped", act_alpha=1e300),
              "linear_offset_f32_inf": dict(activation="swiglu_clamped", linear_offset=-(2.0 ** 128 - 2.0 ** 103)),
              "x_without_columns": dict(x=randn(64, 0)),
-             "w_up_without_columns": dict(w_up=randn(4, 32, 0))}[case]
+             "w_up_without_columns": dict(w_up=randn(4, 32, 0)),
+             "prob_strided_bf16": dict(prob=torch.ones(64, 2, dtype=torch.bfloat16)[:, 0]),
+             "prob_strided_f32": dict(prob=torch.ones(64, 2)[:, 0]),
+             "x_expanded": dict(x=randn(1, 32).expand(64, 32))}[case]
     clamp = {k: args.pop(k) for k in ("limit", "act_alpha", "linear_offset") if k in args}
     with pytest.raises(error, match=pattern):
         mt.moe_mlp(*args.values(), **clamp)
@@ -495,6 +503,22 @@ def test_double_backward_of_a_linear_loss_is_refused_too(fn):
     # First-order gradients are unchanged by create_graph: the same values as without it.
     (g_plain,) = torch.autograd.grad(y.sum(), x, retain_graph=True)
     assert torch.equal(g.detach(), g_plain)
+
+
+def test_double_backward_reaches_transposed_weights_and_prob():
+    """A weight passed as a transposed view (w.mT) and a prob that is not float32 are turned into the ops'
+    operands inside the forward; a second derivative with respect to the caller's tensors must still raise,
+    not come back as None."""
+    offsets, x, _, _ = _small_f64_layer()
+    w_up_nk = randn(3, 16, 8, dtype=torch.float64, seed=20).requires_grad_(True)  # (E, 2I, H): w_up = .mT
+    w_down_nk = randn(3, 8, 8, dtype=torch.float64, seed=21).requires_grad_(True)
+    prob = randn(8, dtype=torch.float64, seed=22).requires_grad_(True)
+    for y, wrts in ((mt.moe_mlp(x, w_up_nk.mT, w_down_nk.mT, offsets, prob), (w_up_nk, w_down_nk, prob)),
+                    (mt.grouped_mm(x, w_down_nk.mT, offsets), (w_down_nk,))):
+        (g,) = torch.autograd.grad(y.sum(), x, create_graph=True)
+        for wrt in wrts:
+            with pytest.raises(RuntimeError, match="differentiate twice"):
+                torch.autograd.grad((g * g).sum(), wrt, retain_graph=True, allow_unused=True)
 
 
 def test_hessian_through_moe_mlp_raises():

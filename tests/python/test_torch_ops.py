@@ -225,6 +225,30 @@ def test_grouped_gemm_wgrad_accumulate_bumps_the_version_of_w():
         loss.backward()
 
 
+def test_grouped_gemm_wgrad_accumulate_refuses_inputs_that_require_grad():
+    """accumulate has no derivative and returns nothing autograd could mark: x or dy that require grad are
+    refused at the call (their gradient would otherwise be dropped without a word), w untouched; under no_grad
+    or with detached inputs it runs. A w with a history keeps it (the added part does not depend on w)."""
+    x, dy, offsets = randn(16, 8, seed=26), randn(16, 8, seed=27), offsets_of([8, 8])
+    w = randn(2, 8, 8, dtype=torch.float32, seed=28)
+    before = w.clone()
+    for name, args in (("x", (x.requires_grad_(True), dy)), ("dy", (x.detach(), dy.requires_grad_(True)))):
+        with pytest.raises(NotImplementedError, match=rf"grouped_gemm_wgrad\.accumulate: {name}: expected a tensor "
+                                                      r"that does not require grad"):
+            ops.grouped_gemm_wgrad.accumulate(*args, offsets, w)
+        assert torch.equal(w, before)
+    with torch.no_grad():
+        ops.grouped_gemm_wgrad.accumulate(x, dy, offsets, w)
+    assert not torch.equal(w, before)
+    with pytest.raises(RuntimeError, match="a leaf Variable that requires grad is being used in an in-place"):
+        ops.grouped_gemm_wgrad.accumulate(x.detach(), dy.detach(), offsets, torch.zeros(2, 8, 8, requires_grad=True))
+    base = torch.zeros(2, 8, 8, requires_grad=True)
+    w2 = base * 1.0
+    ops.grouped_gemm_wgrad.accumulate(x.detach(), dy.detach(), offsets, w2)
+    (w2 * 3.0).sum().backward()
+    assert torch.equal(base.grad, torch.full_like(base, 3.0))
+
+
 def test_grouped_gemm_wgrad_checks_the_call_before_allocating_w():
     """With T = 0, x and dy are empty while w (E, H, N) is not: a call the op refuses gets the op's own error
     before w is allocated (here w would be 2^36 bytes, past what the host allocator hands out)."""
