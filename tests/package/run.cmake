@@ -1,0 +1,15 @@
+# ctest driver: configures the consumer project against MOEGEMM_DIR (a build tree or an installed package),
+# builds it and runs it; any failing step fails the test.
+foreach(step configure build run)
+  if(step STREQUAL configure)
+    set(command ${CMAKE_COMMAND} -S ${SOURCE} -B ${BINARY} -G ${GENERATOR} -Dmoegemm_DIR=${MOEGEMM_DIR})
+  elseif(step STREQUAL build)
+    set(command ${CMAKE_COMMAND} --build ${BINARY})
+  else()
+    set(command ${BINARY}/consumer)
+  endif()
+  execute_process(COMMAND ${command} RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "consumer project: ${step} failed (${rc})")
+  endif()
+endforeach()
