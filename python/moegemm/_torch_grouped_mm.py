@@ -287,7 +287,7 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
     if not (isinstance(a, tensor) and isinstance(b, tensor) and (offs is None or isinstance(offs, tensor))
             and (bias is None or isinstance(bias, tensor))):
         for name, t in (("a", a), ("b", b), ("offs", offs), ("bias", bias)):
-            if not isinstance(t, torch.Tensor) and (t is not None or name in ("a", "b")):
+            if not isinstance(t, tensor) and (t is not None or name in ("a", "b")):
                 raise TypeError(f"{_OP}: {name}: expected a torch.Tensor, got {type(t).__name__}")
     if offs is not None and offs.dim() != 1:
         raise ValueError(f"{_OP}: offs: expected a 1-D (E,) int32 tensor, got shape {tuple(offs.shape)}")

@@ -46,10 +46,8 @@ def weight_operand(w: torch.Tensor, op: str, name: str) -> tuple[torch.Tensor, s
             f"{op}: {name}: expected the experts' matrices packed one after another (expert stride "
             f"{matrix}), got shape {tuple(shape)} with strides {tuple(w.stride())}; pass w.contiguous() to "
             f"copy it")
-    if layout == "kn":
-        return w, "kn"
-    if layout == "nk":
-        return w.mT, "nk"
+    if layout is not None:
+        return operand_view(w, layout), layout
     raise ValueError(
         f"{op}: {name}: expected an (E, K, N) weight whose N dim is contiguous (stride(-1) == 1) or a "
         f"transposed view of an (E, N, K) tensor (stride(-2) == 1), got shape {tuple(shape)} with strides "
@@ -58,9 +56,9 @@ def weight_operand(w: torch.Tensor, op: str, name: str) -> tuple[torch.Tensor, s
 
 
 def operand_view(w: torch.Tensor, layout: str) -> torch.Tensor:
-    """The moegemm b that weight_operand gave for ``w`` with ``layout``, again (no checks): an autograd
-    Function saves the caller's ``w`` and takes this view in its backward, so that the saved tensor is the one
-    that requires grad."""
+    """The moegemm b of ``w`` read with ``layout`` (no checks): ``w`` itself for "kn", the (E, N, K) tensor it
+    views for "nk". weight_operand returns it; an autograd Function saves the caller's ``w`` and takes it again
+    in its backward, so that the saved tensor is the one that requires grad."""
     return w if layout == "kn" else w.mT
 
 
