@@ -30,6 +30,7 @@ template <class Args>
 void dispatch(const char* op, const Args& args, void* workspace, std::size_t workspace_bytes,
               cudaStream_t stream) {
   const Device backend = contract::check(args);
+  if (backend == Device::cuda) sm90::require_device(op);  // before the offsets check copies from the device
   if constexpr (requires { args.validate; }) {
     if (args.validate) {
       contract::check_offsets_values(op, args.offsets, offsets_rows(args), stream);

@@ -79,8 +79,8 @@ void check_dense_b(Rules& r, const TensorView& b, BLayout layout, Problem& p) {
     r.shape("b", b, {{"K", p.K, "a"}, {"N"}});
     p.N = b.shape[1];
   }
+  r.same_dtype("b", b.dtype, "a", p.input);  // a mismatch is named as one, before the dtype rule
   r.input_dtype("b", b.dtype);
-  r.same_dtype("b", b.dtype, "a", p.input);
   r.positive("b", "N", p.N);
   r.matrix("b", b, layout == BLayout::nk ? "K" : "N");
   r.row_bytes("b", "N", p.N, b.dtype);
@@ -105,8 +105,8 @@ void check_weights(Rules& r, const ExpertWeights& b, Problem& p) {
       r.shape("b", w, {{"E", p.E, "offsets"}, {"K", p.K, "a"}, {"N"}});
       p.N = w.shape[2];
     }
-    r.input_dtype("b", w.dtype);
     r.same_dtype("b", w.dtype, "a", p.input);
+    r.input_dtype("b", w.dtype);
     r.positive("b", "N", p.N);
     r.stacked_matrices("b", w, b.layout == BLayout::nk ? "K" : "N");
     r.row_bytes("b", "N", p.N, w.dtype);
@@ -118,8 +118,8 @@ void check_weights(Rules& r, const ExpertWeights& b, Problem& p) {
   r.dtype_is("b.ptrs", b.ptrs.dtype, DType::i64);
   r.vector("b.ptrs", b.ptrs);
   r.positive("b.n", "N", b.n);
-  r.input_dtype("b.dtype", b.dtype);
   r.same_dtype("b.dtype", b.dtype, "a", p.input);
+  r.input_dtype("b.dtype", b.dtype);
   p.N = b.n;
   r.row_bytes("b", "N", p.N, b.dtype);
   r.row_bytes("b", "K", p.K, b.dtype);
@@ -349,8 +349,8 @@ Device check(const GroupedGemmWgradArgs& x, Pointers pointers) {
   r.kernel_extent("x", "M", p.M);
   r.kernel_extent("x", "H", H);
   r.shape("dy", x.dy, {{"M", p.M, "x"}, {"N"}});
-  r.input_dtype("dy", x.dy.dtype);
   r.same_dtype("dy", x.dy.dtype, "x", x.x.dtype);
+  r.input_dtype("dy", x.dy.dtype);
   p.N = x.dy.shape[1];
   r.positive("dy", "N", p.N);
   r.matrix("dy", x.dy, "N");

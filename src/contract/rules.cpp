@@ -87,6 +87,10 @@ void Rules::place(const char* name, const TensorView& t) {
     fail(ErrorCode::invalid_argument, name, "a tensor of rank 1 to " + std::to_string(TensorView::kMaxRank),
          "rank " + std::to_string(t.rank));
   }
+  if (t.device != Device::host && t.device != Device::cuda) {  // a value cast from outside the enum
+    fail(ErrorCode::invalid_argument, name, "a host or cuda tensor",
+         "device value " + std::to_string(static_cast<int>(t.device)));
+  }
   if (count_ == kMaxOperands) {
     throw Error(ErrorCode::internal, std::string(op_) + ": more operands than the contract check holds");
   }
@@ -141,27 +145,28 @@ void Rules::positive(const char* name, const char* symbol, int64_t value) const 
 }
 
 void Rules::input_dtype(const char* name, DType t) const {
-  if (t == DType::bf16 || t == DType::f16) return;
-  if ((t == DType::f32 || t == DType::f64) && backend_ == Device::host) return;
+  const bool host = backend_ == Device::host;
+  if (t == DType::bf16) return;
+  if (host && (t == DType::f16 || t == DType::f32 || t == DType::f64)) return;
+  // What this backend takes, as the start of every message below.
+  const std::string taken = host ? "bf16, f16, f32 or f64" : "bf16";
   if (is_8bit(t)) {
     fail(ErrorCode::unsupported, name,
-         "bf16 or f16 (8-bit inputs are not supported yet: the FP8 path with per-block scales is a later "
-         "milestone)",
+         taken + " (8-bit inputs are not supported yet: the FP8 path with per-block scales is a later milestone)",
          dtype_name(t));
   }
   if (t == DType::e2m1) {
     fail(ErrorCode::unsupported, name,
-         "bf16 or f16 (FP4 has no tensor-core path on sm_90: Hopper has no block-scaled or 4-bit MMA)",
-         dtype_name(t));
+         taken + " (FP4 has no tensor-core path on sm_90: Hopper has no block-scaled or 4-bit MMA)", dtype_name(t));
   }
-  if (t == DType::f32 || t == DType::f64) {
+  if (t == DType::f16 || t == DType::f32 || t == DType::f64) {
+    // Refused here, not by the launcher, so that the workspace query and `validate` refuse it too.
     fail(ErrorCode::unsupported, name,
-         "bf16 or f16 on the cuda backend (f32 and f64 inputs are accepted only when every tensor is on "
-         "the host)",
+         "bf16 on the cuda backend (the sm_90a kernels take bf16 inputs; f16, f32 and f64 inputs are accepted "
+         "only when every tensor is on the host)",
          dtype_name(t));
   }
-  fail(ErrorCode::invalid_argument, name,
-       backend_ == Device::host ? "dtype bf16, f16, f32 or f64" : "dtype bf16 or f16", dtype_name(t));
+  fail(ErrorCode::invalid_argument, name, "dtype " + taken, dtype_name(t));
 }
 
 void Rules::same_dtype(const char* name, DType t, const char* ref_name, DType ref) const {

@@ -8,8 +8,13 @@
 
 namespace moegemm::sm90 {
 
-/// True when device 'current' is compute capability 9.0 and the sm_90a kernels are in this build.
+/// True when the current device is compute capability 9.0 and the sm_90a kernels are in this build.
 bool available();
+
+/// Throws Error(unsupported) "<op>: device: expected a GPU of compute capability 9.0 ..., got ..." when
+/// the current device cannot run the sm_90a kernels (none, or another architecture). Before anything is
+/// launched or written; the verdict is cached per thread and device.
+void require_device(const char* op);
 
 std::size_t workspace_bytes(const GroupedGemmArgs& args);
 std::size_t workspace_bytes(const GroupedGemmGluArgs& args);

@@ -181,6 +181,38 @@ TEST(Dispatch, ContractErrorsComeBeforeAnyWrite) {
   for (float x : p.d) ASSERT_TRUE(is_poison(x));
 }
 
+// A device call where the current device cannot run the sm_90a kernels (no GPU, or not compute capability
+// 9.0) names the op and what it needs, as `unsupported`, before the offsets check reads the device.
+TEST(Api, DeviceCallWithoutAnSm90GpuNamesTheOp) {
+  if (device_kernels_available()) GTEST_SKIP() << "this machine has an sm_90 GPU: the GPU suites run the call";
+  std::vector<uint16_t> a(32 * 64), b(2 * 32 * 64), d(32 * 32);
+  std::vector<int32_t> ends = {16, 32};
+  GroupedGemmArgs x;
+  x.a = TensorView::contiguous(a.data(), DType::bf16, {32, 64}, Device::cuda);
+  x.b.dense = TensorView::contiguous(b.data(), DType::bf16, {2, 32, 64}, Device::cuda);
+  x.offsets = TensorView::contiguous(ends.data(), DType::i32, {2}, Device::cuda);
+  x.d = TensorView::contiguous(d.data(), DType::bf16, {32, 32}, Device::cuda);
+  x.validate = true;
+  const std::vector<uint16_t> before = d;
+  expect_error([&] { grouped_gemm(x, nullptr, 0, nullptr); }, ErrorCode::unsupported,
+               {"grouped_gemm: device: expected a GPU of compute capability 9.0 for cuda tensors", "got "});
+  EXPECT_EQ(d, before);
+}
+
+// A Device value from outside the enum is named with its operand, not taken for cuda.
+TEST(Api, DeviceValueOutsideTheEnumIsNamed) {
+  std::vector<uint16_t> a(32 * 64), b(2 * 32 * 64), d(32 * 32);
+  std::vector<int32_t> ends = {16, 32};
+  GroupedGemmArgs x;
+  x.a = TensorView::contiguous(a.data(), DType::bf16, {32, 64});
+  x.b.dense = TensorView::contiguous(b.data(), DType::bf16, {2, 32, 64});
+  x.offsets = offsets_view(ends);
+  x.d = TensorView::contiguous(d.data(), DType::bf16, {32, 32});
+  x.d.device = static_cast<Device>(7);
+  expect_error([&] { grouped_gemm(x, nullptr, 0, nullptr); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: d: expected a host or cuda tensor", "got device value 7"});
+}
+
 // ---- workspace queries -------------------------------------------------------------------------------------
 
 /// A device grouped_gemm as a binding describes it at trace time: shapes and dtypes, no buffers yet.
