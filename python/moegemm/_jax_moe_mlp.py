@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from moegemm import _jax_checks as chk
+from moegemm import _jax_vma as vma
 from moegemm.jax import (ACTIVATIONS, GLU_LAYOUTS, grouped_gemm, grouped_gemm_dglu, grouped_gemm_glu,
                          grouped_gemm_wgrad)
 
@@ -62,7 +63,8 @@ def _moe_mlp_bwd(glu, residuals, dy):
     dx = grouped_gemm(back.dc, w_up, offsets, b_layout="nk", d_dtype=x.dtype, zero_tail=True)
     dw_up = _wgrad_as(x, back.dc, offsets, w_up.dtype)
     dw_down = _wgrad_as(h, dy, offsets, w_down.dtype)
-    return dx, dw_up, dw_down, None, back.dprob
+    return (vma.cotangent_like(dx, x), vma.cotangent_like(dw_up, w_up), vma.cotangent_like(dw_down, w_down),
+            None, vma.cotangent_like(back.dprob, prob))
 
 
 _moe_mlp.defvjp(_moe_mlp_fwd, _moe_mlp_bwd)

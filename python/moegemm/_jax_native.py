@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from moegemm import _jax_vma as vma
 from moegemm import _native
 
 _OPS = (
@@ -145,5 +146,6 @@ def call(op: str, inputs: Sequence, outputs: Sequence[jax.ShapeDtypeStruct],
     ws = workspace_bytes(op, inputs, outputs, attrs)
     results = list(outputs) + [jax.ShapeDtypeStruct((ws,), jnp.uint8)]
     fn = jax.ffi.ffi_call(target_name(op), results, vmap_method=VMAP_METHOD)
-    out = fn(*inputs, **{k: _ffi_attr(v) for k, v in attrs.items()})
-    return list(out[:-1])
+    axes = vma.union(inputs)  # inside shard_map: the call's operands and results vary along these mesh axes
+    out = fn(*vma.cast_all(inputs, axes), **{k: _ffi_attr(v) for k, v in attrs.items()})
+    return vma.cast_all(out[:-1], axes)

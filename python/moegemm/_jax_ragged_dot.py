@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from moegemm import _jax_checks as chk
+from moegemm import _jax_vma as vma
 from moegemm.jax import grouped_gemm, grouped_gemm_wgrad
 
 _OP = "ragged_dot"
@@ -39,7 +40,7 @@ def _ragged_dot_bwd(out_dtype, residuals, dout):
     dlhs = grouped_gemm(dout, rhs, offsets, b_layout="nk", d_dtype=lhs.dtype, zero_tail=True)
     # d rhs[g] = lhs[rows_g]^T @ dout[rows_g]; groups without rows are exactly 0.
     drhs = _wgrad_as(lhs, dout, offsets, rhs.dtype)
-    return dlhs, drhs, None
+    return vma.cotangent_like(dlhs, lhs), vma.cotangent_like(drhs, rhs), None
 
 
 _ragged_dot.defvjp(_ragged_dot_fwd, _ragged_dot_bwd)

@@ -1,8 +1,9 @@
-"""moegemm.jax under jax.shard_map on four CPU devices, with check_vma=False (docs/jax.md: the custom calls'
-outputs carry no varying-manual-axes type, so check_vma=True cannot type their gradients): data parallel (each
-shard its own rows and group sizes) and expert parallel (each device one expert's weights), values and
-gradients against jax.lax.ragged_dot in f32. The device count is fixed when JAX starts, so the check runs in
-a subprocess of its own."""
+"""moegemm.jax under jax.shard_map on four CPU devices, with check_vma on (the default: the custom calls' results
+vary along every mesh axis their operands vary along, and the gradients of replicated operands are summed over
+the shards) and off: data parallel (each shard its own rows and group sizes) and expert parallel (each device
+one expert's weights), values and gradients of ragged_dot against jax.lax.ragged_dot in f32, and of moe_mlp
+against moe_mlp run shard by shard. With check_vma on, an out_specs of P() over values that differ per shard
+is refused by JAX. The device count is fixed when JAX starts, so the check runs in a subprocess of its own."""
 
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ from jax.sharding import Mesh, PartitionSpec as P
 import moegemm.jax as mj
 from jax_helpers import assert_close
 
+import sys
+CHECK_VMA = sys.argv[1] == "1"
 assert len(jax.devices()) == 4, jax.devices()
 mesh = Mesh(np.array(jax.devices()), ("x",))
 rng = np.random.default_rng(0)
@@ -39,7 +42,7 @@ def f32_ragged(a, b, s):
 
 
 def smap(fn, in_specs, out_specs):
-    return jax.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
+    return jax.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=CHECK_VMA)
 
 
 def loss(fn):
@@ -59,14 +62,55 @@ group_sizes = jnp.asarray([10, 5, 20, 21], jnp.int32)
 ep = smap(lambda a, b, s: mj.ragged_dot(a, b, s), (P(), P("x"), P("x")), P(None, "x"))
 ep_ref = jnp.concatenate([f32_ragged(lhs, rhs[i:i + 1], group_sizes[i:i + 1]) for i in range(4)], axis=1)
 assert_close(jax.jit(ep)(lhs, rhs, group_sizes), ep_ref, "expert parallel")
+ep_weights = jnp.asarray(rng.standard_normal((m, 4 * n)), jnp.float32)
+ep_loss = lambda fn: lambda a, b: jnp.sum(fn(a, b).astype(jnp.float32) * ep_weights)
+got = jax.jit(jax.grad(ep_loss(lambda a, b: ep(a, b, group_sizes)), argnums=(0, 1)))(lhs, rhs)
+want = jax.grad(ep_loss(lambda a, b: jnp.concatenate(
+    [f32_ragged(a, b[i:i + 1], group_sizes[i:i + 1]) for i in range(4)], axis=1)), argnums=(0, 1))(lhs, rhs)
+assert_close(got[0], want[0], "expert parallel dlhs (summed over the devices)")
+assert_close(got[1], want[1], "expert parallel drhs")
+
+# moe_mlp, data parallel: the replicated weights' gradients are the sums of the shards' gradients.
+h, i2 = 16, 32
+x = jnp.asarray(rng.standard_normal((m, h)), jnp.bfloat16)
+w_up = jnp.asarray(rng.standard_normal((g, h, i2)) * 0.3, jnp.bfloat16)
+w_down = jnp.asarray(rng.standard_normal((g, i2 // 2, h)) * 0.3, jnp.bfloat16)
+prob = jnp.asarray(rng.uniform(0.1, 1.0, (m,)), jnp.float32)
+cot = jnp.asarray(rng.standard_normal((m, h)), jnp.float32)
+
+
+def mlp_loss(fn):
+    return lambda *a: jnp.sum(fn(*a).astype(jnp.float32) * cot)
+
+
+mlp_dp = smap(lambda xs, wu, wd, ps, s: mj.moe_mlp(xs, wu, wd, s[0], prob=ps),
+              (P("x", None), P(), P(), P("x"), P("x", None)), P("x", None))
+mlp_ref = lambda xs, wu, wd, ps: jnp.concatenate(
+    [mj.moe_mlp(xs[16 * i:16 * (i + 1)], wu, wd, sizes[i], prob=ps[16 * i:16 * (i + 1)]) for i in range(4)])
+assert_close(jax.jit(mlp_dp)(x, w_up, w_down, prob, sizes), mlp_ref(x, w_up, w_down, prob), "moe_mlp data parallel")
+got = jax.jit(jax.grad(mlp_loss(lambda *a: mlp_dp(*a, sizes)), argnums=(0, 1, 2, 3)))(x, w_up, w_down, prob)
+want = jax.grad(mlp_loss(mlp_ref), argnums=(0, 1, 2, 3))(x, w_up, w_down, prob)
+for name, a, b in zip(("dx", "dw_up (summed)", "dw_down (summed)", "dprob"), got, want):
+    assert_close(a, b, "moe_mlp data parallel " + name)
+
+if CHECK_VMA:
+    # Values that differ per shard cannot leave as replicated: the results carry the operands' varying axes.
+    wrong = smap(lambda a, b, s: mj.ragged_dot(a, b, s[0]), (P("x", None), P(), P("x", None)), P())
+    try:
+        jax.jit(wrong)(lhs, rhs, sizes)
+        raise AssertionError("out_specs P() over per-shard values was accepted")
+    except ValueError as e:
+        assert "replicat" in str(e), e
 print("shard_map ok")
 '''
 
 
-def test_shard_map_data_and_expert_parallel_with_check_vma_off():
+@pytest.mark.parametrize("check_vma", [True, False], ids=["check_vma", "no_check_vma"])
+def test_shard_map_data_and_expert_parallel(check_vma):
     here = os.path.dirname(os.path.abspath(__file__))
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu",
                PYTHONPATH=os.pathsep.join([here, *sys.path]))
-    result = subprocess.run([sys.executable, "-c", _SCRIPT], env=env, capture_output=True, text=True, timeout=600)
+    result = subprocess.run([sys.executable, "-c", _SCRIPT, "1" if check_vma else "0"], env=env,
+                            capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "shard_map ok" in result.stdout

@@ -1,0 +1,60 @@
+"""Varying-manual-axes types for moegemm's custom calls under ``jax.shard_map(check_vma=True)``.
+
+Inside ``shard_map`` every value is typed with the mesh axes along which it varies. ``jax.ffi.ffi_call`` needs
+its operands to agree and types its results as given (varying along no axis), so moegemm's calls cast their
+operands to the union of the operands' axes and their results to it as well (a result depends on every
+operand). The gradient of an operand that varies along fewer axes than its cotangent is summed over the extra
+axes (what ``jax.lax.pcast(..., to="varying")`` transposes to), and a cotangent that varies along fewer axes
+than its operand is cast up. Outside ``shard_map`` every set is empty and these are identities.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import jax
+
+
+def varying_axes(x) -> frozenset:
+    """The mesh axes ``x`` varies along inside ``shard_map`` (empty outside it, and for None)."""
+    if x is None:
+        return frozenset()
+    aval = jax.typeof(x)
+    manual = getattr(aval, "manual_axis_type", None)  # jax 0.10: ManualAxisType(varying=..., ...)
+    if manual is not None:
+        return frozenset(manual.varying)
+    return frozenset(getattr(aval, "vma", ()))
+
+
+def _cast_varying(x, axes: frozenset):
+    missing = tuple(sorted(axes - varying_axes(x)))
+    if not missing:
+        return x
+    if hasattr(jax.lax, "pcast"):
+        return jax.lax.pcast(x, missing, to="varying")
+    return jax.lax.pvary(x, missing)
+
+
+def union(values: Iterable) -> frozenset:
+    """Every axis any of ``values`` varies along."""
+    axes = frozenset()
+    for x in values:
+        axes |= varying_axes(x)
+    return axes
+
+
+def cast_all(values: Iterable, axes: frozenset) -> list:
+    """``values`` (None kept) cast to vary along ``axes`` too."""
+    return [None if x is None else _cast_varying(x, axes) for x in values]
+
+
+def cotangent_like(ct, primal):
+    """``ct`` typed as ``primal``'s cotangent: summed over the axes only ``ct`` varies along, cast up to those
+    only ``primal`` varies along. None stays None."""
+    if ct is None:
+        return None
+    want = varying_axes(primal)
+    extra = tuple(sorted(varying_axes(ct) - want))
+    if extra:
+        ct = jax.lax.psum(ct, extra)
+    return _cast_varying(ct, want)
