@@ -65,10 +65,6 @@ ForwardProblem dense_problem(const char* op, const TensorView& a, const TensorVi
   return f;
 }
 
-}  // namespace
-
-namespace {
-
 /// "" when the current device can run the sm_90a kernels, else what it is instead.
 std::string device_mismatch() {
   int device = 0;
