@@ -88,6 +88,7 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
     out_dtype = chk.check_output_dtype(_OP, "preferred_element_type", preferred_element_type or lhs.dtype)
     if rhs.shape[0] == 0 or lhs.shape[1] == 0 or rhs.shape[2] == 0:
         # No groups (every row is past the last one), nothing to contract or no columns: zero (or empty), as
-        # jax.lax.ragged_dot gives; no kernel to run.
-        return jnp.zeros((lhs.shape[0], rhs.shape[2]), out_dtype)
+        # jax.lax.ragged_dot gives; no kernel to run. Inside shard_map typed as varying like the operands.
+        zeros = jnp.zeros((lhs.shape[0], rhs.shape[2]), out_dtype)
+        return vma.cast_all([zeros], vma.union([lhs, rhs, group_sizes]))[0]
     return _ragged_dot(lhs, rhs, group_sizes, out_dtype)

@@ -6,6 +6,9 @@ operands to the union of the operands' axes and their results to it as well (a r
 operand). The gradient of an operand that varies along fewer axes than its cotangent is summed over the extra
 axes (what ``jax.lax.pcast(..., to="varying")`` transposes to), and a cotangent that varies along fewer axes
 than its operand is cast up. Outside ``shard_map`` every set is empty and these are identities.
+
+Under explicit sharding (a mesh with ``jax.sharding.AxisType.Explicit`` axes) the results are typed
+replicated; a cotangent is resharded to its operand's sharding so that the custom_vjp rules type-check.
 """
 
 from __future__ import annotations
@@ -48,13 +51,30 @@ def cast_all(values: Iterable, axes: frozenset) -> list:
     return [None if x is None else _cast_varying(x, axes) for x in values]
 
 
+def _explicit_spec(x):
+    """The PartitionSpec of ``x`` when its mesh has an Explicit axis (jax.sharding.AxisType), else None."""
+    sharding = getattr(jax.typeof(x), "sharding", None)
+    mesh = getattr(sharding, "mesh", None)
+    if mesh is None or getattr(mesh, "empty", True):
+        return None
+    explicit = getattr(jax.sharding.AxisType, "Explicit", None)
+    if explicit is None or explicit not in tuple(getattr(mesh, "axis_types", ())):
+        return None
+    return sharding.spec
+
+
 def cotangent_like(ct, primal):
     """``ct`` typed as ``primal``'s cotangent: summed over the axes only ``ct`` varies along, cast up to those
-    only ``primal`` varies along. None stays None."""
+    only ``primal`` varies along, and, on a mesh with Explicit axes, resharded to ``primal``'s sharding (the
+    custom calls' results are typed replicated there). None stays None."""
     if ct is None:
         return None
     want = varying_axes(primal)
     extra = tuple(sorted(varying_axes(ct) - want))
     if extra:
         ct = jax.lax.psum(ct, extra)
-    return _cast_varying(ct, want)
+    ct = _cast_varying(ct, want)
+    spec = _explicit_spec(primal)
+    if spec is not None and _explicit_spec(ct) != spec:
+        ct = jax.sharding.reshard(ct, spec)
+    return ct

@@ -3,7 +3,9 @@ vary along every mesh axis their operands vary along, and the gradients of repli
 the shards) and off: data parallel (each shard its own rows and group sizes) and expert parallel (each device
 one expert's weights), values and gradients of ragged_dot against jax.lax.ragged_dot in f32, and of moe_mlp
 against moe_mlp run shard by shard. With check_vma on, an out_specs of P() over values that differ per shard
-is refused by JAX. The device count is fixed when JAX starts, so the check runs in a subprocess of its own."""
+is refused by JAX, and a scan carry through a ragged_dot with no groups keeps its type. Explicit sharding (a mesh
+with an Explicit axis): gradients of moe_mlp and ragged_dot against unsharded runs, dx sharded like x. The
+device count is fixed when JAX starts, so the check runs in a subprocess of its own."""
 
 from __future__ import annotations
 
@@ -93,6 +95,28 @@ want = jax.grad(mlp_loss(mlp_ref), argnums=(0, 1, 2, 3))(x, w_up, w_down, prob)
 for name, a, b in zip(("dx", "dw_up (summed)", "dw_down (summed)", "dprob"), got, want):
     assert_close(a, b, "moe_mlp data parallel " + name)
 
+# Explicit sharding: x sharded by rows on a mesh with an Explicit axis. The custom calls' results are typed
+# replicated; the gradients come back with their operands' shardings.
+from jax.sharding import AxisType, NamedSharding
+explicit = jax.make_mesh((4,), ("e",), axis_types=(AxisType.Explicit,))
+gs = jnp.asarray([10, 20, 4, 30], jnp.int32)
+with jax.set_mesh(explicit):
+    x_rows = jax.device_put(x, NamedSharding(explicit, P("e", None)))
+    got = jax.jit(jax.grad(mlp_loss(lambda *a: mj.moe_mlp(*a[:3], gs, prob=a[3])), argnums=(0, 1, 2, 3)))(
+        x_rows, w_up, w_down, prob)
+    assert jax.typeof(got[0]).sharding.spec == P("e", None), jax.typeof(got[0])
+    got = [np.asarray(jax.device_get(g)).astype(np.float32) for g in got]  # compared outside the mesh
+want = jax.grad(mlp_loss(lambda *a: mj.moe_mlp(*a[:3], gs, prob=a[3])), argnums=(0, 1, 2, 3))(x, w_up, w_down, prob)
+for name, a, b in zip(("dx", "dw_up", "dw_down", "dprob"), got, want):
+    assert_close(a, b, "moe_mlp explicit sharding " + name)
+with jax.set_mesh(explicit):
+    got = jax.jit(jax.grad(loss(lambda a, b: mj.ragged_dot(a, b, jnp.asarray([16, 16, 16, 16], jnp.int32))),
+                           argnums=(0, 1)))(jax.device_put(lhs, NamedSharding(explicit, P("e", None))), rhs)
+    got = [np.asarray(jax.device_get(g)).astype(np.float32) for g in got]
+want = jax.grad(loss(lambda a, b: f32_ragged(a, b, jnp.asarray([16, 16, 16, 16]))), argnums=(0, 1))(lhs, rhs)
+assert_close(got[0], want[0], "explicit sharding dlhs")
+assert_close(got[1], want[1], "explicit sharding drhs")
+
 if CHECK_VMA:
     # Values that differ per shard cannot leave as replicated: the results carry the operands' varying axes.
     wrong = smap(lambda a, b, s: mj.ragged_dot(a, b, s[0]), (P("x", None), P(), P("x", None)), P())
@@ -101,6 +125,13 @@ if CHECK_VMA:
         raise AssertionError("out_specs P() over per-shard values was accepted")
     except ValueError as e:
         assert "replicat" in str(e), e
+    # With no groups the result is zeros without a kernel, typed as varying like its operands: a scan carry
+    # through it keeps its type, as with jax.lax.ragged_dot.
+    no_groups = jnp.zeros((0, k, k), jnp.bfloat16)
+    carry = smap(lambda a, s: jax.lax.scan(lambda c, _: (mj.ragged_dot(c, no_groups, s[0]), None), a, None,
+                                           length=2)[0], (P("x", None), P("x", None)), P("x", None))
+    out = jax.jit(carry)(lhs, jnp.zeros((4, 0), jnp.int32))
+    assert out.shape == (m, k) and not np.asarray(out, np.float32).any()
 print("shard_map ok")
 '''
 
