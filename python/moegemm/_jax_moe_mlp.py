@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from moegemm import _jax_checks as chk
+from moegemm._jax_first_order import first_order_only
 from moegemm import _jax_vma as vma
 from moegemm.jax import (ACTIVATIONS, GLU_LAYOUTS, grouped_gemm, grouped_gemm_dglu, grouped_gemm_glu,
                          grouped_gemm_wgrad)
@@ -47,11 +48,13 @@ def _moe_mlp(x, w_up, w_down, offsets, prob, glu):
     return _forward(x, w_up, w_down, offsets, prob, glu)[0]
 
 
+@first_order_only(_OP, static_argnums=(5,))
 def _moe_mlp_fwd(x, w_up, w_down, offsets, prob, glu):
     y, h, c = _forward(x, w_up, w_down, offsets, prob, glu)
     return y, (x, w_up, w_down, offsets, prob, h, c)
 
 
+@first_order_only(_OP, static_argnums=(0,))
 def _moe_mlp_bwd(glu, residuals, dy):
     x, w_up, w_down, offsets, prob, h, c = residuals
     dy = dy.astype(x.dtype)

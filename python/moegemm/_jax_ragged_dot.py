@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from moegemm import _jax_checks as chk
+from moegemm._jax_first_order import first_order_only
 from moegemm import _jax_vma as vma
 from moegemm.jax import grouped_gemm, grouped_gemm_wgrad
 
@@ -27,12 +28,14 @@ def _ragged_dot(lhs, rhs, group_sizes, out_dtype):
                         zero_tail=True)
 
 
+@first_order_only(_OP, static_argnums=(3,))
 def _ragged_dot_fwd(lhs, rhs, group_sizes, out_dtype):
     offsets = chk.offsets_from_sizes(group_sizes, lhs.shape[0])
     out = grouped_gemm(lhs, rhs, offsets, b_layout="kn", d_dtype=out_dtype, zero_tail=True)
     return out, (lhs, rhs, offsets)
 
 
+@first_order_only(_OP, static_argnums=(0,))
 def _ragged_dot_bwd(out_dtype, residuals, dout):
     lhs, rhs, offsets = residuals
     dout = dout.astype(lhs.dtype)
