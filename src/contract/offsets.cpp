@@ -39,7 +39,7 @@ void check_offsets_values(const char* op, const TensorView& offsets, int64_t M, 
   for (int64_t g = 0; g < E; ++g) {
     const int64_t end = ends[g];
     const std::string broken = end < 0          ? ">= 0"
-                               : end < previous ? ">= offsets[i-1] (non-decreasing)"
+                               : end < previous ? ">= the one before it"
                                : end > M        ? "<= M"
                                                 : "";
     if (broken.empty()) {
