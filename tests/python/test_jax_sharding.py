@@ -18,6 +18,8 @@ import pytest
 pytest.importorskip("jax")
 
 _SCRIPT = r'''
+import sys
+
 import numpy as np
 import jax
 import jax.numpy as jnp
@@ -26,7 +28,6 @@ from jax.sharding import Mesh, PartitionSpec as P
 import moegemm.jax as mj
 from jax_helpers import assert_close
 
-import sys
 CHECK_VMA = sys.argv[1] == "1"
 assert len(jax.devices()) == 4, jax.devices()
 mesh = Mesh(np.array(jax.devices()), ("x",))
