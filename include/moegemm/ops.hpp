@@ -211,8 +211,9 @@ struct GemmDsreluArgs {
 // tensors. Device calls are asynchronous on `stream` and never synchronise (unless validate).
 // Throws Error: invalid_argument for operands that break the contract (docs/ops.md §0.2), unsupported for
 // what the backend lacks (f16/f32/f64 or 8-bit inputs on cuda tensors; a current device that is not compute
-// capability 9.0, from the op only), cuda_error when a CUDA call fails. Outputs must not overlap each other or
-// the inputs (w with accumulate excepted); that is not checked.
+// capability 9.0, from the op only), cuda_error when a CUDA call fails. An output that shares memory with
+// another output or an input (w with accumulate is one operand) is invalid_argument naming both (docs/ops.md
+// §0.2, rule 9; pointer-table buffers and the workspace are not checked).
 std::size_t grouped_gemm_workspace_bytes(const GroupedGemmArgs& args);
 void grouped_gemm(const GroupedGemmArgs& args, void* workspace, std::size_t workspace_bytes,
                   cudaStream_t stream);

@@ -29,7 +29,7 @@ const char* glu_layout_name(GluLayout l) {
   return "?";
 }
 
-using Operands = std::initializer_list<std::pair<const char*, const TensorView*>>;
+using Operands = NamedViews;
 
 void place_all(Rules& r, Operands operands) {
   for (const auto& [name, t] : operands) r.place(name, *t);
@@ -259,6 +259,14 @@ Problem check_grouped_forward(Rules& r, const Args& x) {
   return p;
 }
 
+/// The aliasing rule of the grouped forward ops: D and C against each other and every input.
+template <class Args>
+void check_grouped_forward_disjoint(Rules& r, const Args& x) {
+  r.disjoint({{"d", &x.d}, {"c", &x.c}}, {{"a", &x.a}, {"b", &x.b.dense}, {"b.ptrs", &x.b.ptrs},
+                                          {"offsets", &x.offsets}, {"alpha", &x.alpha}, {"prob", &x.prob},
+                                          {"bias", &x.bias}});
+}
+
 /// grouped_gemm and grouped_gemm_srelu: D and the optional C are (M, N).
 template <class Args>
 Device check_grouped_rows_forward(const char* op, const Args& x, Pointers pointers) {
@@ -266,6 +274,7 @@ Device check_grouped_rows_forward(const char* op, const Args& x, Pointers pointe
   const Problem p = check_grouped_forward(r, x);
   check_rows(r, "d", x.d, p, "N", p.N);
   if (x.c.defined()) check_rows(r, "c", x.c, p, "N", p.N);
+  check_grouped_forward_disjoint(r, x);
   return r.backend();
 }
 
@@ -294,6 +303,7 @@ Device check(const GroupedGemmGluArgs& x, Pointers pointers) {
   check_glu_split(r, "b", p.N, p.N, x.glu.layout, {{"d", &x.d}, {"c", &x.c}});
   check_rows(r, "d", x.d, p, "I", p.N / 2);
   if (x.c.defined()) check_rows(r, "c", x.c, p, "2I", p.N);
+  check_grouped_forward_disjoint(r, x);
   return r.backend();
 }
 
@@ -313,6 +323,9 @@ Device check(const GroupedGemmDgluArgs& x, Pointers pointers) {
   r.present("c", x.c, {{"M"}, {"2I"}});
   check_glu_split(r, "b", 2 * I, I, x.glu.layout, {{"c", &x.c}, {"dc", &x.dc}});
   check_activation_grads(r, x, p, "2I", 2 * I, 2);
+  r.disjoint({{"dc", &x.dc}, {"dprob", &x.dprob}, {"dbias", &x.dbias}, {"amax", &x.amax}},
+             {{"a", &x.a}, {"b", &x.b.dense}, {"b.ptrs", &x.b.ptrs}, {"c", &x.c}, {"offsets", &x.offsets},
+              {"alpha", &x.alpha}, {"beta", &x.beta}, {"prob", &x.prob}});
   return r.backend();
 }
 
@@ -330,6 +343,9 @@ Device check(const GroupedGemmDsreluArgs& x, Pointers pointers) {
   const Problem p = check_grouped_gemm(r, x.a, x.b, x.offsets, x.alpha);
   check_per_row(r, "prob", x.prob, p);
   check_activation_grads(r, x, p, "N", p.N, 1);
+  r.disjoint({{"dc", &x.dc}, {"dprob", &x.dprob}, {"dbias", &x.dbias}, {"amax", &x.amax}},
+             {{"a", &x.a}, {"b", &x.b.dense}, {"b.ptrs", &x.b.ptrs}, {"c", &x.c}, {"offsets", &x.offsets},
+              {"alpha", &x.alpha}, {"prob", &x.prob}});
   return r.backend();
 }
 
@@ -378,6 +394,8 @@ Device check(const GroupedGemmWgradArgs& x, Pointers pointers) {
     r.row_bytes("w_ptrs", last, last_size, x.w_dtype);
     r.pointer_table("w_ptrs", x.w_ptrs);
   }
+  // w with accumulate is read and written as one operand; it still overlaps neither x nor dy.
+  r.disjoint({{"w", &x.w}}, {{"x", &x.x}, {"dy", &x.dy}, {"offsets", &x.offsets}, {"w_ptrs", &x.w_ptrs}});
   return r.backend();
 }
 
@@ -392,6 +410,7 @@ Device check(const GemmSwigluArgs& x, Pointers pointers) {
   check_glu_split(r, "b", p.N, p.N, x.layout, {{"ab12", &x.ab12}, {"c", &x.c}});
   check_rows(r, "ab12", x.ab12, p, "N", p.N);
   check_rows(r, "c", x.c, p, "N/2", p.N / 2);
+  r.disjoint({{"ab12", &x.ab12}, {"c", &x.c}}, {{"a", &x.a}, {"b", &x.b}});
   return r.backend();
 }
 
@@ -405,6 +424,7 @@ Device check(const GemmAmaxArgs& x, Pointers pointers) {
   check_rows(r, "c", x.c, p, "N", p.N);
   r.present("amax", x.amax, {{"", 1}});
   check_amax(r, x.amax, 1);
+  r.disjoint({{"c", &x.c}, {"amax", &x.amax}}, {{"a", &x.a}, {"b", &x.b}});
   return r.backend();
 }
 
@@ -418,6 +438,7 @@ Device check(const GemmSreluArgs& x, Pointers pointers) {
   check_per_row(r, "prob", x.prob, p);
   check_rows(r, "d", x.d, p, "N", p.N);
   if (x.c.defined()) check_rows(r, "c", x.c, p, "N", p.N);
+  r.disjoint({{"d", &x.d}, {"c", &x.c}}, {{"a", &x.a}, {"b", &x.b}, {"prob", &x.prob}});
   return r.backend();
 }
 
@@ -433,6 +454,7 @@ Device check(const GemmDsreluArgs& x, Pointers pointers) {
   check_rows(r, "c", x.c, p, "N", p.N);
   check_rows(r, "dc", x.dc, p, "N", p.N);
   check_per_row(r, "dprob", x.dprob, p);
+  r.disjoint({{"dc", &x.dc}, {"dprob", &x.dprob}}, {{"a", &x.a}, {"b", &x.b}, {"c", &x.c}, {"prob", &x.prob}});
   return r.backend();
 }
 

@@ -1,5 +1,7 @@
 #include "contract/rules.hpp"
 
+#include "contract/overlap.hpp"
+
 #include <cstdio>
 #include <limits>
 #include <string>
@@ -306,6 +308,21 @@ void Rules::pointer_table(const char* name, const TensorView& t) const {
            std::string(name) + "[" + std::to_string(g) + "] = " +
                address(reinterpret_cast<const void*>(static_cast<uintptr_t>(p))));
     }
+  }
+}
+
+void Rules::disjoint(NamedViews outputs, NamedViews inputs) const {
+  if (!check_pointers()) return;
+  for (auto out = outputs.begin(); out != outputs.end(); ++out) {
+    const auto overlapping = [&](const std::pair<const char*, const TensorView*>& other) {
+      if (!views_overlap(*out->second, *other.second)) return;
+      fail(ErrorCode::invalid_argument, out->first,
+           "memory that no other operand of the call uses (outputs overlap neither each other nor the inputs)",
+           std::string("memory overlapping ") + other.first + " (at " + address(out->second->data) + " and " +
+               address(other.second->data) + ")");
+    };
+    for (auto later = out + 1; later != outputs.end(); ++later) overlapping(*later);
+    for (const auto& in : inputs) overlapping(in);
   }
 }
 

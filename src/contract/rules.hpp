@@ -6,11 +6,15 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <utility>
 
 #include "moegemm/error.hpp"
 #include "moegemm/tensor.hpp"
 
 namespace moegemm::contract {
+
+/// Operands by name, as a check lists them.
+using NamedViews = std::initializer_list<std::pair<const char*, const TensorView*>>;
 
 /// Whether the rules that read pointer values (non-null data, 16-byte aligned base addresses, host
 /// per-expert pointer tables) run. Workspace queries skip them: bindings size workspaces at trace time,
@@ -86,6 +90,9 @@ class Rules {
   void option(const char* name, int value, std::initializer_list<const char*> names) const;
   /// Host pointer table (b.ptrs, w_ptrs on the host backend): every entry non-null and 16-byte aligned.
   void pointer_table(const char* name, const TensorView& t) const;
+  /// No aliasing (docs/ops.md §0.2, rule 9): no output shares memory with a later output or with an input
+  /// (views_overlap: exact for the layouts the other rules admit). Pointer rules only; run after them.
+  void disjoint(NamedViews outputs, NamedViews inputs) const;
 
  private:
   const char* op_;

@@ -16,6 +16,7 @@
 #include "common/expect_error.hpp"
 #include "contract/checks.hpp"
 #include "contract/checks_pointers.hpp"
+#include "contract/overlap.hpp"
 #include "moegemm/moegemm.hpp"
 
 namespace moegemm {
@@ -677,8 +678,8 @@ TEST(Contract, EmptyMatricesTakeAnyStrides) {
 TEST(Contract, PaddedRowsAreAccepted) {
   Maker m{Device::cuda};
   auto x = grouped_gemm_args(m);
-  x.a = TensorView::strided(x.a.data, DType::bf16, {kM, kK}, {kK + 64, 1}, Device::cuda);
-  x.d = TensorView::strided(x.d.data, DType::bf16, {kM, kN}, {kN + 8, 1}, Device::cuda);
+  x.a = TensorView::strided(m.memory(kM * (kK + 64) * 2), DType::bf16, {kM, kK}, {kK + 64, 1}, Device::cuda);
+  x.d = TensorView::strided(m.memory(kM * (kN + 8) * 2), DType::bf16, {kM, kN}, {kN + 8, 1}, Device::cuda);
   EXPECT_EQ(contract::check(x), Device::cuda);
 }
 
@@ -790,6 +791,126 @@ TEST(Contract, BaseAddressesMustBe16ByteAligned) {
   x.a.data = nullptr;
   expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
                {"grouped_gemm: a: expected a non-null data pointer", "got nullptr"});
+}
+
+// ---- no aliasing (rule 9) ------------------------------------------------------------------------------------
+
+/// A view at a made-up address (views_overlap reads no memory).
+TensorView at(uintptr_t address, DType dtype, std::initializer_list<int64_t> shape,
+              std::initializer_list<int64_t> strides) {
+  return TensorView::strided(reinterpret_cast<void*>(address), dtype, shape, strides, Device::cuda);
+}
+
+TEST(Contract, ViewsOverlapOnlyWhereTheyShareAByte) {
+  using contract::views_overlap;
+  constexpr uintptr_t base = 0x10000;
+  // Contiguous ranges: adjacent ones are disjoint, one shared byte is an overlap.
+  const TensorView v = at(base, DType::f32, {16}, {1});  // [base, base + 64)
+  EXPECT_FALSE(views_overlap(v, at(base + 64, DType::f32, {4}, {1})));
+  EXPECT_TRUE(views_overlap(v, at(base + 60, DType::bf16, {8}, {1})));
+  EXPECT_TRUE(views_overlap(at(base + 16, DType::f32, {2}, {1}), v));  // inside
+  // Two (4, 8) bf16 halves of one (4, 16) buffer (pitch 32 bytes): disjoint; one element into the other: not.
+  const TensorView left = at(base, DType::bf16, {4, 8}, {16, 1});
+  EXPECT_FALSE(views_overlap(left, at(base + 16, DType::bf16, {4, 8}, {16, 1})));
+  EXPECT_TRUE(views_overlap(left, at(base + 14, DType::bf16, {4, 8}, {16, 1})));
+  // The right half of the rows below: row r of one meets row r + 1 of the other only with a shift.
+  EXPECT_FALSE(views_overlap(left, at(base + 32 * 4, DType::bf16, {4, 8}, {16, 1})));  // starts past its rows
+  EXPECT_TRUE(views_overlap(left, at(base + 32 * 3, DType::bf16, {4, 8}, {16, 1})));   // shares row 3
+  EXPECT_FALSE(views_overlap(left, at(base + 32 * 3 + 16, DType::bf16, {4, 8}, {16, 1})));
+  EXPECT_TRUE(views_overlap(at(base + 32 * 3 + 16, DType::bf16, {4, 8}, {16, 1}),
+                            at(base + 32 * 4 + 8, DType::bf16, {2, 8}, {16, 1})));  // shifted by 8 bytes
+  // A contiguous range in the padding between a padded matrix's rows, or reaching into its next row.
+  EXPECT_FALSE(views_overlap(left, at(base + 32 + 16, DType::bf16, {8}, {1})));
+  EXPECT_TRUE(views_overlap(left, at(base + 32 + 16, DType::bf16, {9}, {1})));
+  EXPECT_FALSE(views_overlap(at(base + 16 - 64, DType::bf16, {8}, {1}), left));  // before it
+  EXPECT_FALSE(views_overlap(at(base + 32 * 3 + 16, DType::f32, {100}, {1}), left));  // after its last row
+  // Different row pitches: one start in common is an overlap; otherwise not established, taken as disjoint.
+  EXPECT_TRUE(views_overlap(left, at(base, DType::bf16, {4, 8}, {32, 1})));
+  EXPECT_FALSE(views_overlap(left, at(base + 16, DType::bf16, {4, 8}, {24, 1})));
+  // Views without elements or without data share nothing.
+  EXPECT_FALSE(views_overlap(v, at(base, DType::f32, {0}, {1})));
+  EXPECT_FALSE(views_overlap(v, TensorView{}));
+  EXPECT_FALSE(views_overlap(TensorView::contiguous(nullptr, DType::f32, {4}), TensorView::contiguous(nullptr, DType::f32, {4})));
+}
+
+TEST(Contract, OutputsSharingMemoryWithAnyOperandAreRejected) {
+  for (Device dev : {Device::host, Device::cuda}) {
+    Maker m{dev};
+    const auto aliased = [](const std::function<void()>& call, const std::string& op, const std::string& out,
+                            const std::string& other) {
+      expect_error(call, ErrorCode::invalid_argument,
+                   {op + ": " + out + ": expected memory that no other operand of the call uses",
+                    "got memory overlapping " + other + " (at 0x"});
+    };
+    // Each aliased pair is carved from one fresh block, so that it meets no other operand.
+    auto g = grouped_gemm_args(m);
+    g.d.data = m.memory(kM * kN * 2);
+    g.a.data = g.d.data;
+    aliased([&] { contract::check(g); }, "grouped_gemm", "d", "a");
+    g = grouped_gemm_args(m);
+    g.c.data = g.d.data;
+    aliased([&] { contract::check(g); }, "grouped_gemm", "d", "c");
+    g = grouped_gemm_args(m);
+    g.prob.data = static_cast<char*>(g.c.data) + 64;  // an input inside an output
+    aliased([&] { contract::check(g); }, "grouped_gemm", "c", "prob");
+    // Aliasing is a pointer rule: the workspace query takes the shapes alone.
+    EXPECT_EQ(contract::check(g, contract::Pointers::ignore), dev);
+
+    // GLU: d and c as column blocks of one (M, 3I) buffer share no byte; c one block to the left does.
+    constexpr int64_t I = kN / 2;
+    auto glu = glu_args(m);
+    auto* buffer = static_cast<char*>(m.memory(kM * 3 * I * 2));
+    glu.d = TensorView::strided(buffer, DType::bf16, {kM, I}, {3 * I, 1}, dev);
+    glu.c = TensorView::strided(buffer + I * 2, DType::bf16, {kM, 2 * I}, {3 * I, 1}, dev);
+    EXPECT_EQ(contract::check(glu), dev);
+    glu.c.data = buffer + 8 * 2;
+    aliased([&] { contract::check(glu); }, "grouped_gemm_glu", "d", "c");
+
+    auto dglu = dglu_args(m);
+    dglu.dc.data = dglu.c.data;  // dC in place of the saved pre-activation
+    aliased([&] { contract::check(dglu); }, "grouped_gemm_dglu", "dc", "c");
+    dglu = dglu_args(m);
+    dglu.dprob.data = dglu.dbias.data;
+    aliased([&] { contract::check(dglu); }, "grouped_gemm_dglu", "dprob", "dbias");
+    auto dsrelu = dsrelu_args(m);
+    dsrelu.amax.data = dsrelu.a.data;
+    aliased([&] { contract::check(dsrelu); }, "grouped_gemm_dsrelu", "amax", "a");
+
+    auto w = wgrad_args(m);
+    w.w.data = m.memory(kE * 48 * 80 * 4);
+    w.dy.data = static_cast<char*>(w.w.data) + 1024;
+    aliased([&] { contract::check(w); }, "grouped_gemm_wgrad", "w", "dy");
+    w = wgrad_args(m);
+    w.accumulate = true;  // read and written as one operand: not aliasing
+    EXPECT_EQ(contract::check(w), dev);
+
+    GemmSwigluArgs sw;
+    sw.a = m.t(DType::bf16, {kM, kK});
+    sw.b = m.t(DType::bf16, {kN, kK});
+    sw.ab12 = m.t(DType::f32, {kM, kN});
+    sw.c = TensorView::strided(static_cast<char*>(sw.ab12.data) + kN * 4 * (kM - 1), DType::bf16, {kM, kN / 2},
+                               {kN / 2, 1}, dev);  // starts in ab12's last row
+    aliased([&] { contract::check(sw); }, "gemm_swiglu", "ab12", "c");
+    GemmAmaxArgs am;
+    am.a = m.t(DType::bf16, {kM, kK});
+    am.b = m.t(DType::bf16, {kN, kK});
+    am.c = m.t(DType::bf16, {kM, kN});
+    am.amax = TensorView::contiguous(static_cast<char*>(am.b.data) + 32, DType::f32, {1}, dev);
+    aliased([&] { contract::check(am); }, "gemm_amax", "amax", "b");
+    GemmSreluArgs gs;
+    gs.a = m.t(DType::bf16, {kM, kK});
+    gs.b = m.t(DType::bf16, {kN, kK});
+    gs.d = m.t(DType::bf16, {kM, kN});
+    gs.prob = TensorView::contiguous(gs.d.data, DType::f32, {kM}, dev);
+    aliased([&] { contract::check(gs); }, "gemm_srelu", "d", "prob");
+    GemmDsreluArgs gd;
+    gd.a = m.t(DType::bf16, {kM, kK});
+    gd.b = m.t(DType::bf16, {kN, kK});
+    gd.c = m.t(DType::bf16, {kM, kN});
+    gd.dc = m.t(DType::bf16, {kM, kN});
+    gd.dprob = TensorView::contiguous(gd.c.data, DType::f32, {kM}, dev);
+    aliased([&] { contract::check(gd); }, "gemm_dsrelu", "dprob", "c");
+  }
 }
 
 // ---- one device per call -----------------------------------------------------------------------------------

@@ -391,5 +391,41 @@ TEST(BackwardGpu, CaseC10ClampBoundaries) {
   }
 }
 
+TEST(BackwardGpu, DgluOverItsSavedActivationIsRefusedBeforeLaunch) {
+  // dC written over the saved pre-activation C (an in-place call to save memory) breaks the aliasing rule
+  // (docs/ops.md §0.2, rule 9): the op raises invalid_argument naming dc and c before it launches, so C keeps
+  // its bytes and dprob its poison.
+  REQUIRE_GPU();
+  const int64_t m = 192, i = 64, k = 128;
+  const std::vector<int64_t> sizes = {64, 0, 100, 28};
+  const HostTensor dy = random_tensor(DType::bf16, {m, k}, 91);
+  const HostTensor w = random_tensor(DType::bf16, {4, i, k}, 92, -0.1, 0.1);
+  const HostTensor c = random_tensor(DType::bf16, {m, 2 * i}, 93);
+  const HostTensor offsets = offsets_from_sizes(sizes);
+  HostTensor dprob = poisoned(DType::f32, {m});
+  DeviceTensor ddy(dy), dw(w), dc(c), doff(offsets), ddprob(dprob);
+  GroupedGemmDgluArgs args;
+  args.a = ddy.view();
+  args.b.dense = dw.view();
+  args.c = dc.view();
+  args.offsets = doff.view();
+  args.dc = dc.view();
+  args.dprob = ddprob.view();
+  try {
+    call_op(grouped_gemm_dglu_workspace_bytes, grouped_gemm_dglu, args, true);
+    ADD_FAILURE() << "grouped_gemm_dglu with dc == c did not raise";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument) << e.what();
+    EXPECT_NE(std::string(e.what()).find("grouped_gemm_dglu: dc: expected memory that no other operand"),
+              std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("overlapping c"), std::string::npos) << e.what();
+  }
+  HostTensor c_after = c, dprob_after = dprob;
+  dc.download(c_after);
+  ddprob.download(dprob_after);
+  EXPECT_TRUE(same_bytes(c_after, c)) << "c was written";
+  EXPECT_TRUE(same_bytes(dprob_after, poisoned(DType::f32, {m}))) << "dprob was written";
+}
+
 }  // namespace
 }  // namespace moegemm::testing
