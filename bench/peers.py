@@ -24,8 +24,11 @@ Systems of the peers suite (each reported, "not available: <why>" when it cannot
 
 Every workload of bench/workloads/moe_workloads.json ("gemms", and "models" for mlp) runs with uniform and zipf
 routing; group sizes come from numpy.random.default_rng(seed) and are unaligned. Time: median of --iters calls
-after warm-up; CUDA events for torch and the C++ program, host wall time of synchronised calls for JAX (it has
-no event API). The torch systems' calls queue behind a sleep kernel (bench/timing.py), as the C++ program's
+after warm-up; CUDA events for torch and the C++ program, host wall time for JAX (it has no event API): for
+moegemm_jax, JAX_CALLS jitted calls queued back to back and one block_until_ready per sample (as
+jax_dispatch.py), so that JAX's own dispatch and wake-up latency, ~90 us per synchronised call on an H200
+host, is not charged to each kernel; jax_ragged_dot, which runs for milliseconds, one synchronised call per
+sample. The torch systems' calls queue behind a sleep kernel (bench/timing.py), as the C++ program's
 queue back to back, so that their events time the GPU's work and not the host's time to issue each call. Inputs rotate over copies that together exceed twice the L2 cache. TFLOP/s = 2*M*N*K / time.
 Writes a JSON of the results (tables: bench/tables.py) and a PNG of the peers suite (bench/plot.py).
 --device cpu --tiny is a smoke run on the CPU (tiny shapes, GPU-only systems skipped with a note); --plan
@@ -57,6 +60,7 @@ import suites as training  # noqa: E402
 import timing  # noqa: E402
 
 QUICK_WORKLOADS = ("seed-2k", "seed-16k", "qwen3-up", "dsv3-down")
+JAX_CALLS = 8  # moegemm_jax calls per timed sample (see the module docstring)
 FRONT_END_BENCHMARKS = ("jax_dispatch.py", "torch_bench.py", "jax_ragged_dot.py")
 ALL_SUITES = ("peers", "glu", "wgrad", "dglu", "mlp", "ksweep", "dispatch", "frontends")
 SUITE_ALIASES = {"all": ("peers", "glu", "wgrad", "dglu", "mlp", "dispatch"), "backward": ("wgrad", "dglu", "mlp")}
@@ -169,14 +173,17 @@ def measure_jax_systems(wl, sizes, copies, args) -> dict:
     gs = jnp.asarray(sizes, dtype=jnp.int32)
     offsets = jnp.asarray(np.cumsum(sizes), dtype=jnp.int32)
 
-    def timed(fn, operands):
+    def timed(fn, operands, calls=1):
+        """Median us per call over --iters samples of `calls` calls queued back to back, then one wait."""
         for i in range(args.warmup):
             fn(*operands[i % len(operands)]).block_until_ready()
         samples = []
         for i in range(args.iters):
             t0 = time.perf_counter()
-            fn(*operands[i % len(operands)]).block_until_ready()
-            samples.append(1e6 * (time.perf_counter() - t0))
+            outs = [fn(*operands[(i * calls + j) % len(operands)]) for j in range(calls)]
+            jax.block_until_ready(outs)
+            samples.append(1e6 * (time.perf_counter() - t0) / calls)
+            del outs
         return median_us(samples)
 
     operands = None
@@ -195,7 +202,7 @@ def measure_jax_systems(wl, sizes, copies, args) -> dict:
         if operands is None or len(operands) < copies:
             raise MemoryError("inputs could not be allocated")
         fn = jax.jit(lambda a, b: mj.grouped_gemm(a, b, offsets, b_layout="kn"))
-        out["moegemm_jax"] = timed(fn, operands)
+        out["moegemm_jax"] = timed(fn, operands, JAX_CALLS)
     except ImportError as err:
         out["moegemm_jax"] = f"not available: moegemm.jax not importable ({err})"
     except Exception as err:
@@ -468,7 +475,9 @@ def main(argv=None) -> int:
                                                       "interleaved (5 rounds, rotating order), each round "
                                                       "queued behind a sleep kernel",
                                              "moegemm_cpp": "median of CUDA-event-timed calls (its own process)",
-                                             "jax": "median host wall time of synchronised jitted calls",
+                                             "jax": f"median host wall time per call: moegemm_jax {JAX_CALLS} "
+                                                    "jitted calls back to back then one block_until_ready per "
+                                                    "sample, jax_ragged_dot one synchronised call",
                                              "suites": "median of CUDA-event-timed calls (torch, one process, the "
                                                        "systems of a row interleaved, each round queued behind "
                                                        "a sleep kernel)"},
