@@ -29,16 +29,8 @@ const char* glu_layout_name(GluLayout l) {
   return "?";
 }
 
-using Operands = NamedViews;
-
-void place_all(Rules& r, Operands operands) {
-  for (const auto& [name, t] : operands) r.place(name, *t);
-}
-
-void place_weights(Rules& r, const ExpertWeights& b) {
-  r.place("b", b.dense);
-  r.place("b.ptrs", b.ptrs);
-}
+constexpr Role kIn = Role::input;
+constexpr Role kOut = Role::output;
 
 int64_t check_offsets(Rules& r, const TensorView& offsets) {
   r.shape("offsets", offsets, {{"E"}});
@@ -175,7 +167,7 @@ void check_dbias(Rules& r, const TensorView& dbias, const Problem& p, const char
 /// a halves split at column I must keep the up half 16-byte aligned in every (M, 2I) tensor (and the (M, I)
 /// rows of d). The error names b, whose N (`b_n`: 2I for the forward ops, I for the dGLU) sets I, and the
 /// tensor whose dtype asks.
-void check_glu_split(Rules& r, const char* b_name, int64_t n2, int64_t b_n, GluLayout layout, Operands paired) {
+void check_glu_split(Rules& r, const char* b_name, int64_t n2, int64_t b_n, GluLayout layout, NamedViews paired) {
   // N = 2I is even already: the 16-byte rule on B's N makes it a multiple of 2 for every input dtype.
   const bool forward = b_n == n2;
   if (layout != GluLayout::halves) {
@@ -249,22 +241,14 @@ Problem check_grouped_gemm(Rules& r, const TensorView& a, const ExpertWeights& b
 /// Placement and the operands shared by the grouped forward ops (grouped_gemm, _glu, _srelu).
 template <class Args>
 Problem check_grouped_forward(Rules& r, const Args& x) {
-  place_all(r, {{"a", &x.a}, {"offsets", &x.offsets}, {"alpha", &x.alpha}, {"prob", &x.prob},
-                {"bias", &x.bias}, {"d", &x.d}, {"c", &x.c}});
-  place_weights(r, x.b);
+  r.place({{"a", &x.a, kIn}, {"offsets", &x.offsets, kIn}, {"alpha", &x.alpha, kIn}, {"prob", &x.prob, kIn},
+           {"bias", &x.bias, kIn}, {"d", &x.d, kOut}, {"c", &x.c, kOut}, {"b", &x.b.dense, kIn},
+           {"b.ptrs", &x.b.ptrs, kIn}});
   r.settle();
   Problem p = check_grouped_gemm(r, x.a, x.b, x.offsets, x.alpha);
   check_per_row(r, "prob", x.prob, p);
   check_bias(r, x.bias, p);
   return p;
-}
-
-/// The aliasing rule of the grouped forward ops: D and C against each other and every input.
-template <class Args>
-void check_grouped_forward_disjoint(Rules& r, const Args& x) {
-  r.disjoint({{"d", &x.d}, {"c", &x.c}}, {{"a", &x.a}, {"b", &x.b.dense}, {"b.ptrs", &x.b.ptrs},
-                                          {"offsets", &x.offsets}, {"alpha", &x.alpha}, {"prob", &x.prob},
-                                          {"bias", &x.bias}});
 }
 
 /// grouped_gemm and grouped_gemm_srelu: D and the optional C are (M, N).
@@ -274,7 +258,7 @@ Device check_grouped_rows_forward(const char* op, const Args& x, Pointers pointe
   const Problem p = check_grouped_forward(r, x);
   check_rows(r, "d", x.d, p, "N", p.N);
   if (x.c.defined()) check_rows(r, "c", x.c, p, "N", p.N);
-  check_grouped_forward_disjoint(r, x);
+  r.disjoint();
   return r.backend();
 }
 
@@ -303,16 +287,15 @@ Device check(const GroupedGemmGluArgs& x, Pointers pointers) {
   check_glu_split(r, "b", p.N, p.N, x.glu.layout, {{"d", &x.d}, {"c", &x.c}});
   check_rows(r, "d", x.d, p, "I", p.N / 2);
   if (x.c.defined()) check_rows(r, "c", x.c, p, "2I", p.N);
-  check_grouped_forward_disjoint(r, x);
+  r.disjoint();
   return r.backend();
 }
 
 Device check(const GroupedGemmDgluArgs& x, Pointers pointers) {
   Rules r("grouped_gemm_dglu", pointers);
-  place_all(r, {{"a", &x.a}, {"c", &x.c}, {"offsets", &x.offsets}, {"alpha", &x.alpha},
-                      {"beta", &x.beta}, {"prob", &x.prob}, {"dc", &x.dc}, {"dprob", &x.dprob},
-                      {"dbias", &x.dbias}, {"amax", &x.amax}});
-  place_weights(r, x.b);
+  r.place({{"a", &x.a, kIn}, {"c", &x.c, kIn}, {"offsets", &x.offsets, kIn}, {"alpha", &x.alpha, kIn},
+           {"beta", &x.beta, kIn}, {"prob", &x.prob, kIn}, {"dc", &x.dc, kOut}, {"dprob", &x.dprob, kOut},
+           {"dbias", &x.dbias, kOut}, {"amax", &x.amax, kOut}, {"b", &x.b.dense, kIn}, {"b.ptrs", &x.b.ptrs, kIn}});
   r.settle();
   // The GEMM gives dH (M, I): p.N = I.
   const Problem p = check_grouped_gemm(r, x.a, x.b, x.offsets, x.alpha);
@@ -323,9 +306,7 @@ Device check(const GroupedGemmDgluArgs& x, Pointers pointers) {
   r.present("c", x.c, {{"M"}, {"2I"}});
   check_glu_split(r, "b", 2 * I, I, x.glu.layout, {{"c", &x.c}, {"dc", &x.dc}});
   check_activation_grads(r, x, p, "2I", 2 * I, 2);
-  r.disjoint({{"dc", &x.dc}, {"dprob", &x.dprob}, {"dbias", &x.dbias}, {"amax", &x.amax}},
-             {{"a", &x.a}, {"b", &x.b.dense}, {"b.ptrs", &x.b.ptrs}, {"c", &x.c}, {"offsets", &x.offsets},
-              {"alpha", &x.alpha}, {"beta", &x.beta}, {"prob", &x.prob}});
+  r.disjoint();
   return r.backend();
 }
 
@@ -335,24 +316,22 @@ Device check(const GroupedGemmSreluArgs& x, Pointers pointers) {
 
 Device check(const GroupedGemmDsreluArgs& x, Pointers pointers) {
   Rules r("grouped_gemm_dsrelu", pointers);
-  place_all(r, {{"a", &x.a}, {"c", &x.c}, {"offsets", &x.offsets}, {"alpha", &x.alpha},
-                      {"prob", &x.prob}, {"dc", &x.dc}, {"dprob", &x.dprob}, {"dbias", &x.dbias},
-                      {"amax", &x.amax}});
-  place_weights(r, x.b);
+  r.place({{"a", &x.a, kIn}, {"c", &x.c, kIn}, {"offsets", &x.offsets, kIn}, {"alpha", &x.alpha, kIn},
+           {"prob", &x.prob, kIn}, {"dc", &x.dc, kOut}, {"dprob", &x.dprob, kOut}, {"dbias", &x.dbias, kOut},
+           {"amax", &x.amax, kOut}, {"b", &x.b.dense, kIn}, {"b.ptrs", &x.b.ptrs, kIn}});
   r.settle();
   const Problem p = check_grouped_gemm(r, x.a, x.b, x.offsets, x.alpha);
   check_per_row(r, "prob", x.prob, p);
   check_activation_grads(r, x, p, "N", p.N, 1);
-  r.disjoint({{"dc", &x.dc}, {"dprob", &x.dprob}, {"dbias", &x.dbias}, {"amax", &x.amax}},
-             {{"a", &x.a}, {"b", &x.b.dense}, {"b.ptrs", &x.b.ptrs}, {"c", &x.c}, {"offsets", &x.offsets},
-              {"alpha", &x.alpha}, {"prob", &x.prob}});
+  r.disjoint();
   return r.backend();
 }
 
 Device check(const GroupedGemmWgradArgs& x, Pointers pointers) {
   Rules r("grouped_gemm_wgrad", pointers);
-  place_all(r, {{"x", &x.x}, {"dy", &x.dy}, {"offsets", &x.offsets}, {"w", &x.w},
-                      {"w_ptrs", &x.w_ptrs}});
+  // w with accumulate is read and written as one operand, an output: it still overlaps neither x nor dy.
+  r.place({{"x", &x.x, kIn}, {"dy", &x.dy, kIn}, {"offsets", &x.offsets, kIn}, {"w", &x.w, kOut},
+           {"w_ptrs", &x.w_ptrs, kIn}});
   r.settle();
   Problem p;
   p.E = check_offsets(r, x.offsets);
@@ -394,14 +373,13 @@ Device check(const GroupedGemmWgradArgs& x, Pointers pointers) {
     r.row_bytes("w_ptrs", last, last_size, x.w_dtype);
     r.pointer_table("w_ptrs", x.w_ptrs);
   }
-  // w with accumulate is read and written as one operand; it still overlaps neither x nor dy.
-  r.disjoint({{"w", &x.w}}, {{"x", &x.x}, {"dy", &x.dy}, {"offsets", &x.offsets}, {"w_ptrs", &x.w_ptrs}});
+  r.disjoint();
   return r.backend();
 }
 
 Device check(const GemmSwigluArgs& x, Pointers pointers) {
   Rules r("gemm_swiglu", pointers);
-  place_all(r, {{"a", &x.a}, {"b", &x.b}, {"ab12", &x.ab12}, {"c", &x.c}});
+  r.place({{"a", &x.a, kIn}, {"b", &x.b, kIn}, {"ab12", &x.ab12, kOut}, {"c", &x.c, kOut}});
   r.settle();
   Problem p;
   check_a(r, x.a, p);
@@ -410,13 +388,13 @@ Device check(const GemmSwigluArgs& x, Pointers pointers) {
   check_glu_split(r, "b", p.N, p.N, x.layout, {{"ab12", &x.ab12}, {"c", &x.c}});
   check_rows(r, "ab12", x.ab12, p, "N", p.N);
   check_rows(r, "c", x.c, p, "N/2", p.N / 2);
-  r.disjoint({{"ab12", &x.ab12}, {"c", &x.c}}, {{"a", &x.a}, {"b", &x.b}});
+  r.disjoint();
   return r.backend();
 }
 
 Device check(const GemmAmaxArgs& x, Pointers pointers) {
   Rules r("gemm_amax", pointers);
-  place_all(r, {{"a", &x.a}, {"b", &x.b}, {"c", &x.c}, {"amax", &x.amax}});
+  r.place({{"a", &x.a, kIn}, {"b", &x.b, kIn}, {"c", &x.c, kOut}, {"amax", &x.amax, kOut}});
   r.settle();
   Problem p;
   check_a(r, x.a, p);
@@ -424,13 +402,13 @@ Device check(const GemmAmaxArgs& x, Pointers pointers) {
   check_rows(r, "c", x.c, p, "N", p.N);
   r.present("amax", x.amax, {{"", 1}});
   check_amax(r, x.amax, 1);
-  r.disjoint({{"c", &x.c}, {"amax", &x.amax}}, {{"a", &x.a}, {"b", &x.b}});
+  r.disjoint();
   return r.backend();
 }
 
 Device check(const GemmSreluArgs& x, Pointers pointers) {
   Rules r("gemm_srelu", pointers);
-  place_all(r, {{"a", &x.a}, {"b", &x.b}, {"prob", &x.prob}, {"d", &x.d}, {"c", &x.c}});
+  r.place({{"a", &x.a, kIn}, {"b", &x.b, kIn}, {"prob", &x.prob, kIn}, {"d", &x.d, kOut}, {"c", &x.c, kOut}});
   r.settle();
   Problem p;
   check_a(r, x.a, p);
@@ -438,14 +416,14 @@ Device check(const GemmSreluArgs& x, Pointers pointers) {
   check_per_row(r, "prob", x.prob, p);
   check_rows(r, "d", x.d, p, "N", p.N);
   if (x.c.defined()) check_rows(r, "c", x.c, p, "N", p.N);
-  r.disjoint({{"d", &x.d}, {"c", &x.c}}, {{"a", &x.a}, {"b", &x.b}, {"prob", &x.prob}});
+  r.disjoint();
   return r.backend();
 }
 
 Device check(const GemmDsreluArgs& x, Pointers pointers) {
   Rules r("gemm_dsrelu", pointers);
-  place_all(r, {{"a", &x.a}, {"b", &x.b}, {"c", &x.c}, {"prob", &x.prob}, {"dc", &x.dc},
-                      {"dprob", &x.dprob}});
+  r.place({{"a", &x.a, kIn}, {"b", &x.b, kIn}, {"c", &x.c, kIn}, {"prob", &x.prob, kIn}, {"dc", &x.dc, kOut},
+           {"dprob", &x.dprob, kOut}});
   r.settle();
   Problem p;
   check_a(r, x.a, p);
@@ -454,7 +432,7 @@ Device check(const GemmDsreluArgs& x, Pointers pointers) {
   check_rows(r, "c", x.c, p, "N", p.N);
   check_rows(r, "dc", x.dc, p, "N", p.N);
   check_per_row(r, "dprob", x.dprob, p);
-  r.disjoint({{"dc", &x.dc}, {"dprob", &x.dprob}}, {{"a", &x.a}, {"b", &x.b}, {"c", &x.c}, {"prob", &x.prob}});
+  r.disjoint();
   return r.backend();
 }
 

@@ -83,36 +83,38 @@ std::string format_dims(std::initializer_list<Dim> dims) {
   return s + ")" + sources;
 }
 
-void Rules::place(const char* name, const TensorView& t) {
-  if (!t.defined()) return;
-  if (t.rank > TensorView::kMaxRank) {  // before anything reads its shape: a view holds at most 4 extents
-    fail(ErrorCode::invalid_argument, name, "a tensor of rank 1 to " + std::to_string(TensorView::kMaxRank),
-         "rank " + std::to_string(t.rank));
+void Rules::place(std::initializer_list<Operand> operands) {
+  for (const Operand& o : operands) {
+    const TensorView& t = *o.view;
+    if (!t.defined()) continue;
+    if (t.rank > TensorView::kMaxRank) {  // before anything reads its shape: a view holds at most 4 extents
+      fail(ErrorCode::invalid_argument, o.name, "a tensor of rank 1 to " + std::to_string(TensorView::kMaxRank),
+           "rank " + std::to_string(t.rank));
+    }
+    if (t.device != Device::host && t.device != Device::cuda) {  // a value cast from outside the enum
+      fail(ErrorCode::invalid_argument, o.name, "a host or cuda tensor",
+           "device value " + std::to_string(static_cast<int>(t.device)));
+    }
+    if (count_ == kMaxOperands) {
+      throw Error(ErrorCode::internal, std::string(op_) + ": more operands than the contract check holds");
+    }
+    operands_[count_++] = o;
   }
-  if (t.device != Device::host && t.device != Device::cuda) {  // a value cast from outside the enum
-    fail(ErrorCode::invalid_argument, name, "a host or cuda tensor",
-         "device value " + std::to_string(static_cast<int>(t.device)));
-  }
-  if (count_ == kMaxOperands) {
-    throw Error(ErrorCode::internal, std::string(op_) + ": more operands than the contract check holds");
-  }
-  names_[count_] = name;
-  devices_[count_] = t.device;
-  ++count_;
 }
 
 Device Rules::settle() {
   if (count_ == 0) return backend_ = Device::host;
   int on_host = 0;
-  for (int i = 0; i < count_; ++i) on_host += devices_[i] == Device::host;
+  for (int i = 0; i < count_; ++i) on_host += operands_[i].view->device == Device::host;
   const int on_cuda = count_ - on_host;
-  backend_ = on_host > on_cuda ? Device::host : on_cuda > on_host ? Device::cuda : devices_[0];
+  backend_ = on_host > on_cuda ? Device::host : on_cuda > on_host ? Device::cuda : operands_[0].view->device;
   for (int i = 0; i < count_; ++i) {
-    if (devices_[i] != backend_) {
-      fail(ErrorCode::invalid_argument, names_[i],
+    const Device device = operands_[i].view->device;
+    if (device != backend_) {
+      fail(ErrorCode::invalid_argument, operands_[i].name,
            std::string("a ") + device_name(backend_) + " tensor like the other operands (every tensor of a "
                "call on one device)",
-           std::string("a ") + device_name(devices_[i]) + " tensor");
+           std::string("a ") + device_name(device) + " tensor");
     }
   }
   return backend_;
@@ -311,18 +313,24 @@ void Rules::pointer_table(const char* name, const TensorView& t) const {
   }
 }
 
-void Rules::disjoint(NamedViews outputs, NamedViews inputs) const {
+void Rules::disjoint() const {
   if (!check_pointers()) return;
-  for (auto out = outputs.begin(); out != outputs.end(); ++out) {
-    const auto overlapping = [&](const std::pair<const char*, const TensorView*>& other) {
-      if (!views_overlap(*out->second, *other.second)) return;
-      fail(ErrorCode::invalid_argument, out->first,
+  for (int i = 0; i < count_; ++i) {
+    const Operand& out = operands_[i];
+    if (out.role != Role::output) continue;
+    const auto overlapping = [&](const Operand& other) {
+      if (!views_overlap(*out.view, *other.view)) return;
+      fail(ErrorCode::invalid_argument, out.name,
            "memory that no other operand of the call uses (outputs overlap neither each other nor the inputs)",
-           std::string("memory overlapping ") + other.first + " (at " + address(out->second->data) + " and " +
-               address(other.second->data) + ")");
+           std::string("memory overlapping ") + other.name + " (at " + address(out.view->data) + " and " +
+               address(other.view->data) + ")");
     };
-    for (auto later = out + 1; later != outputs.end(); ++later) overlapping(*later);
-    for (const auto& in : inputs) overlapping(in);
+    for (int j = i + 1; j < count_; ++j) {
+      if (operands_[j].role == Role::output) overlapping(operands_[j]);
+    }
+    for (int j = 0; j < count_; ++j) {
+      if (operands_[j].role == Role::input) overlapping(operands_[j]);
+    }
   }
 }
 

@@ -16,6 +16,17 @@ namespace moegemm::contract {
 /// Operands by name, as a check lists them.
 using NamedViews = std::initializer_list<std::pair<const char*, const TensorView*>>;
 
+/// What the op does with an operand: reads it, or writes it (an output it also reads, as the weight
+/// gradient's w with accumulate, is an output).
+enum class Role : uint8_t { input, output };
+
+/// An operand of a call as a check places it: its name, its view and its role.
+struct Operand {
+  const char* name;
+  const TensorView* view;
+  Role role;
+};
+
 /// Whether the rules that read pointer values (non-null data, 16-byte aligned base addresses, host
 /// per-expert pointer tables) run. Workspace queries skip them: bindings size workspaces at trace time,
 /// before any buffer exists.
@@ -39,8 +50,9 @@ class Rules {
   bool check_pointers() const { return pointers_ == Pointers::check; }
   Device backend() const { return backend_; }
 
-  /// Records the device of an operand (absent operands are ignored).
-  void place(const char* name, const TensorView& t);
+  /// Records an operand's device, view and role, in order (absent operands are ignored); every operand of a
+  /// call is placed, so that settle() and disjoint() see them all.
+  void place(std::initializer_list<Operand> operands);
   /// Fixes the backend: the device most operands are on (ties: the first operand's). Throws naming the
   /// first operand on the other device.
   Device settle();
@@ -90,17 +102,17 @@ class Rules {
   void option(const char* name, int value, std::initializer_list<const char*> names) const;
   /// Host pointer table (b.ptrs, w_ptrs on the host backend): every entry non-null and 16-byte aligned.
   void pointer_table(const char* name, const TensorView& t) const;
-  /// No aliasing (docs/ops.md §0.2, rule 9): no output shares memory with a later output or with an input
-  /// (views_overlap: exact for the layouts the other rules admit). Pointer rules only; run after them.
-  void disjoint(NamedViews outputs, NamedViews inputs) const;
+  /// No aliasing (docs/ops.md §0.2, rule 9): no placed output shares memory with a later output or with an
+  /// input (views_overlap: exact for the layouts the other rules admit); the first such pair in placement
+  /// order is named. Pointer rules only; run after them.
+  void disjoint() const;
 
  private:
   const char* op_;
   Pointers pointers_;
   Device backend_ = Device::host;
   static constexpr int kMaxOperands = 16;
-  const char* names_[kMaxOperands] = {};
-  Device devices_[kMaxOperands] = {};
+  Operand operands_[kMaxOperands] = {};
   int count_ = 0;
 };
 

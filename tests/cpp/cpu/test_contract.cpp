@@ -913,6 +913,34 @@ TEST(Contract, OutputsSharingMemoryWithAnyOperandAreRejected) {
   }
 }
 
+TEST(Contract, AliasingRuleCoversEveryOperandOfTheDglu) {
+  // Every operand the check places takes part in the aliasing rule with its role: each one in turn moved
+  // onto dc's first byte is refused, naming dc (the first output placed) and that operand.
+  using Member = TensorView GroupedGemmDgluArgs::*;
+  using X = GroupedGemmDgluArgs;
+  const std::pair<const char*, Member> operands[] = {
+      {"a", &X::a},       {"c", &X::c},         {"offsets", &X::offsets}, {"alpha", &X::alpha}, {"beta", &X::beta},
+      {"prob", &X::prob}, {"dprob", &X::dprob}, {"dbias", &X::dbias},     {"amax", &X::amax}};
+  for (Device dev : {Device::host, Device::cuda}) {
+    Maker m{dev};
+    const auto refused = [](const GroupedGemmDgluArgs& x, const std::string& other) {
+      expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+                   {"grouped_gemm_dglu: dc: expected memory that no other operand of the call uses",
+                    "got memory overlapping " + other + " (at 0x"});
+    };
+    for (const auto& [name, member] : operands) {
+      SCOPED_TRACE(name);
+      auto x = dglu_args(m);
+      (x.*member).data = x.dc.data;
+      refused(x, name);
+    }
+    auto x = dglu_args(m);
+    x.b.dense.data = x.dc.data;
+    refused(x, "b");
+    EXPECT_EQ(contract::check(dglu_args(m)), dev);
+  }
+}
+
 // ---- one device per call -----------------------------------------------------------------------------------
 
 TEST(Contract, MixedDevicesNameTheOddOperand) {
