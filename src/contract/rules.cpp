@@ -325,11 +325,9 @@ void Rules::disjoint() const {
            std::string("memory overlapping ") + other.name + " (at " + address(out.view->data) + " and " +
                address(other.view->data) + ")");
     };
-    for (int j = i + 1; j < count_; ++j) {
-      if (operands_[j].role == Role::output) overlapping(operands_[j]);
-    }
+    // Every input, and the outputs placed after this one (an earlier output has met this one already).
     for (int j = 0; j < count_; ++j) {
-      if (operands_[j].role == Role::input) overlapping(operands_[j]);
+      if (operands_[j].role == Role::input || j > i) overlapping(operands_[j]);
     }
   }
 }

@@ -916,14 +916,13 @@ TEST(Contract, OutputsSharingMemoryWithAnyOperandAreRejected) {
 TEST(Contract, AliasingRuleCoversEveryOperandOfTheDglu) {
   // Every operand the check places takes part in the aliasing rule with its role: each one in turn moved
   // onto dc's first byte is refused, naming dc (the first output placed) and that operand.
-  using Member = TensorView GroupedGemmDgluArgs::*;
   using X = GroupedGemmDgluArgs;
-  const std::pair<const char*, Member> operands[] = {
+  const std::pair<const char*, TensorView X::*> operands[] = {
       {"a", &X::a},       {"c", &X::c},         {"offsets", &X::offsets}, {"alpha", &X::alpha}, {"beta", &X::beta},
       {"prob", &X::prob}, {"dprob", &X::dprob}, {"dbias", &X::dbias},     {"amax", &X::amax}};
   for (Device dev : {Device::host, Device::cuda}) {
     Maker m{dev};
-    const auto refused = [](const GroupedGemmDgluArgs& x, const std::string& other) {
+    const auto refused = [](const X& x, const std::string& other) {
       expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
                    {"grouped_gemm_dglu: dc: expected memory that no other operand of the call uses",
                     "got memory overlapping " + other + " (at 0x"});
