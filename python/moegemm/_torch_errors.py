@@ -30,12 +30,14 @@ def check_same_device(op: str, **tensors) -> None:
                              f"{t.device}")
 
 
-def call_named(public_op: str, names: dict[tuple[str, str], str], fn, *args, **kwargs):
+def call_named(public_op: str, names: dict[tuple[str, str], str], fn, *args,
+               terms: dict[str, str] | None = None, **kwargs):
     """``fn(*args, **kwargs)``; a ValueError or NotImplementedError of an inner op whose message starts with
     ``"<op>: <operand>: "`` is re-raised as ``"<public_op>: <name>: ... (checked as <op>'s <operand>)"``, where
-    ``names`` maps (op, operand) to the caller's name for it; other errors pass unchanged. While torch.compile
-    traces, ``fn`` is called as it is (the fake kernels raise their own errors there). Costs the eager path a
-    call and a check (~0.3 µs; a context manager took ~1.8 µs)."""
+    ``names`` maps (op, operand) to the caller's name for it, and each text of ``terms`` in the rest of the
+    message is replaced by the caller's term for it (a dimension the inner op names otherwise); other errors
+    pass unchanged. While torch.compile traces, ``fn`` is called as it is (the fake kernels raise their own
+    errors there). Costs the eager path a call and a check (~0.3 µs; a context manager took ~1.8 µs)."""
     if torch.compiler.is_compiling():
         return fn(*args, **kwargs)
     try:
@@ -45,5 +47,8 @@ def call_named(public_op: str, names: dict[tuple[str, str], str], fn, *args, **k
         for (op, operand), name in names.items():
             prefix = f"{op}: {operand}: "
             if message.startswith(prefix):
-                raise type(e)(f"{public_op}: {name}: {message[len(prefix):]} (checked as {op}'s {operand})") from e
+                body = message[len(prefix):]
+                for inner, outer in (terms or {}).items():
+                    body = body.replace(inner, outer)
+                raise type(e)(f"{public_op}: {name}: {body} (checked as {op}'s {operand})") from e
         raise

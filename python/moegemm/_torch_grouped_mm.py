@@ -22,6 +22,8 @@ _ROWS_NAMES = {("grouped_gemm", "a"): "a", ("grouped_gemm", "b"): "b", ("grouped
                ("grouped_gemm", "bias"): "bias"}
 _RAGGED_K_NAMES = {("grouped_gemm_wgrad", "x"): "a (read as a.t(), the (T, H) tensor it views)",
                    ("grouped_gemm_wgrad", "dy"): "b", ("grouped_gemm_wgrad", "offsets"): "offs"}
+# The ragged dimension, M in grouped_gemm_wgrad's messages (its rows), is T in the 2-D x 2-D mode's.
+_RAGGED_K_TERMS = {"expert end rows in [0, M=": "group ends along T in [0, T=", "each <= M": "each <= T"}
 
 
 def _segment_column_sums(dout: torch.Tensor, offs: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -234,7 +236,7 @@ def _ragged_k_mm(a, b, offs, out_dtype, zero_tail=False, validate=False):
 
 def _ragged_k_op(a, b, offs, out_dtype, validate):
     """The 2-D x 2-D forward: grouped_gemm_wgrad of x = a.t() and dy = b, its errors in grouped_mm's names."""
-    return call_named(_OP, _RAGGED_K_NAMES, _WGRAD, a.t(), b, offs,
+    return call_named(_OP, _RAGGED_K_NAMES, _WGRAD, a.t(), b, offs, terms=_RAGGED_K_TERMS,
                       out_dtype=out_dtype or a.dtype, validate=validate)
 
 
