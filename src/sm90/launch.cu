@@ -182,19 +182,23 @@ int persistent_grid(int sms, int64_t ctas_with_work) {
   return static_cast<int>(cap ? std::min<int64_t>(grid, cap) : grid);
 }
 
-/// SM count of the current device. Also makes the device's primary context current on this thread: the
-/// driver's tensor-map encoder needs one, and a thread that has only selected a device (e.g. torch's
-/// autograd worker) may not have it yet.
+/// SM count of the current device, read once per thread and device (the attribute cannot change). On the
+/// first call for a device it also makes the device's primary context current on this thread: the driver's
+/// tensor-map encoder needs one, and a thread that has only selected a device (e.g. torch's autograd
+/// worker) may not have it yet.
 int sm_count() {
-  thread_local int context_device = -1;
-  int device = 0, sms = 0;
+  thread_local int cached_device = -1;
+  thread_local int cached_sms = 0;
+  int device = 0;
   check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-  if (device != context_device) {
+  if (device != cached_device) {
+    int sms = 0;
     check_cuda(cudaSetDevice(device), "cudaSetDevice");
-    context_device = device;
+    check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+    cached_device = device;
+    cached_sms = sms;
   }
-  check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
-  return sms;
+  return cached_sms;
 }
 
 OutType out_type(DType t) {
@@ -412,10 +416,11 @@ void launch_forward(const ForwardProblem& f, cudaStream_t stream) {
                         p.num_experts, p.m, stream);
   }
   if (f.zero_tail) {
-    launch_zero_tail(p.d, static_cast<int>(d_cols), f.offsets, p.num_experts, p.m, stream);
-    launch_zero_tail(p.c, static_cast<int>(f.n), f.offsets, p.num_experts, p.m, stream);
+    launch_zero_tail(p.d, static_cast<int>(d_cols), f.offsets, p.num_experts, p.m, sms, stream);
+    launch_zero_tail(p.c, static_cast<int>(f.n), f.offsets, p.num_experts, p.m, sms, stream);
     if (f.dprob.defined()) {
-      launch_zero_tail(OutMatrix{f.dprob.data, 1, OutType::f32}, 1, f.offsets, p.num_experts, p.m, stream);
+      launch_zero_tail(OutMatrix{f.dprob.data, 1, OutType::f32}, 1, f.offsets, p.num_experts, p.m, sms,
+                       stream);
     }
   }
 }

@@ -37,13 +37,10 @@ __global__ void __launch_bounds__(kTailThreads) zero_tail_kernel(OutMatrix out, 
 
 }  // namespace
 
-void launch_zero_tail(const OutMatrix& out, int cols, const int* offsets, int num_experts, int m,
+void launch_zero_tail(const OutMatrix& out, int cols, const int* offsets, int num_experts, int m, int sms,
                       cudaStream_t stream) {
   if (!out.ptr || m == 0 || !offsets) return;
   const int esize = out.type == OutType::f32 ? 4 : 2;
-  int device = 0, sms = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   zero_tail_kernel<<<2 * sms, kTailThreads, 0, stream>>>(out, cols * esize, offsets, num_experts, m);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) {
