@@ -1,7 +1,10 @@
-// moegemm::Error -> torch errors, keeping the message: invalid_argument -> ValueError,
-// unsupported -> NotImplementedError (a RuntimeError), anything else -> RuntimeError.
+// moegemm::Error -> torch errors, keeping the message (its dtypes spelled as torch spells them):
+// invalid_argument -> ValueError, unsupported -> NotImplementedError (a RuntimeError), anything else ->
+// RuntimeError.
 #pragma once
 
+#include <string>
+#include <string_view>
 #include <utility>
 
 #include <c10/util/Exception.h>
@@ -10,14 +13,20 @@
 
 namespace moegemm::torch_ops {
 
+/// `message` with each of the contract's dtype names (bf16, f32, i32, ..., docs/ops.md) that stands as a word
+/// of its own replaced by the torch dtype the binding maps to it (torch.bfloat16, torch.float32,
+/// torch.int32, ...), so that an error names dtypes the way the caller wrote them.
+std::string torch_dtype_spelling(std::string_view message);
+
 [[noreturn]] inline void rethrow_as_torch_error(const Error& e) {
+  const std::string message = torch_dtype_spelling(e.what());
   switch (e.code()) {
     case ErrorCode::invalid_argument:
-      TORCH_CHECK_VALUE(false, e.what());
+      TORCH_CHECK_VALUE(false, message);
     case ErrorCode::unsupported:
-      TORCH_CHECK_NOT_IMPLEMENTED(false, e.what());
+      TORCH_CHECK_NOT_IMPLEMENTED(false, message);
     default:
-      TORCH_CHECK(false, e.what());
+      TORCH_CHECK(false, message);
   }
 }
 

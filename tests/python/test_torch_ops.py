@@ -1,6 +1,8 @@
 """torch.ops.moegemm on CPU: values against float64 torch references, output conventions, errors (FP8 inputs
 also on CUDA)."""
 
+import re
+
 import pytest
 import torch
 
@@ -254,10 +256,11 @@ def test_grouped_gemm_wgrad_checks_the_call_before_allocating_w():
     before w is allocated (here w would be 2^36 bytes, past what the host allocator hands out)."""
     h = 2**31 + 1  # not a multiple of 8 either
     x, dy = torch.empty(0, h, dtype=torch.bfloat16), torch.empty(0, 8, dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match=r"grouped_gemm_wgrad: offsets: expected dtype i32, got i64"):
+    with pytest.raises(ValueError,
+                       match=r"grouped_gemm_wgrad: offsets: expected dtype torch\.int32, got torch\.int64$"):
         ops.grouped_gemm_wgrad(x, dy, torch.zeros(4, dtype=torch.int64))
-    with pytest.raises(ValueError, match=r"grouped_gemm_wgrad: x: expected H \* sizeof\(bf16\) a multiple of 16 "
-                                         r"bytes .*got H=2147483649 \(4294967298 bytes\)"):
+    with pytest.raises(ValueError, match=r"grouped_gemm_wgrad: x: expected H \* sizeof\(torch\.bfloat16\) a multiple "
+                                         r"of 16 bytes .*got H=2147483649 \(4294967298 bytes\)"):
         ops.grouped_gemm_wgrad(x, dy, torch.zeros(4, dtype=torch.int32))
     # The same T = 0 call with valid operands: every expert exactly 0.
     w = ops.grouped_gemm_wgrad(torch.empty(0, 16, dtype=torch.bfloat16), dy, torch.zeros(4, dtype=torch.int32))
@@ -320,6 +323,32 @@ def test_dbias_dtype_is_checked_by_name(device):
     assert dbias.dtype == torch.bfloat16 and dbias.shape == (2, 16)
 
 
+# The contract's dtype names (docs/ops.md: bf16, f32, i32, ...) as words of their own.
+CONTRACT_DTYPE_WORD = re.compile(r"(?<![\w.])(bf16|f16|f32|f64|i32|i64|u8|e4m3|e5m2|e2m1)(?!\w)")
+
+
+def test_contract_errors_name_dtypes_as_torch_does():
+    """The ops' dtype rules are the C++ contract's; through torch, their messages name dtypes as torch does
+    (torch.int32, not i32), operand tensors and the dtypes they are expected to have alike."""
+    a, b, offsets = randn(8, 16), weights(2, 16, 8, "nk"), offsets_of([3, 5])
+    calls = {
+        r"grouped_gemm: offsets: expected dtype torch\.int32, got torch\.int64$":
+            lambda: ops.grouped_gemm(a, b, offsets.long()),
+        r"grouped_gemm: b: expected dtype torch\.bfloat16 \(the dtype of a\), got torch\.float32$":
+            lambda: ops.grouped_gemm(a, b.float(), offsets),
+        r"grouped_gemm: bias: expected dtype torch\.bfloat16, torch\.float32 or torch\.float64, got "
+        r"torch\.float16$": lambda: ops.grouped_gemm(a, b, offsets, bias=randn(2, 8).half()),
+        r"grouped_gemm_wgrad: dy: expected dtype torch\.bfloat16 \(the dtype of x\), got torch\.float32$":
+            lambda: ops.grouped_gemm_wgrad(a, randn(8, 8).float(), offsets),
+        r"grouped_gemm_glu: b: expected I = N/2 with I \* sizeof\(torch\.bfloat16\) a multiple of 16 bytes":
+            lambda: ops.grouped_gemm_glu(a, weights(2, 16, 24, "nk"), offsets),
+    }
+    for expected, call in calls.items():
+        with pytest.raises(ValueError, match=expected) as info:
+            call()
+        assert CONTRACT_DTYPE_WORD.search(str(info.value)) is None, str(info.value)
+
+
 def test_glu_join_inverts_split():
     g = randn(3, 128, dtype=torch.float64)
     for layout in ("halves", "interleaved32", "interleaved32_up_first"):
@@ -334,7 +363,7 @@ def test_errors_name_the_operand():
         ops.grouped_gemm(a, b, offsets, b_layout="mn")
     with pytest.raises(ValueError, match=r"grouped_gemm: a: expected a 2-D"):
         ops.grouped_gemm(a[None], b, offsets)
-    with pytest.raises(ValueError, match=r"grouped_gemm: offsets: .*i32.*i64"):
+    with pytest.raises(ValueError, match=r"grouped_gemm: offsets: expected dtype torch\.int32, got torch\.int64$"):
         ops.grouped_gemm(a, b, offsets.long())
     with pytest.raises(ValueError, match=r"grouped_gemm: b: .*K=16"):
         ops.grouped_gemm(a, weights(2, 8, 8, "nk"), offsets)
@@ -380,8 +409,9 @@ def test_errors_name_the_operand():
     with pytest.raises(ValueError, match=r"grouped_gemm_glu: linear_offset: .*got -1e\+39, which f32 rounds to -inf$"):
         ops.grouped_gemm_glu(a, b, offsets, activation="swiglu_clamped", linear_offset=-1e39)
     # An I that breaks the 16-byte rule blames b, whose N sets it.
-    with pytest.raises(ValueError, match=r"grouped_gemm_glu: b: expected I = N/2 with I \* sizeof\(bf16\) a "
-                                         r"multiple of 16 bytes .*in d of dtype bf16.*got N=24 \(I=12\)"):
+    with pytest.raises(ValueError, match=r"grouped_gemm_glu: b: expected I = N/2 with I \* sizeof\(torch\.bfloat16\) "
+                                         r"a multiple of 16 bytes .*in d of dtype torch\.bfloat16.*got N=24 "
+                                         r"\(I=12\)"):
         ops.grouped_gemm_glu(a, weights(2, 16, 24, "nk"), offsets)
 
 
