@@ -227,8 +227,11 @@ def test_trace_time_errors_name_the_operand():
         mj.grouped_gemm(a, b, off.astype(jnp.float32))
     with pytest.raises(TypeError, match=r"grouped_gemm: a: expected dtype bfloat16, float16, got float32"):
         mj.grouped_gemm(a.astype(jnp.float32), b.astype(jnp.float32), off)
-    with pytest.raises(ValueError, match=r"offsets: expected dim 0 = 6 \(E from b\)"):
+    # As the contract (and the torch op) says it: E comes from offsets, and the weights are blamed.
+    with pytest.raises(ValueError, match=r"grouped_gemm: b: expected dim 0 = 3 \(E from offsets\)"):
         mj.grouped_gemm(a, b, off[:3])
+    with pytest.raises(ValueError, match=r"grouped_gemm_dglu: b: expected dim 0 = 3 \(E from offsets\)"):
+        mj.grouped_gemm_dglu(rand(rng, (M, K)), b, rand(rng, (M, 2 * N)), off[:3])
     with pytest.raises(ValueError, match=r"b: expected N a multiple of 8 .*got N = 43"):
         mj.grouped_gemm(a, rand(rng, (E, 43, K)), off)
     with pytest.raises(ValueError, match=r"b_layout: expected one of 'nk', 'kn', got 'tn'"):
