@@ -1,6 +1,8 @@
 // Decoding of XLA FFI buffers and attributes into moegemm views and options.
 #include "ffi_decode.hpp"
 
+#include "messages.hpp"
+
 #include <string>
 
 namespace moegemm::jax_binding {
@@ -91,9 +93,9 @@ DecodedCall decode_call(const ffi::RemainingArgs& args, const ffi::RemainingRets
 
 ffi::Error to_ffi_error(const Error& e) {
   switch (e.code()) {
-    case ErrorCode::invalid_argument: return ffi::Error(ffi::ErrorCode::kInvalidArgument, e.what());
-    case ErrorCode::unsupported: return ffi::Error(ffi::ErrorCode::kUnimplemented, e.what());
-    default: return ffi::Error(ffi::ErrorCode::kInternal, e.what());
+    case ErrorCode::invalid_argument: return ffi::Error(ffi::ErrorCode::kInvalidArgument, jax_message(e));
+    case ErrorCode::unsupported: return ffi::Error(ffi::ErrorCode::kUnimplemented, jax_message(e));
+    default: return ffi::Error(ffi::ErrorCode::kInternal, jax_message(e));
   }
 }
 

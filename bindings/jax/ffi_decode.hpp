@@ -36,8 +36,8 @@ struct DecodedCall {
 };
 DecodedCall decode_call(const ffi::RemainingArgs& args, const ffi::RemainingRets& rets, Device device);
 
-/// moegemm::Error as ffi::Error with the same message (invalid_argument -> kInvalidArgument,
-/// unsupported -> kUnimplemented, others -> kInternal).
+/// moegemm::Error as ffi::Error with its message (jax_message: dtypes spelled as numpy does;
+/// invalid_argument -> kInvalidArgument, unsupported -> kUnimplemented, others -> kInternal).
 ffi::Error to_ffi_error(const Error& e);
 
 }  // namespace moegemm::jax_binding

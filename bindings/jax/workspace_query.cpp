@@ -8,6 +8,7 @@
 #include <map>
 #include <string>
 
+#include "messages.hpp"
 #include "op_table.hpp"
 
 namespace moegemm::jax_binding {
@@ -138,7 +139,7 @@ extern "C" int moegemm_jax_workspace_bytes(const char* op, const char* attrs, in
     }
     return 0;
   } catch (const Error& e) {
-    write_message(err, err_len, e.what());
+    write_message(err, err_len, jax_message(e).c_str());
     return e.code() == ErrorCode::invalid_argument ? 1 : 2;
   } catch (const std::exception& e) {
     write_message(err, err_len, e.what());

@@ -24,7 +24,7 @@ void fill_common(Args& args, const char* op, const at::Tensor& a, const at::Tens
                  const OptTensor& prob, bool zero_tail, bool validate) {
   expect_rank(a, 2, op, "a", "(M, K) incoming-gradient");
   expect_rank(c, 2, op, "c", "(M, N) saved pre-activation");
-  expect_rank(offsets, 1, op, "offsets", "(E,) int32");
+  expect_rank(offsets, 1, op, "offsets", "(E,) torch.int32");
   expect_device(a, b, op, "b");
   expect_device(a, c, op, "c");
   expect_device(a, offsets, op, "offsets");

@@ -23,11 +23,14 @@ DType dtype_of(at::ScalarType type, const char* op, const char* operand) {
     case at::kFloat8_e5m2: return DType::e5m2;
     case at::kFloat4_e2m1fn_x2: return DType::e2m1;
     default:
-      // The operand's own rule (the contract's) names the dtypes it takes; this is the set of all of them.
+      // Offsets take one dtype, said as the contract says it for the dtypes it maps (torch.int64). For the
+      // other operands, whose own rule (the contract's) names the dtypes each takes: the set of all of them.
+      TORCH_CHECK_VALUE(std::string_view(operand) != "offsets", op, ": offsets: expected dtype torch.int32, got torch.",
+                        std::string(c10::getDtypeNames(type).first));
       TORCH_CHECK_VALUE(false, op, ": ", operand, ": expected a dtype moegemm reads or writes (torch.bfloat16, "
                         "torch.float16, torch.float32 or torch.float64 for data, torch.int32 for offsets, "
-                        "torch.int64 for pointer tables, float8 for the 8-bit paths), got torch.",
-                        std::string(c10::getDtypeNames(type).first));
+                        "torch.int64 for pointer tables, torch.float8_e4m3fn or torch.float8_e5m2 for the 8-bit "
+                        "paths), got torch.", std::string(c10::getDtypeNames(type).first));
   }
 }
 

@@ -19,7 +19,7 @@ void fill_inputs(GroupedGemmWgradArgs& args, const char* op, const at::Tensor& x
                  const at::Tensor& offsets, bool transpose_output, bool validate) {
   expect_rank(x, 2, op, "x", "(M, H)");
   expect_rank(dy, 2, op, "dy", "(M, N)");
-  expect_rank(offsets, 1, op, "offsets", "(E,) int32");
+  expect_rank(offsets, 1, op, "offsets", "(E,) torch.int32");
   expect_device(x, dy, op, "dy");
   expect_device(x, offsets, op, "offsets");
   args.x = view_of(x, op, "x");

@@ -80,7 +80,7 @@ def _check_no_groups(a, b, k_a, k_b, where, n, offs=None, bias=None, ragged_k=Fa
     ``ragged_k`` the contraction is the token dimension T of the 2-D x 2-D mode, which, as with groups, may
     have any extent (the rules on K do not apply to it)."""
     if offs is not None and (offs.dtype != torch.int32 or offs.shape != (0,)):
-        raise ValueError(f"{_OP}: offs: expected an int32 tensor of shape (0,) for 0 groups, got {offs.dtype} of "
+        raise ValueError(f"{_OP}: offs: expected a torch.int32 tensor of shape (0,) for 0 groups, got {offs.dtype} of "
                          f"shape {tuple(offs.shape)}")
     check_same_device(_OP, a=a, b=b, offs=offs, bias=bias)
     bias_dtypes = (torch.bfloat16, torch.float32) + ((torch.float64,) if a.device.type == "cpu" else ())
@@ -292,17 +292,17 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
             if not isinstance(t, tensor) and (t is not None or name in ("a", "b")):
                 raise TypeError(f"{_OP}: {name}: expected a torch.Tensor, got {type(t).__name__}")
     if offs is not None and offs.dim() != 1:
-        raise ValueError(f"{_OP}: offs: expected a 1-D (E,) int32 tensor, got shape {tuple(offs.shape)}")
+        raise ValueError(f"{_OP}: offs: expected a 1-D (E,) torch.int32 tensor, got shape {tuple(offs.shape)}")
     if out_dtype is not None and out_dtype not in _OUT_DTYPES:
         raise ValueError(f"{_OP}: out_dtype: expected None, torch.bfloat16, torch.float16 or torch.float32, "
-                         f"got {out_dtype}")
+                         f"got {out_dtype!r}")
     if a.dim() == 2 and b.dim() == 3:
         if offs is None:
-            raise ValueError(f"{_OP}: offs: required for 2-D x 3-D inputs (an (E,) int32 tensor), got None")
+            raise ValueError(f"{_OP}: offs: required for 2-D x 3-D inputs (an (E,) torch.int32 tensor), got None")
         return _rows_mm(a, b, offs, bias, out_dtype, zero_tail, bool(validate))
     if a.dim() == 2 and b.dim() == 2:
         if offs is None:
-            raise ValueError(f"{_OP}: offs: required for 2-D x 2-D inputs (an (E,) int32 tensor), got None")
+            raise ValueError(f"{_OP}: offs: required for 2-D x 2-D inputs (an (E,) torch.int32 tensor), got None")
         if bias is not None:
             raise ValueError(f"{_OP}: bias: not supported in the 2-D x 2-D mode, got a tensor")
         return _ragged_k_mm(a, b, offs, out_dtype, bool(zero_tail), bool(validate))

@@ -179,7 +179,7 @@ def _check_operands(x, w_up, w_down, offsets, prob, activation, glu_layout) -> N
             raise ValueError(f"{_OP}: w_up: expected I (half of its last dim) a multiple of 8 (the GLU output's "
                              f"16-bit rows must be 16-byte aligned), got I = {two_i // 2} (shape {tuple(w_up.shape)})")
     if offsets.dim() != 1 or offsets.shape[0] != e or offsets.dtype != torch.int32:
-        raise ValueError(f"{_OP}: offsets: expected an (E={e},) int32 tensor with E from w_up, got shape "
+        raise ValueError(f"{_OP}: offsets: expected an (E={e},) torch.int32 tensor with E from w_up, got shape "
                          f"{tuple(offsets.shape)} and dtype {offsets.dtype}")
     # Base addresses and x's row pitch (the 16-byte rule), so that a bad w_down is refused before the
     # up-projection runs, not by the second op.
@@ -287,7 +287,7 @@ class MoEMLP(torch.nn.Module):
         weight_dtypes = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
         if dtype is not None and dtype not in weight_dtypes:
             raise ValueError(f"MoEMLP: dtype: expected None, torch.bfloat16, torch.float16, torch.float32 or "
-                             f"torch.float64 (bf16 on CUDA), got {dtype}")
+                             f"torch.float64 (torch.bfloat16 on CUDA), got {dtype!r}")
         # Rows of x, h and the weights in whole 16 bytes (the 16-byte rule of every op), for any dtype.
         itemsize = (dtype or torch.get_default_dtype()).itemsize
         per_row = max(1, 16 // itemsize)

@@ -108,7 +108,7 @@ def _wgrad_hn(op: str, x: torch.Tensor, dy: torch.Tensor, offsets: torch.Tensor)
     """(E, H, N) of a weight gradient after the C++ op's checks of ranks and of M shared by x and dy."""
     _rank(op, "x", x, 2, "(M, H)")
     _rank(op, "dy", dy, 2, "(M, N)")
-    _require(offsets.dim() == 1, lambda: f"{op}: offsets: expected a 1-D (E,) int32 tensor, got shape "
+    _require(offsets.dim() == 1, lambda: f"{op}: offsets: expected a 1-D (E,) torch.int32 tensor, got shape "
                                          f"{_dims(offsets)}")
     m = x.shape[0]
     _require(dy.shape[0] == m, lambda: f"{op}: dy: expected shape (M={m}, N) with M from x, got {_dims(dy)}")
@@ -122,12 +122,31 @@ def _absent(like: torch.Tensor) -> torch.Tensor:
 # ---- fake kernels: output metadata only, exactly as the C++ ops allocate it -----------------------
 
 
+def _f32_default(x):
+    """The default dtype of outputs that default to f32 (wgrad's W, gemm_swiglu's ab12): f64 for f64 inputs."""
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+_OUTPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
+
+
+def _out_dtype_or(requested, fallback, op, arg):
+    """The fake kernels' copy of the C++ ops' output-dtype rule (bindings/torch/options.cpp, out_dtype_or):
+    ``requested`` if one of _OUTPUT_DTYPES, ``fallback`` if None; otherwise the same ValueError naming ``arg``."""
+    if requested is None:
+        return fallback
+    if requested not in _OUTPUT_DTYPES:
+        raise ValueError(f"{op}: {arg}: expected None, torch.bfloat16, torch.float16, torch.float32 or "
+                         f"torch.float64, got {requested}")
+    return requested
+
+
 @torch.library.register_fake("moegemm::grouped_gemm")
 def _grouped_gemm_fake(a, b, offsets, *, b_layout="nk", alpha=None, prob=None, bias=None, generate_c=False,
                        out_dtype=None, zero_tail=False, validate=False):
     check_same_device("grouped_gemm", a=a, b=b, offsets=offsets, alpha=alpha, prob=prob, bias=bias)
     n = _weights_n("grouped_gemm", a, b, b_layout, offsets)
-    d = a.new_empty((a.shape[0], n), dtype=out_dtype or a.dtype)
+    d = a.new_empty((a.shape[0], n), dtype=_out_dtype_or(out_dtype, a.dtype, "grouped_gemm", "out_dtype"))
     return d, (d.new_empty((a.shape[0], n)) if generate_c else _absent(d))
 
 
@@ -140,7 +159,7 @@ def _grouped_gemm_glu_fake(a, b, offsets, *, b_layout="nk", alpha=None, prob=Non
     _check_choice("grouped_gemm_glu", "activation", activation, _ACTIVATIONS)
     _check_choice("grouped_gemm_glu", "glu_layout", glu_layout, _GLU_LAYOUTS)
     n = _weights_n("grouped_gemm_glu", a, b, b_layout, offsets)
-    d = a.new_empty((a.shape[0], n // 2), dtype=out_dtype or a.dtype)
+    d = a.new_empty((a.shape[0], n // 2), dtype=_out_dtype_or(out_dtype, a.dtype, "grouped_gemm_glu", "out_dtype"))
     return d, (d.new_empty((a.shape[0], n)) if generate_c else _absent(d))
 
 
@@ -149,13 +168,8 @@ def _grouped_gemm_srelu_fake(a, b, offsets, *, b_layout="nk", alpha=None, prob=N
                              generate_c=False, out_dtype=None, zero_tail=False, validate=False):
     check_same_device("grouped_gemm_srelu", a=a, b=b, offsets=offsets, alpha=alpha, prob=prob, bias=bias)
     n = _weights_n("grouped_gemm_srelu", a, b, b_layout, offsets)
-    d = a.new_empty((a.shape[0], n), dtype=out_dtype or a.dtype)
+    d = a.new_empty((a.shape[0], n), dtype=_out_dtype_or(out_dtype, a.dtype, "grouped_gemm_srelu", "out_dtype"))
     return d, (d.new_empty((a.shape[0], n)) if generate_c else _absent(d))
-
-
-def _f32_default(x):
-    """The default dtype of outputs that default to f32 (wgrad's W, gemm_swiglu's ab12): f64 for f64 inputs."""
-    return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
 def _backward_outputs(op, a, c, offsets, columns, amax_len, compute_dprob, compute_dbias, compute_amax,
@@ -163,7 +177,7 @@ def _backward_outputs(op, a, c, offsets, columns, amax_len, compute_dprob, compu
     m, e = a.shape[0], offsets.shape[0]
     if compute_dbias and dbias_dtype not in (None, torch.float32, torch.bfloat16):
         raise ValueError(f"{op}: dbias_dtype: expected None, torch.float32 or torch.bfloat16, got {dbias_dtype}")
-    dc = a.new_empty((m, columns), dtype=dc_dtype or c.dtype)
+    dc = a.new_empty((m, columns), dtype=_out_dtype_or(dc_dtype, c.dtype, op, "dc_dtype"))
     dprob = a.new_empty((m,), dtype=torch.float32) if compute_dprob else _absent(dc)
     dbias = a.new_empty((e, columns), dtype=dbias_dtype or torch.float32) if compute_dbias else _absent(dc)
     amax = a.new_empty((amax_len,), dtype=torch.float32) if compute_amax else _absent(dc)
@@ -199,7 +213,8 @@ def _grouped_gemm_dsrelu_fake(a, b, c, offsets, *, b_layout="nk", alpha=None, pr
 def _grouped_gemm_wgrad_fake(x, dy, offsets, *, transpose_output=False, out_dtype=None, validate=False):
     check_same_device("grouped_gemm_wgrad", x=x, dy=dy, offsets=offsets)
     e, h, n = _wgrad_hn("grouped_gemm_wgrad", x, dy, offsets)
-    return x.new_empty((e, n, h) if transpose_output else (e, h, n), dtype=out_dtype or _f32_default(x))
+    dtype = _out_dtype_or(out_dtype, _f32_default(x), "grouped_gemm_wgrad", "out_dtype")
+    return x.new_empty((e, n, h) if transpose_output else (e, h, n), dtype=dtype)
 
 
 @torch.library.register_fake("moegemm::grouped_gemm_wgrad.accumulate")
@@ -222,22 +237,23 @@ def _gemm_swiglu_fake(a, b, *, b_layout="nk", alpha=1.0, glu_layout="interleaved
     check_same_device("gemm_swiglu", a=a, b=b)
     _check_choice("gemm_swiglu", "glu_layout", glu_layout, _GLU_LAYOUTS)
     n = _weights_n("gemm_swiglu", a, b, b_layout)
-    return (a.new_empty((a.shape[0], n), dtype=ab12_dtype or _f32_default(a)),
-            a.new_empty((a.shape[0], n // 2), dtype=out_dtype or a.dtype))
+    return (a.new_empty((a.shape[0], n), dtype=_out_dtype_or(ab12_dtype, _f32_default(a), "gemm_swiglu", "ab12_dtype")),
+            a.new_empty((a.shape[0], n // 2), dtype=_out_dtype_or(out_dtype, a.dtype, "gemm_swiglu", "out_dtype")))
 
 
 @torch.library.register_fake("moegemm::gemm_amax")
 def _gemm_amax_fake(a, b, *, b_layout="nk", out_dtype=None):
     check_same_device("gemm_amax", a=a, b=b)
     n = _weights_n("gemm_amax", a, b, b_layout)
-    return a.new_empty((a.shape[0], n), dtype=out_dtype or a.dtype), a.new_empty((1,), dtype=torch.float32)
+    d = a.new_empty((a.shape[0], n), dtype=_out_dtype_or(out_dtype, a.dtype, "gemm_amax", "out_dtype"))
+    return d, a.new_empty((1,), dtype=torch.float32)
 
 
 @torch.library.register_fake("moegemm::gemm_srelu")
 def _gemm_srelu_fake(a, b, *, b_layout="nk", alpha=1.0, prob=None, generate_c=False, out_dtype=None):
     check_same_device("gemm_srelu", a=a, b=b, prob=prob)
     n = _weights_n("gemm_srelu", a, b, b_layout)
-    d = a.new_empty((a.shape[0], n), dtype=out_dtype or a.dtype)
+    d = a.new_empty((a.shape[0], n), dtype=_out_dtype_or(out_dtype, a.dtype, "gemm_srelu", "out_dtype"))
     return d, (d.new_empty((a.shape[0], n)) if generate_c else _absent(d))
 
 
@@ -246,7 +262,7 @@ def _gemm_dsrelu_fake(a, b, c, *, b_layout="nk", alpha=1.0, prob=None, compute_d
     check_same_device("gemm_dsrelu", a=a, b=b, c=c, prob=prob)
     n = _weights_n("gemm_dsrelu", a, b, b_layout)
     _saved("gemm_dsrelu", a, c, n, "N")
-    dc = a.new_empty((a.shape[0], n), dtype=out_dtype or c.dtype)
+    dc = a.new_empty((a.shape[0], n), dtype=_out_dtype_or(out_dtype, c.dtype, "gemm_dsrelu", "out_dtype"))
     return dc, (a.new_empty((a.shape[0],), dtype=torch.float32) if compute_dprob else _absent(dc))
 
 

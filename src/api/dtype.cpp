@@ -1,5 +1,7 @@
 // Names of the element types, as error messages and the bindings spell them.
-#include "moegemm/tensor.hpp"
+#include "moegemm/dtype_names.hpp"
+
+#include <cctype>
 
 namespace moegemm {
 
@@ -17,6 +19,36 @@ const char* dtype_name(DType t) {
     case DType::e2m1: return "e2m1";
   }
   return "unknown";
+}
+
+namespace {
+
+bool word_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+
+}  // namespace
+
+std::string respell_dtypes(std::string_view message, std::string (*spell)(DType)) {
+  std::string out;
+  out.reserve(message.size() + 32);
+  std::size_t i = 0;
+  while (i < message.size()) {
+    if (!word_char(message[i])) {
+      out += message[i++];
+      continue;
+    }
+    std::size_t end = i;
+    while (end < message.size() && word_char(message[end])) ++end;
+    const std::string_view word = message.substr(i, end - i);
+    const bool dotted = i > 0 && message[i - 1] == '.';  // part of a dotted name, e.g. torch.float32
+    const DType* match = nullptr;
+    for (const DType& t : kAllDTypes) {
+      if (!dotted && word == dtype_name(t)) match = &t;
+    }
+    if (match) out += spell(*match);
+    else out += word;
+    i = end;
+  }
+  return out;
 }
 
 }  // namespace moegemm

@@ -234,6 +234,10 @@ def test_trace_time_errors_name_the_operand():
         mj.grouped_gemm_dglu(rand(rng, (M, K)), b, rand(rng, (M, 2 * N)), off[:3])
     with pytest.raises(ValueError, match=r"b: expected N a multiple of 8 .*got N = 43"):
         mj.grouped_gemm(a, rand(rng, (E, 43, K)), off)
+    # A rule of the library's own checks (run by the workspace query) names dtypes as numpy does too.
+    with pytest.raises(ValueError, match=r"grouped_gemm_glu: b: expected I = N/2 with I \* sizeof\(bfloat16\) a "
+                                         r"multiple of 16 bytes .*in d of dtype bfloat16.*for bfloat16\), got N=24"):
+        mj.grouped_gemm_glu(a, rand(rng, (E, 24, K)), off)
     with pytest.raises(ValueError, match=r"b_layout: expected one of 'nk', 'kn', got 'tn'"):
         mj.grouped_gemm(a, b, off, b_layout="tn")
     with pytest.raises(ValueError, match=r"activation: expected one of"):

@@ -286,7 +286,7 @@ def test_zero_groups_give_torchs_shapes(device):
     assert mt.grouped_mm(a3, b.detach()).shape == torch_grouped_mm(cpu(a3), cpu(b)).shape == (0, M, N)
     with pytest.raises(ValueError, match=r"grouped_mm: b: expected shape \(E, K=64, N\) with K from a.shape\[1\]"):
         mt.grouped_mm(a.detach(), randn(0, 32, N, device=device, seed=35), no_offs)
-    with pytest.raises(ValueError, match=r"grouped_mm: offs: expected an int32 tensor of shape \(0,\)"):
+    with pytest.raises(ValueError, match=r"grouped_mm: offs: expected a torch\.int32 tensor of shape \(0,\)"):
         mt.grouped_mm(a.detach(), b.detach(), no_offs.long())
 
 
@@ -351,10 +351,10 @@ def test_errors():
                              r"\(checked as grouped_gemm's offsets\)"):
         mt.grouped_mm(a, b, offs.long())
     for bad in (offs.view(2, 2), offs[0]):  # 2-D x 2-D and 2-D x 3-D; a 0-d offs too
-        with pytest.raises(ValueError, match=r"grouped_mm: offs: expected a 1-D \(E,\) int32 tensor, got shape "
+        with pytest.raises(ValueError, match=r"grouped_mm: offs: expected a 1-D \(E,\) torch\.int32 tensor, got shape "
                                              + re.escape(str(tuple(bad.shape)))):
             mt.grouped_mm(a.t(), randn(M * G, N), bad)
-        with pytest.raises(ValueError, match=r"grouped_mm: offs: expected a 1-D \(E,\) int32 tensor"):
+        with pytest.raises(ValueError, match=r"grouped_mm: offs: expected a 1-D \(E,\) torch\.int32 tensor"):
             mt.grouped_mm(a, b, bad)
     with pytest.raises(ValueError, match=r"grouped_mm: out_dtype: expected None, torch\.bfloat16, torch\.float16 "
                                          r"or torch\.float32, got torch\.int32"):

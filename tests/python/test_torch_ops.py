@@ -329,11 +329,16 @@ CONTRACT_DTYPE_WORD = re.compile(r"(?<![\w.])(bf16|f16|f32|f64|i32|i64|u8|e4m3|e
 
 def test_contract_errors_name_dtypes_as_torch_does():
     """The ops' dtype rules are the C++ contract's; through torch, their messages name dtypes as torch does
-    (torch.int32, not i32), operand tensors and the dtypes they are expected to have alike."""
+    (torch.int32, not i32), operand tensors and the dtypes they are expected to have alike; so do the
+    binding's own checks."""
     a, b, offsets = randn(8, 16), weights(2, 16, 8, "nk"), offsets_of([3, 5])
     calls = {
         r"grouped_gemm: offsets: expected dtype torch\.int32, got torch\.int64$":
             lambda: ops.grouped_gemm(a, b, offsets.long()),
+        r"grouped_gemm: offsets: expected dtype torch\.int32, got torch\.int16$":
+            lambda: ops.grouped_gemm(a, b, offsets.short()),
+        r"grouped_gemm_wgrad: offsets: expected a 1-D \(E,\) torch\.int32 tensor, got shape \(\)$":
+            lambda: ops.grouped_gemm_wgrad(a, randn(8, 8), offsets[0]),
         r"grouped_gemm: b: expected dtype torch\.bfloat16 \(the dtype of a\), got torch\.float32$":
             lambda: ops.grouped_gemm(a, b.float(), offsets),
         r"grouped_gemm: bias: expected dtype torch\.bfloat16, torch\.float32 or torch\.float64, got "
@@ -347,6 +352,40 @@ def test_contract_errors_name_dtypes_as_torch_does():
         with pytest.raises(ValueError, match=expected) as info:
             call()
         assert CONTRACT_DTYPE_WORD.search(str(info.value)) is None, str(info.value)
+
+
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+def test_output_dtypes_are_checked_by_name(device):
+    """Every output-dtype argument refuses a dtype no output takes, naming the argument, with the same message
+    on the meta device (the fake kernels, what torch.compile traces) as when the op runs."""
+    def on(*ts):
+        return [t.to(device) for t in ts]
+    a, offsets, dense_b = on(randn(8, 16), offsets_of([3, 5]), randn(16, 16))
+    b8, b16, b32 = on(weights(2, 16, 8, "nk"), weights(2, 16, 16, "nk"), weights(2, 16, 32, "nk"))
+    c16, = on(randn(8, 16))
+    bad = dict(dtype=torch.int32)
+    calls = {
+        ("grouped_gemm", "out_dtype"): lambda: ops.grouped_gemm(a, b8, offsets, out_dtype=bad["dtype"]),
+        ("grouped_gemm_glu", "out_dtype"): lambda: ops.grouped_gemm_glu(a, b32, offsets, out_dtype=bad["dtype"]),
+        ("grouped_gemm_srelu", "out_dtype"): lambda: ops.grouped_gemm_srelu(a, b8, offsets, out_dtype=bad["dtype"]),
+        ("grouped_gemm_dglu", "dc_dtype"): lambda: ops.grouped_gemm_dglu(a, b8, c16, offsets, dc_dtype=bad["dtype"]),
+        ("grouped_gemm_dsrelu", "dc_dtype"):
+            lambda: ops.grouped_gemm_dsrelu(a, b16, c16, offsets, dc_dtype=bad["dtype"]),
+        ("grouped_gemm_wgrad", "out_dtype"): lambda: ops.grouped_gemm_wgrad(a, c16, offsets, out_dtype=bad["dtype"]),
+        ("gemm_swiglu", "ab12_dtype"): lambda: ops.gemm_swiglu(a, dense_b, glu_layout="halves",
+                                                               ab12_dtype=bad["dtype"]),
+        ("gemm_swiglu", "out_dtype"): lambda: ops.gemm_swiglu(a, dense_b, glu_layout="halves", out_dtype=bad["dtype"]),
+        ("gemm_amax", "out_dtype"): lambda: ops.gemm_amax(a, dense_b, out_dtype=bad["dtype"]),
+        ("gemm_srelu", "out_dtype"): lambda: ops.gemm_srelu(a, dense_b, out_dtype=bad["dtype"]),
+        ("gemm_dsrelu", "out_dtype"): lambda: ops.gemm_dsrelu(a, dense_b, c16, out_dtype=bad["dtype"]),
+    }
+    for (op, arg), call in calls.items():
+        with pytest.raises(ValueError, match=rf"^{op}: {arg}: expected None, torch\.bfloat16, torch\.float16, "
+                                             rf"torch\.float32 or torch\.float64, got torch\.int32$"):
+            call()
+    bad["dtype"] = torch.float16  # a dtype every output argument takes: each call runs
+    for call in calls.values():
+        call()
 
 
 def test_glu_join_inverts_split():
@@ -372,7 +411,7 @@ def test_errors_name_the_operand():
     with pytest.raises(ValueError, match=r"grouped_gemm: a: expected a dtype moegemm reads or writes "
                                          r"\(torch\.bfloat16, .*\), got torch\.int8$"):
         ops.grouped_gemm(a.to(torch.int8), b, offsets)
-    with pytest.raises(ValueError, match=r"grouped_gemm: offsets: .*got torch\.bool$"):
+    with pytest.raises(ValueError, match=r"grouped_gemm: offsets: expected dtype torch\.int32, got torch\.bool$"):
         ops.grouped_gemm(a, b, offsets.bool())
     with pytest.raises(ValueError, match=r"grouped_gemm_glu: activation: .*relu"):
         ops.grouped_gemm_glu(a, b, offsets, activation="relu")

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <functional>
 #include <initializer_list>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -300,6 +301,22 @@ TEST(DTypeName, NamesEveryElementType) {
       {DType::i32, "i32"},   {DType::i64, "i64"},   {DType::u8, "u8"},     {DType::e4m3, "e4m3"},
       {DType::e5m2, "e5m2"}, {DType::e2m1, "e2m1"}};
   for (const auto& [t, name] : names) EXPECT_STREQ(dtype_name(t), name);
+  EXPECT_EQ(std::size(kAllDTypes), std::size(names));
+}
+
+std::string long_name(DType t) { return std::string("long_") + dtype_name(t); }
+
+TEST(DTypeName, RespellsWholeWordsOnly) {
+  // Each name as a word of its own is replaced; inside a longer word, after a dot, or as a prefix it is not.
+  EXPECT_EQ(respell_dtypes("x: expected dtype bf16 (the dtype of a), got f32", long_name),
+            "x: expected dtype long_bf16 (the dtype of a), got long_f32");
+  EXPECT_EQ(respell_dtypes("offsets: expected i32, got i64; I * sizeof(f16) for e4m3/e5m2/e2m1 or u8, f64",
+                           long_name),
+            "offsets: expected long_i32, got long_i64; I * sizeof(long_f16) for long_e4m3/long_e5m2/long_e2m1 or "
+            "long_u8, long_f64");
+  EXPECT_EQ(respell_dtypes("bias_f32 f32x bf16_t torch.f32 sm_90a bf1 f32", long_name),
+            "bias_f32 f32x bf16_t torch.f32 sm_90a bf1 long_f32");
+  EXPECT_EQ(respell_dtypes("", long_name), "");
 }
 
 }  // namespace
