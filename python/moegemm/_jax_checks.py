@@ -151,10 +151,16 @@ def check_aligned(op: str, name: str, x, axis: int, what: str) -> None:
             f"rows), got {what} = {got} (shape {tuple(np.shape(x))}, dtype {np.dtype(x.dtype).name})")
 
 
-def check_offsets(op: str, offsets, groups: int, what: str) -> None:
-    """Raise unless ``offsets`` is a (groups,) int32 array (``what`` says where the count comes from)."""
+def offsets_count(op: str, offsets) -> int:
+    """E, the length of ``offsets``, after raising unless it is a 1-D int32 array."""
     check_rank(op, "offsets", offsets, 1, "(E,)")
     check_dtype(op, "offsets", offsets, (jnp.int32,))
+    return offsets.shape[0]
+
+
+def check_offsets(op: str, offsets, groups: int, what: str) -> None:
+    """Raise unless ``offsets`` is a (groups,) int32 array (``what`` says where the count comes from)."""
+    offsets_count(op, offsets)
     check_extent(op, "offsets", offsets, 0, groups, what)
 
 

@@ -61,16 +61,10 @@ def _spec(shape, dtype):
     return jax.ShapeDtypeStruct(tuple(int(s) for s in shape), np.dtype(dtype))
 
 
-def _experts(op, offsets):
-    """E of a grouped op: offsets' length, after checking it is a (E,) int32 array (the contract takes E from
-    offsets, docs/ops.md §0, and blames the weights whose first dimension differs)."""
-    chk.check_rank(op, "offsets", offsets, 1, "(E,)")
-    chk.check_dtype(op, "offsets", offsets, (jnp.int32,))
-    return offsets.shape[0]
-
-
 def _weights(op, a, b, b_layout, e, a_name="a"):
-    """(N, K) of the dense expert weights after checking them against a (M, K) and E experts."""
+    """(N, K) of the dense expert weights after checking them against a (M, K) and E experts (E from offsets,
+    chk.offsets_count: as the contract, docs/ops.md §0, which blames the weights whose first dimension
+    differs)."""
     chk.check_choice(op, "b_layout", b_layout, ("nk", "kn"))
     chk.check_rank(op, "b", b, 3, "(E, N, K)" if b_layout == "nk" else "(E, K, N)")
     chk.check_dtype(op, "b", b, (a.dtype,))
@@ -120,7 +114,7 @@ def _grouped_forward(op, a, b, offsets, alpha, prob, bias, b_layout, generate_c,
                      zero_tail, glu):
     generate_c, zero_tail = chk.static_bool(op, "generate_c", generate_c), chk.static_bool(op, "zero_tail", zero_tail)
     m = _activations(op, a)
-    e = _experts(op, offsets)
+    e = chk.offsets_count(op, offsets)
     n, _ = _weights(op, a, b, b_layout, e)
     _optional_vector(op, "alpha", alpha, e, "E")
     _optional_vector(op, "prob", prob, m, "M")
@@ -208,7 +202,7 @@ def _grouped_backward(op, dy, b, c, offsets, alpha, beta, prob, b_layout, c_cols
                                                            ("compute_dbias", compute_dbias),
                                                            ("compute_amax", compute_amax), ("zero_tail", zero_tail)))
     m = _activations(op, dy, "dy")
-    e = _experts(op, offsets)
+    e = chk.offsets_count(op, offsets)
     n, _ = _weights(op, dy, b, b_layout, e, a_name="dy")
     chk.check_rank(op, "c", c, 2, "(M, C)")
     chk.check_dtype(op, "c", c, chk.OUTPUT_FLOATS)
