@@ -2,6 +2,7 @@
 // the op's epilogue, or the k-grouped weight gradient), with its workspace size.
 #include <string>
 
+#include "sm90/device.hpp"
 #include "sm90/launch.hpp"
 #include "sm90/sm90.hpp"
 
@@ -65,38 +66,12 @@ ForwardProblem dense_problem(const char* op, const TensorView& a, const TensorVi
   return f;
 }
 
-/// "" when the current device can run the sm_90a kernels, else what it is instead.
-std::string device_mismatch() {
-  int device = 0;
-  const cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) {
-    cudaGetLastError();
-    return std::string("no usable CUDA device (cudaGetDevice: ") + cudaGetErrorString(err) + ")";
-  }
-  thread_local int cached_device = -1;
-  thread_local std::string cached;
-  if (device == cached_device) return cached;
-  int major = 0, minor = 0;
-  std::string mismatch;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
-    cudaGetLastError();
-    mismatch = "device " + std::to_string(device) + ", whose compute capability could not be read";
-  } else if (major != 9 || minor != 0) {
-    mismatch = "compute capability " + std::to_string(major) + "." + std::to_string(minor) + " (device " +
-               std::to_string(device) + ")";
-  }
-  cached_device = device;
-  cached = mismatch;
-  return mismatch;
-}
-
 }  // namespace
 
-bool available() { return device_mismatch().empty(); }
+bool available() { return current_device().mismatch.empty(); }
 
 void require_device(const char* op) {
-  const std::string mismatch = device_mismatch();
+  const std::string& mismatch = current_device().mismatch;
   if (mismatch.empty()) return;
   throw Error(ErrorCode::unsupported, std::string(op) +
                                           ": device: expected a GPU of compute capability 9.0 for cuda tensors "

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "sm90/clamp_crossing.hpp"
+#include "sm90/device.hpp"
 #include "sm90/expert_maps.cuh"
 #include "sm90/heuristic.hpp"
 #include "sm90/launch.hpp"
@@ -182,23 +183,12 @@ int persistent_grid(int sms, int64_t ctas_with_work) {
   return static_cast<int>(cap ? std::min<int64_t>(grid, cap) : grid);
 }
 
-/// SM count of the current device, read once per thread and device (the attribute cannot change). On the
-/// first call for a device it also makes the device's primary context current on this thread: the driver's
-/// tensor-map encoder needs one, and a thread that has only selected a device (e.g. torch's autograd
-/// worker) may not have it yet.
+/// SM count of the current device (`current_device`, which also makes its primary context current). The
+/// op's device check has run before any launch; a device that fails it here is an internal error.
 int sm_count() {
-  thread_local int cached_device = -1;
-  thread_local int cached_sms = 0;
-  int device = 0;
-  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-  if (device != cached_device) {
-    int sms = 0;
-    check_cuda(cudaSetDevice(device), "cudaSetDevice");
-    check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
-    cached_device = device;
-    cached_sms = sms;
-  }
-  return cached_sms;
+  const DeviceFacts& device = current_device();
+  if (!device.mismatch.empty()) throw Error(ErrorCode::cuda_error, "sm_90a launch on " + device.mismatch);
+  return device.sms;
 }
 
 OutType out_type(DType t) {
