@@ -116,6 +116,12 @@ def moe_mlp(x, w_up, w_down, group_sizes=None, offsets=None, prob=None, activati
         raise ValueError(f"moegemm.jax.moe_mlp: w_up: expected 2I > 0 (its last dim), got shape {tuple(w_up.shape)}")
     if w_up.shape[2] % 2:
         raise ValueError(f"moegemm.jax.moe_mlp: w_up: 2I must be even, got shape {w_up.shape}")
+    groups = getattr(group_sizes if group_sizes is not None else offsets, "shape", None)
+    if w_down.shape[0] != e and groups is not None and len(groups) == 1 and groups[0] == w_down.shape[0]:
+        # the groups and w_down agree on E: the odd one out is w_up
+        raise ValueError(f"moegemm.jax.moe_mlp: w_up: expected dim 0 = E={w_down.shape[0]} (the experts of "
+                         f"{'group_sizes' if group_sizes is not None else 'offsets'} and w_down), got shape "
+                         f"{tuple(w_up.shape)}")
     chk.check_extent(_OP, "w_down", w_down, 0, e, "E from w_up")
     chk.check_extent(_OP, "w_down", w_down, 1, w_up.shape[2] // 2, "I from w_up")
     chk.check_extent(_OP, "w_down", w_down, 2, h, "H from x")

@@ -168,6 +168,10 @@ def _check_operands(x, w_up, w_down, offsets, prob, activation, glu_layout) -> N
                          f"{tuple(w_up.shape)}")
     if two_i == 0:
         raise ValueError(f"{_OP}: w_up: expected 2I > 0 (its last dim), got shape {tuple(w_up.shape)}")
+    if w_down.shape[0] != e and offsets.dim() == 1 and offsets.shape[0] == w_down.shape[0]:
+        # offsets and w_down agree on E: the odd one out is w_up
+        raise ValueError(f"{_OP}: w_up: expected dim 0 = E={w_down.shape[0]} (the experts of offsets and w_down), "
+                         f"got shape {tuple(w_up.shape)}")
     if tuple(w_down.shape) != (e, two_i // 2, h):
         raise ValueError(f"{_OP}: w_down: expected shape (E={e}, I={two_i // 2}, H={h}) with E and I from "
                          f"w_up, H from x, got {tuple(w_down.shape)}")

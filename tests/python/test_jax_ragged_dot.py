@@ -413,6 +413,12 @@ def test_moe_mlp_offsets_argument_and_errors():
     # Errors name moe_mlp's own operands, not the a, b, d of the ops it calls.
     with pytest.raises(ValueError, match=r"moe_mlp: offsets: expected dim 0 = 2 \(E from w_up\)"):
         mj.moe_mlp(x, w_up, w_down, offsets=offsets_of([10, 12, 10]))
+    # w_up alone off on E: the groups and w_down agree, so w_up is named.
+    with pytest.raises(ValueError, match=r"moe_mlp: w_up: expected dim 0 = E=2 \(the experts of group_sizes and "
+                                         r"w_down\), got shape \(3, 16, 32\)"):
+        mj.moe_mlp(x, rand(rng, (3, 16, 32)), w_down, group_sizes=jnp.array([10, 22]))
+    with pytest.raises(ValueError, match=r"moe_mlp: w_up: expected dim 0 = E=2 \(the experts of offsets and w_down\)"):
+        mj.moe_mlp(x, rand(rng, (3, 16, 32)), w_down, offsets=offsets_of([10, 22]))
     with pytest.raises(TypeError, match=r"moe_mlp: offsets: expected dtype int32, got"):
         mj.moe_mlp(x, w_up, w_down, offsets=np.array([10, 32], np.uint32))
     with pytest.raises(ValueError, match=r"moe_mlp: x: expected H a multiple of 8 .*got H = 12"):

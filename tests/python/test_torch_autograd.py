@@ -232,6 +232,8 @@ def test_ops_refuse_to_drop_gradients():
     ("w_down_i", r"moe_mlp: w_down: expected shape \(E=4, I=16, H=32\) .*got \(4, 8, 32\)"),
     ("w_down_e", r"moe_mlp: w_down: expected shape \(E=4, I=16, H=32\) .*got \(3, 16, 32\)"),
     ("w_down_h", r"moe_mlp: w_down: expected shape \(E=4, I=16, H=32\) .*got \(4, 16, 40\)"),
+    ("w_up_e", r"moe_mlp: w_up: expected dim 0 = E=4 \(the experts of offsets and w_down\), got shape "
+               r"\(3, 32, 32\)"),
     ("x_rank", r"moe_mlp: x: expected a 2-D \(M, H\) tensor, got shape \(1, 64, 32\)"),
     ("w_up_rank", r"moe_mlp: w_up: expected a 3-D \(E, H, 2I\) tensor, got shape \(32, 32\)"),
     ("offsets_len", r"moe_mlp: offsets: expected an \(E=4,\) torch\.int32 tensor with E from w_up, got shape \(3,\)"),
@@ -264,6 +266,7 @@ def test_moe_mlp_errors_name_its_own_operands(case, pattern):
         "w_down_i": dict(w_down=randn(4, 8, 32)),
         "w_down_e": dict(w_down=randn(3, 16, 32)),
         "w_down_h": dict(w_down=randn(4, 16, 40)),
+        "w_up_e": dict(w_up=randn(3, 32, 32)),
         "x_rank": dict(x=x[None]),
         "w_up_rank": dict(w_up=w_up[0]),
         "offsets_len": dict(offsets=offsets_of([10, 0, 30])),
