@@ -31,6 +31,20 @@ std::string bytes_text(int64_t count, DType dtype) {
   return " (" + std::to_string(bytes) + " bytes)";
 }
 
+/// The largest operand, in bytes: 2^62, far past any memory, so that sums of two spans still fit in int64.
+constexpr int64_t kMaxOperandBytes = int64_t{1} << 62;
+
+/// Whether the tensor's extents times its element size stay within `limit` bytes (negative extents, which the
+/// shape rules refuse, count as 0 here).
+bool spans_at_most(const TensorView& t, int64_t limit) {
+  int64_t bytes = static_cast<int64_t>(dtype_size(t.dtype));
+  for (int i = 0; i < t.rank; ++i) {
+    if (t.shape[i] <= 0) return true;
+    if (__builtin_mul_overflow(bytes, t.shape[i], &bytes) || bytes > limit) return false;
+  }
+  return true;
+}
+
 /// "a, b or c" of the items' names.
 template <class T, class Name>
 std::string or_list(std::initializer_list<T> items, Name name) {
@@ -90,6 +104,10 @@ void Rules::place(std::initializer_list<Operand> operands) {
     if (t.rank > TensorView::kMaxRank) {  // before anything reads its shape: a view holds at most 4 extents
       fail(ErrorCode::invalid_argument, o.name, "a tensor of rank 1 to " + std::to_string(TensorView::kMaxRank),
            "rank " + std::to_string(t.rank));
+    }
+    if (!spans_at_most(t, kMaxOperandBytes)) {  // so that no byte span or offset computed from its sizes wraps
+      fail(ErrorCode::invalid_argument, o.name, "at most 2^62 bytes (its sizes multiplied)",
+           "shape " + format_shape(t) + " of " + dtype_name(t.dtype));
     }
     if (t.device != Device::host && t.device != Device::cuda) {  // a value cast from outside the enum
       fail(ErrorCode::invalid_argument, o.name, "a host or cuda tensor",

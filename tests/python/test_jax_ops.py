@@ -267,7 +267,7 @@ def test_trace_time_errors_name_the_operand():
     np.testing.assert_array_equal(np.asarray(mj.grouped_gemm(a, b, off, zero_tail=jnp.array(True))),
                                   np.asarray(mj.grouped_gemm(a, b, off, zero_tail=True)))
     # Anything else that is not a real number is refused by name too, and so is a non-positive clamp limit.
-    for bad in ("7", None, 1 + 2j):
+    for bad in ("7", None, 1 + 2j, True, np.bool_(True), jnp.array(True)):  # a bool too, as the torch ops say
         with pytest.raises(TypeError, match=r"grouped_gemm_glu: limit: expected a real number"):
             mj.grouped_gemm_glu(a, b, off, activation="swiglu_clamped", limit=bad)
     with pytest.raises(ValueError, match=r"grouped_gemm_glu: limit: expected a positive clamp limit for "

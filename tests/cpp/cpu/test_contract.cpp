@@ -1067,6 +1067,32 @@ TEST(Contract, DeviceExtentsFitThirtyTwoBits) {
                {"grouped_gemm_wgrad: dy: expected N <= 2147483647 on the cuda backend", "got N=2147483656"});
 }
 
+// Sizes whose byte span passes 2^62 (no memory holds them) are refused by name on either backend, before any
+// byte count computed from them could wrap: a weight tensor of 2^67 elements, a weight gradient of 2^72.
+TEST(Contract, OperandsSpanAtMostTwoToTheSixtyTwoBytes) {
+  for (Device dev : {Device::cuda, Device::host}) {
+    Maker m{dev};
+    auto x = grouped_gemm_args(m);
+    x.b.dense = TensorView::contiguous(x.b.dense.data, DType::bf16, {kE, int64_t{1} << 62, kK}, dev);
+    expect_error([&] { contract::check(x, contract::Pointers::ignore); }, ErrorCode::invalid_argument,
+                 {"grouped_gemm: b: expected at most 2^62 bytes (its sizes multiplied), got shape (", " of bf16"});
+    auto w = wgrad_args(m);
+    constexpr int64_t kWide = int64_t{1} << 31;
+    w.x = TensorView::contiguous(w.x.data, DType::bf16, {kM, kWide}, dev);
+    w.dy = TensorView::contiguous(w.dy.data, DType::bf16, {kM, kWide}, dev);
+    w.w = TensorView::contiguous(w.w.data, DType::f32, {kE, kWide, kWide}, dev);
+    expect_error([&] { contract::check(w, contract::Pointers::ignore); }, ErrorCode::invalid_argument,
+                 {"grouped_gemm_wgrad: w: expected at most 2^62 bytes", "of f32"});
+    // Just under the bound passes this rule (the host backend takes such extents; the device ones stop at the
+    // 32-bit rule instead).
+    x = grouped_gemm_args(m);
+    x.a = TensorView::contiguous(x.a.data, DType::bf16, {int64_t{1} << 40, kK}, dev);
+    x.d = TensorView::contiguous(x.d.data, DType::bf16, {int64_t{1} << 40, kN}, dev);
+    x.prob = x.alpha = x.bias = x.c = TensorView{};
+    if (dev == Device::host) EXPECT_EQ(contract::check(x, contract::Pointers::ignore), Device::host);
+  }
+}
+
 // The dense ops' b and the grouped ops' bias are read without a row stride by the sm_90a kernels: padded rows
 // are refused on the cuda backend (they would be read as contiguous), and computed on the host.
 TEST(Contract, DeviceRowsReadWithoutAStrideMustBeContiguous) {
