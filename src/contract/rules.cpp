@@ -105,10 +105,6 @@ void Rules::place(std::initializer_list<Operand> operands) {
       fail(ErrorCode::invalid_argument, o.name, "a tensor of rank 1 to " + std::to_string(TensorView::kMaxRank),
            "rank " + std::to_string(t.rank));
     }
-    if (!spans_at_most(t, kMaxOperandBytes)) {  // so that no byte span or offset computed from its sizes wraps
-      fail(ErrorCode::invalid_argument, o.name, "at most 2^62 bytes (its sizes multiplied)",
-           "shape " + format_shape(t) + " of " + dtype_name(t.dtype));
-    }
     if (t.device != Device::host && t.device != Device::cuda) {  // a value cast from outside the enum
       fail(ErrorCode::invalid_argument, o.name, "a host or cuda tensor",
            "device value " + std::to_string(static_cast<int>(t.device)));
@@ -122,6 +118,15 @@ void Rules::place(std::initializer_list<Operand> operands) {
 
 Device Rules::settle() {
   if (count_ == 0) return backend_ = Device::host;
+  // No byte span or offset computed from the sizes may wrap. Inputs first: an output's size follows from them.
+  for (Role role : {Role::input, Role::output}) {
+    for (int i = 0; i < count_; ++i) {
+      const Operand& o = operands_[i];
+      if (o.role != role || spans_at_most(*o.view, kMaxOperandBytes)) continue;
+      fail(ErrorCode::invalid_argument, o.name, "at most 2^62 bytes (its sizes multiplied)",
+           "shape " + format_shape(*o.view) + " of " + dtype_name(o.view->dtype));
+    }
+  }
   int on_host = 0;
   for (int i = 0; i < count_; ++i) on_host += operands_[i].view->device == Device::host;
   const int on_cuda = count_ - on_host;

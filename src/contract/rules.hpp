@@ -53,8 +53,8 @@ class Rules {
   /// Records an operand's device, view and role, in order (absent operands are ignored); every operand of a
   /// call is placed, so that settle() and disjoint() see them all.
   void place(std::initializer_list<Operand> operands);
-  /// Fixes the backend: the device most operands are on (ties: the first operand's). Throws naming the
-  /// first operand on the other device.
+  /// Fixes the backend: the device most operands are on (ties: the first operand's). Throws naming the first
+  /// operand (inputs before outputs) whose sizes span more than 2^62 bytes, or the first on the other device.
   Device settle();
 
   /// Throws Error(code, "<op>: <operand>: expected <expected>, got <got>").
