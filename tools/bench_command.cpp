@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include <unistd.h>
 
@@ -38,12 +40,24 @@ fs::path find_peers_script(const fs::path& exe) {
   return {};
 }
 
+// The Python package built with this program (build/python next to build/tools), after any PYTHONPATH of the
+// caller's, so that peers.py imports moegemm.torch and moegemm.jax from the same build as the C++ path. An
+// installed program has no such folder; its package comes from pip.
+void add_build_python_path(const fs::path& exe) {
+  const fs::path pkg = exe.parent_path().parent_path() / "python";
+  if (!fs::is_regular_file(pkg / "moegemm" / "__init__.py")) return;
+  const char* current = std::getenv("PYTHONPATH");
+  const std::string path = current && *current ? std::string(current) + ":" + pkg.string() : pkg.string();
+  setenv("PYTHONPATH", path.c_str(), 1);
+}
+
 }  // namespace
 
 int bench_command(const std::vector<std::string>& args, const std::string& argv0) {
   const fs::path exe = self_path(argv0);
   const fs::path script = find_peers_script(exe);
   if (script.empty()) return 1;
+  add_build_python_path(exe);
   std::vector<std::string> argv{"python3", script.string(), "--moegemm-bin", exe.string()};
   argv.insert(argv.end(), args.begin(), args.end());
   std::vector<char*> cargv;

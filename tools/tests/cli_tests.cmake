@@ -130,3 +130,15 @@ if(EXISTS /dev/full)
   moegemm_cli_test(gemm_json_write_fails COMMAND ${_expect_1} ${_cli} gemm --m 64 --n 64 --k 64 --e 2
                    --json /dev/full REGEX "cannot write /dev/full")
 endif()
+
+# `moegemm bench` hands over to peers.py (a stub here that prints what it got): the program's path and the
+# arguments, and, in a tree that builds the Python package, that package after the caller's PYTHONPATH.
+if(MOEGEMM_BUILD_PYTHON)
+  set(_bench_path "PYTHONPATH=/caller/path:[^\n]*/python\n")
+else()
+  set(_bench_path "PYTHONPATH=/caller/path\n")
+endif()
+moegemm_cli_test(bench_hands_over COMMAND ${CMAKE_COMMAND} -E env
+                 MOEGEMM_BENCH_DIR=${CMAKE_CURRENT_SOURCE_DIR}/tests/bench_stub PYTHONPATH=/caller/path
+                 ${_expect_0} ${_cli} bench --quick
+                 REGEX "argv: --moegemm-bin [^\n]*moegemm --quick\n${_bench_path}")
