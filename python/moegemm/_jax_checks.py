@@ -32,8 +32,8 @@ def check_rank(op: str, name: str, x, rank: int, layout: str) -> None:
 def static_float(op: str, name: str, value) -> float:
     """``float(value)`` for a scalar baked into the compiled call (alpha of the dense ops, the clamp
     parameters). A traced value (an argument of the jitted function) raises TypeError naming it, and so
-    does anything that is not a real number (a string, None, a bool, a complex number), as the torch front end
-    refuses them."""
+    does anything that is not a real number (a string, None, a bool, a complex number): ``limit=True`` is a
+    mistake, not a limit of 1.0."""
     if (isinstance(value, (str, bytes, bool, np.bool_)) or value is None or np.iscomplexobj(value)
             or getattr(value, "dtype", None) == np.bool_):
         raise TypeError(f"moegemm.jax.{op}: {name}: expected a real number, got {type(value).__name__} {value!r}")
