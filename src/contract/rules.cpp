@@ -118,14 +118,21 @@ void Rules::place(std::initializer_list<Operand> operands) {
 
 Device Rules::settle() {
   if (count_ == 0) return backend_ = Device::host;
-  // No byte span or offset computed from the sizes may wrap. Inputs first: an output's size follows from them.
-  for (Role role : {Role::input, Role::output}) {
-    for (int i = 0; i < count_; ++i) {
-      const Operand& o = operands_[i];
-      if (o.role != role || spans_at_most(*o.view, kMaxOperandBytes)) continue;
-      fail(ErrorCode::invalid_argument, o.name, "at most 2^62 bytes (its sizes multiplied)",
-           "shape " + format_shape(*o.view) + " of " + dtype_name(o.view->dtype));
+  // No byte span or offset computed from the sizes may wrap. One pass; an input is named before any output,
+  // whose size follows from the inputs.
+  const Operand* too_large = nullptr;
+  for (int i = 0; i < count_; ++i) {
+    const Operand& o = operands_[i];
+    if (spans_at_most(*o.view, kMaxOperandBytes)) continue;
+    if (o.role == Role::input) {
+      too_large = &o;
+      break;
     }
+    if (!too_large) too_large = &o;
+  }
+  if (too_large) {
+    fail(ErrorCode::invalid_argument, too_large->name, "at most 2^62 bytes (its sizes multiplied)",
+         "shape " + format_shape(*too_large->view) + " of " + dtype_name(too_large->view->dtype));
   }
   int on_host = 0;
   for (int i = 0; i < count_; ++i) on_host += operands_[i].view->device == Device::host;
