@@ -34,6 +34,8 @@ Workloads parse(const std::string& text, const std::string& source) {
     doc = nlohmann::ordered_json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     throw UsageError("workloads file " + source + " is not valid JSON: " + e.what());
+  } catch (const nlohmann::json::exception& e) {  // valid JSON past the parser's limits (a number beyond double)
+    throw UsageError("workloads file " + source + " cannot be parsed: " + e.what());
   }
   if (!doc.is_object() || !doc.contains("models") || !doc["models"].is_object())
     throw UsageError("workloads file " + source + " has no \"models\" object");

@@ -120,6 +120,10 @@ moegemm_cli_test(workloads_too_many_experts COMMAND ${_expect_2} ${_cli} run --b
                  REGEX "model wide: field \"experts\" must be at most 1024 \\(the ops' limit on experts\\), got 2000")
 moegemm_cli_test(malformed_workloads COMMAND ${_expect_2} ${_cli} run --workloads ${CMAKE_CURRENT_SOURCE_DIR}/main.cpp
                  REGEX "is not valid JSON")
+# Valid JSON whose number no double holds: nlohmann's out_of_range, not a parse_error (it used to exit 1).
+moegemm_cli_test(workloads_number_overflow COMMAND ${_expect_2} ${_cli} run --backend cpu
+                 --workloads ${CMAKE_CURRENT_SOURCE_DIR}/tests/workloads_number_overflow.json
+                 REGEX "workloads file [^\n]*workloads_number_overflow.json cannot be parsed: [^\n]*number overflow")
 
 # A --json file whose write fails at the end (a full device): exit code 1 and the path named, for both commands
 # (gemm exits 1 without a GPU anyway; the message is what is checked).
