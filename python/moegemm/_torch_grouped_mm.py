@@ -6,7 +6,7 @@ import torch
 
 from ._torch_errors import call_named, check_row_major, check_same_device
 from ._torch_first_order import first_order_only
-from ._torch_options import MAX_EXPERTS, MAX_OFFSET_ROWS
+from ._torch_options import MAX_EXPERTS, MAX_OFFSET_ROWS, check_flag
 from ._torch_weights import dense_grad, flipped, operand_view, weight_grad_like, weight_operand
 
 _OP = "grouped_mm"
@@ -281,7 +281,8 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
     dtypes: bf16 inputs (f16, f32, f64 on CPU only); ``out_dtype`` bf16, f16 or f32 (default ``a.dtype``),
     unlike torch which only allows ``a.dtype``. ``bias`` (E, N) bf16/f32 is supported (torch rejects any
     bias). Errors: ValueError naming the operand for shapes, dtypes, devices, strides, alignment (N and K
-    multiples of 8 for 16-bit types), also with no groups; TypeError for an operand that is not a tensor;
+    multiples of 8 for 16-bit types), also with no groups; TypeError for an operand that is not a tensor and
+    for a ``zero_tail`` or ``validate`` that is not a bool (Python or NumPy);
     NotImplementedError for f16/f32 inputs on CUDA and for unsupported modes.
     Formula source: docs/ops.md §1 and §5; ``torch._grouped_mm`` (torch/_meta_registrations.py).
     """
@@ -291,6 +292,7 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
         for name, t in (("a", a), ("b", b), ("offs", offs), ("bias", bias)):
             if not isinstance(t, tensor) and (t is not None or name in ("a", "b")):
                 raise TypeError(f"{_OP}: {name}: expected a torch.Tensor, got {type(t).__name__}")
+    zero_tail, validate = check_flag(_OP, "zero_tail", zero_tail), check_flag(_OP, "validate", validate)
     if offs is not None and offs.dim() != 1:
         raise ValueError(f"{_OP}: offs: expected a 1-D (E,) torch.int32 tensor, got shape {tuple(offs.shape)}")
     if out_dtype is not None and out_dtype not in _OUT_DTYPES:
@@ -299,13 +301,13 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
     if a.dim() == 2 and b.dim() == 3:
         if offs is None:
             raise ValueError(f"{_OP}: offs: required for 2-D x 3-D inputs (an (E,) torch.int32 tensor), got None")
-        return _rows_mm(a, b, offs, bias, out_dtype, zero_tail, bool(validate))
+        return _rows_mm(a, b, offs, bias, out_dtype, zero_tail, validate)
     if a.dim() == 2 and b.dim() == 2:
         if offs is None:
             raise ValueError(f"{_OP}: offs: required for 2-D x 2-D inputs (an (E,) torch.int32 tensor), got None")
         if bias is not None:
             raise ValueError(f"{_OP}: bias: not supported in the 2-D x 2-D mode, got a tensor")
-        return _ragged_k_mm(a, b, offs, out_dtype, bool(zero_tail), bool(validate))
+        return _ragged_k_mm(a, b, offs, out_dtype, zero_tail, validate)
     if a.dim() == 3 and b.dim() == 3:
         if offs is not None:
             raise ValueError(f"{_OP}: offs: must be None for 3-D x 3-D inputs, got a tensor")

@@ -9,7 +9,7 @@ import torch
 
 from ._torch_errors import call_named, check_row_major, check_same_device
 from ._torch_first_order import first_order_only
-from ._torch_options import ACTIVATIONS, GLU_LAYOUTS, MAX_EXPERTS, check_choice
+from ._torch_options import ACTIVATIONS, GLU_LAYOUTS, MAX_EXPERTS, check_choice, check_flag
 from ._torch_weights import dense_grad, flipped, operand_view, weight_grad_like, weight_operand
 
 _OP = "moe_mlp"
@@ -242,14 +242,16 @@ def moe_mlp(x: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, offsets: 
 
     Raises:
         ValueError naming the operand (shape, dtype, device, stride, alignment, activation, glu_layout);
-        TypeError for an operand that is not a tensor; NotImplementedError for requests the backend cannot
-        serve (f16 or f32 inputs on CUDA).
+        TypeError for an operand that is not a tensor, a zero_tail or validate that is not a bool (Python or
+        NumPy), and a limit, act_alpha or linear_offset that is not a real number (a bool included);
+        NotImplementedError for requests the backend cannot serve (f16 or f32 inputs on CUDA).
     """
     _check_operands(x, w_up, w_down, offsets, prob, activation, glu_layout)
+    zero_tail, validate = check_flag(_OP, "zero_tail", zero_tail), check_flag(_OP, "validate", validate)
     clamp = [_clamp_limit(_OP, activation, limit), _clamp_finite(_OP, activation, "act_alpha", act_alpha),
              _clamp_finite(_OP, activation, "linear_offset", linear_offset)]
     return call_named(_OP, _INNER_NAMES, _MoEMLPFunction.apply, x, w_up, w_down, offsets, prob, activation,
-                      glu_layout, *clamp, zero_tail, bool(validate))
+                      glu_layout, *clamp, zero_tail, validate)
 
 
 def _positive_int(name: str, value) -> int:
@@ -270,7 +272,7 @@ class MoEMLP(torch.nn.Module):
     [-1/sqrt(fan_in), 1/sqrt(fan_in)] (fan_in H for w_up, I for w_down), as nn.Linear does. ``zero_tail``
     (default True) and swiglu_clamped's ``limit``, ``act_alpha``, ``linear_offset`` as in :func:`moe_mlp`.
     ``dtype``: None (torch's default), bf16 (the CUDA kernels' dtype), f16, f32 or f64 (CPU); anything else
-    raises ValueError naming ``dtype``.
+    raises ValueError naming ``dtype``; a ``zero_tail`` that is not a bool raises TypeError naming it.
     """
 
     def __init__(self, num_experts: int, hidden: int, intermediate: int, *, activation: str = "swiglu",
@@ -301,7 +303,7 @@ class MoEMLP(torch.nn.Module):
                                  f"weights (16-byte aligned rows), got {value}")
         self.activation = activation
         self.glu_layout = glu_layout
-        self.zero_tail = zero_tail
+        self.zero_tail = check_flag("MoEMLP", "zero_tail", zero_tail)
         self.clamp = dict(limit=_clamp_limit("MoEMLP", activation, limit),
                           act_alpha=_clamp_finite("MoEMLP", activation, "act_alpha", act_alpha),
                           linear_offset=_clamp_finite("MoEMLP", activation, "linear_offset", linear_offset))

@@ -3,6 +3,8 @@ runs."""
 
 from __future__ import annotations
 
+import sys
+
 from ._limits import MAX_EXPERTS, MAX_OFFSET_ROWS  # noqa: F401 (imported from here by the torch modules)
 
 B_LAYOUTS = ("nk", "kn")
@@ -29,3 +31,13 @@ def check_choice(op: str, name: str, value: str, choices: tuple[str, ...], descr
     if value not in choices:
         got = f'"{value}"' if isinstance(value, str) else repr(value)
         raise ValueError(f"{op}: {name}: expected {described or _quoted_or(choices)}, got {got}")
+
+
+def check_flag(op: str, name: str, value) -> bool:
+    """A flag (zero_tail, validate) as a bool: a Python bool or a NumPy bool; TypeError naming ``op: name``
+    for anything else (None, an int, a string), whose truth value would otherwise pass silently for one
+    (``validate="no"`` would validate). The JAX front end refuses the same (moegemm.jax static_bool)."""
+    np = sys.modules.get("numpy")  # a NumPy bool exists only where NumPy is imported
+    if isinstance(value, bool) or (np is not None and isinstance(value, np.bool_)):
+        return bool(value)
+    raise TypeError(f"{op}: {name}: expected a bool, got {type(value).__name__} {value!r}")

@@ -2,6 +2,7 @@
 implementation (bf16 on CPU and CUDA against torch.autograd of the float32 implementation), case C05 (two
 iterations, dirtied allocator) and C12 (empty experts stay connected)."""
 
+import numpy as np
 import pytest
 import torch
 import torch.utils.checkpoint
@@ -351,6 +352,24 @@ def test_moe_mlp_rejects_bad_arguments_by_name(case, error, pattern):
     clamp = {k: args.pop(k) for k in ("limit", "act_alpha", "linear_offset") if k in args}
     with pytest.raises(error, match=pattern):
         mt.moe_mlp(*args.values(), **clamp)
+
+
+@pytest.mark.parametrize("name, value, got", [
+    ("validate", "no", "str 'no'"), ("validate", [], "list \\[\\]"), ("zero_tail", None, "NoneType None"),
+    ("zero_tail", 0, "int 0"),
+])
+def test_moe_mlp_flags_take_bools_only(name, value, got):
+    """zero_tail and validate are bools: read by truth value, validate="no" would validate and zero_tail=None
+    would leave the tail unwritten (moegemm.jax refuses the same)."""
+    x, w_up, w_down = randn(64, 32), randn(4, 32, 32, seed=1), randn(4, 16, 32, seed=2)
+    with pytest.raises(TypeError, match=rf"^moe_mlp: {name}: expected a bool, got {got}$"):
+        mt.moe_mlp(x, w_up, w_down, offsets_of([10, 0, 30, 24]), **{name: value})
+    if name == "zero_tail":
+        with pytest.raises(TypeError, match=rf"^MoEMLP: zero_tail: expected a bool, got {got}$"):
+            mt.MoEMLP(4, 32, 16, zero_tail=value)
+    # NumPy's bool is a bool.
+    y = mt.moe_mlp(x, w_up, w_down, offsets_of([10, 0, 30, 24]), **{name: np.bool_(True)})
+    assert y.shape == (64, 32)
 
 
 @pytest.mark.parametrize("device", DEVICES)

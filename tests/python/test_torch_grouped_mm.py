@@ -6,6 +6,7 @@ allocator; its backward through grouped_gemm against float64 autograd), 3-D x 3-
 
 import re
 
+import numpy as np
 import pytest
 import torch
 
@@ -405,6 +406,23 @@ def test_errors():
     with pytest.raises(ValueError, match=r"grouped_mm: b: expected shape \(T=64, N\) with T .*from a.shape\[1\], "
                                          r"got \(120, 32\)"):
         mt.grouped_mm(x.t(), randn(120, N), offs)
+
+
+@pytest.mark.parametrize("name, value, got", [
+    ("validate", "no", "str 'no'"), ("validate", 0.0, "float 0.0"), ("zero_tail", "yes", "str 'yes'"),
+    ("zero_tail", None, "NoneType None"),
+])
+@pytest.mark.parametrize("mode", ["2d3d", "2d2d", "3d3d"])
+def test_flags_take_bools_only(name, value, got, mode):
+    """zero_tail and validate are bools in every mode: validate="no" used to validate, and zero_tail="yes"
+    reached the op's schema."""
+    G, M, K, N = 4, 64, 32, 32
+    args = {"2d3d": (randn(M, K), randn(G, K, N), offsets_of([10, 0, 30, 24])),
+            "2d2d": (randn(M, K).t(), randn(M, N), offsets_of([10, 0, 30, 24])),
+            "3d3d": (randn(G, M, K), randn(G, K, N))}[mode]
+    with pytest.raises(TypeError, match=rf"^grouped_mm: {name}: expected a bool, got {got}$"):
+        mt.grouped_mm(*args, **{name: value})
+    assert mt.grouped_mm(*args, **{name: np.bool_(False)}).dim() == 3 - (mode == "2d3d")
 
 
 def test_zero_groups_check_their_operands():
