@@ -37,7 +37,9 @@ def check_flag(op: str, name: str, value) -> bool:
     """A flag (zero_tail, validate) as a bool: a Python bool or a NumPy bool; TypeError naming ``op: name``
     for anything else (None, an int, a string), whose truth value would otherwise pass silently for one
     (``validate="no"`` would validate). The JAX front end refuses the same (moegemm.jax static_bool)."""
+    if isinstance(value, bool):  # first: the calls on the eager path pass Python bools
+        return value
     np = sys.modules.get("numpy")  # a NumPy bool exists only where NumPy is imported
-    if isinstance(value, bool) or (np is not None and isinstance(value, np.bool_)):
+    if np is not None and isinstance(value, np.bool_):
         return bool(value)
     raise TypeError(f"{op}: {name}: expected a bool, got {type(value).__name__} {value!r}")
