@@ -106,7 +106,8 @@ for stage in "${stages[@]}"; do
       sanitize sanitize_racecheck racecheck racecheck "$SAN_SMALL"
       # The 256-column tiles (dGLU: two saved-tile passes through one staging area) on the backward cases.
       sanitize sanitize_memcheck_256 "memcheck (BN = 256)" memcheck \
-        'BackwardGpu.GarbageOffsets*:BackwardGpu.CasesC03C12EmptyExperts' MOEGEMM_BLOCK_N=256
+        'BackwardGpu.GarbageOffsets*:BackwardGpu.CasesC03C12EmptyExperts:BackwardGpu.DgluWholePassesWithoutReductions' \
+        MOEGEMM_BLOCK_N=256
       sanitize sanitize_racecheck_256 "racecheck (BN = 256)" racecheck 'BackwardGpu.DgluReductionsAndWgradSmall' \
         MOEGEMM_BLOCK_N=256
       # The ping-pong kernels (per-warpgroup tiles, turn barriers, the dGLU's saved-tile loader per warpgroup,

@@ -168,20 +168,33 @@ struct DgluEpilogue {
     // kWhole: every row of the slice and every column of the pass lie inside the expert and N, and beta = 1
     // (most passes). The per-element bounds selects and the beta products then drop out, the values being
     // the same. Otherwise elements out of bounds give zeros and add nothing.
-    auto chunks = [&]<bool kWhole>() {
+    // A chunk's preact pairs are read one chunk ahead, before the previous chunk's dC is written over its
+    // own pairs: the compiler cannot tell the swizzled addresses apart, so a read placed after those writes
+    // waits for them, and each chunk's shared-memory latency and arithmetic would run back to back.
+    auto read_chunk = [&](int i, float2 (&pre)[4]) {
+      const int vg = virtual_column<kBN>(i, false), vu = virtual_column<kBN>(i, true);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        pre[h] = tile_buf.template read_pair16<kPre>(fragment_pair_offset(fragment, vg, h));
+        pre[2 + h] = tile_buf.template read_pair16<kPre>(fragment_pair_offset(fragment, vu, h));
+      }
+    };
+    // kReduce: the per-chunk amax and dbias code, branched on per chunk. Without it the loop is one basic block
+    // and the compiler interleaves consecutive chunks.
+    auto chunks = [&]<bool kWhole, bool kReduce>() {
+      float2 pre[2][4];  // [chunk parity][gate h0, gate h1, up h0, up h1]
+      read_chunk(0, pre[0]);
 #pragma unroll
       for (int i = 0; i < kBN / 8; ++i) {
         const int vg = virtual_column<kBN>(i, false), vu = virtual_column<kBN>(i, true);
         const bool col_ok = kWhole || n0 + 8 * i + 2 * q < inter;
+        if (i + 1 < kBN / 8) read_chunk(i + 1, pre[(i + 1) & 1]);
         float dg[4], du[4];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const bool ok = kWhole || (col_ok && ra + 8 * h < rows_valid);
           const float scale = alpha * (h ? pr.y : pr.x);  // dC = acc * alpha * prob * dact
-          const uint32_t at_g = fragment_pair_offset(fragment, vg, h);
-          const uint32_t at_u = fragment_pair_offset(fragment, vu, h);
-          const float2 g = tile_buf.template read_pair16<kPre>(at_g);
-          const float2 u = tile_buf.template read_pair16<kPre>(at_u);
+          const float2 g = pre[i & 1][h], u = pre[i & 1][2 + h];
 #pragma unroll
           for (int x = 0; x < 2; ++x) {
             const float a = acc[4 * i + 2 * h + x];
@@ -191,17 +204,17 @@ struct DgluEpilogue {
             du[2 * h + x] = ok ? a * scale * v.d_up : 0.f;
             row_sum[h] += ok ? v.h * a : 0.f;  // times alpha below
           }
-          tile_buf.template write_pair16<kD>(at_g, dg[2 * h], dg[2 * h + 1]);
-          tile_buf.template write_pair16<kD>(at_u, du[2 * h], du[2 * h + 1]);
+          tile_buf.template write_pair16<kD>(fragment_pair_offset(fragment, vg, h), dg[2 * h], dg[2 * h + 1]);
+          tile_buf.template write_pair16<kD>(fragment_pair_offset(fragment, vu, h), du[2 * h], du[2 * h + 1]);
         }
-        if (p.red.amax) {  // amax is for FP8 scaling: without it these instructions are branched over
+        if (kReduce && p.red.amax) {  // amax is for FP8 scaling
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             amax_gate = abs_max(amax_gate, dg[e]);
             amax_up = abs_max(amax_up, du[e]);
           }
         }
-        if (p.red.dbias_partials) {
+        if (kReduce && p.red.dbias_partials) {
           sums.put(vg, 0, dg[0] + dg[2]);
           sums.put(vg, 1, dg[1] + dg[3]);
           sums.put(vu, 0, du[0] + du[2]);
@@ -209,8 +222,10 @@ struct DgluEpilogue {
         }
       }
     };
-    if (kWholePassPath && rows_valid == 64 && n0 + kBN <= inter && beta == 1.f) chunks.template operator()<true>();
-    else chunks.template operator()<false>();
+    const bool whole = kWholePassPath && rows_valid == 64 && n0 + kBN <= inter && beta == 1.f;
+    if (whole && !p.red.amax && !p.red.dbias_partials) chunks.template operator()<true, false>();
+    else if (whole) chunks.template operator()<true, true>();
+    else chunks.template operator()<false, true>();
     tile_buf.store(p.d, &p.tma_d, dmap, 0, 2 * kBN, row0, rows_valid, use_tma);
     row_sum[0] *= alpha;
     row_sum[1] *= alpha;

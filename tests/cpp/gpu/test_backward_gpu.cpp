@@ -138,6 +138,33 @@ TEST(BackwardGpu, DgluShapes) {
   }
 }
 
+TEST(BackwardGpu, DgluWholePassesWithoutReductions) {
+  REQUIRE_GPU();
+  // dprob only (no amax, no dbias), no beta, 16-bit C and dC, I a multiple of 128 and experts of more than 64
+  // rows: most 64-row slices take the saved-tile epilogue's loop without the per-chunk amax and dbias code.
+  int variant = 0;
+  for (Activation act : kActivations) {
+    for (GluLayout pairing : kPairings) {
+      Grouped p;
+      p.op = GroupedOp::dglu;
+      p.glu.activation = act;
+      p.glu.layout = pairing;
+      clamp_inside_range(p.glu);
+      p.m = 512;
+      p.n = variant % 2 ? 768 : 384;
+      p.k = variant % 3 ? 136 : 1024;
+      p.sizes = {150, 0, 1, 129, 70, 100};
+      p.layout = variant % 2 ? BLayout::kn : BLayout::nk;
+      p.alpha = variant % 2 == 0;
+      p.prob = true;
+      p.dprob = true;
+      p.seed = 5000 + 10 * variant++;
+      p.name = std::string(activation_name(act)) + " whole passes I=" + std::to_string(p.n) + " K=" + std::to_string(p.k) + " " + pairing_name(pairing);
+      check_grouped(p);
+    }
+  }
+}
+
 TEST(BackwardGpu, DgluPointerWeights) {
   REQUIRE_GPU();
   int variant = 0;
