@@ -141,7 +141,8 @@ TEST(BackwardGpu, DgluShapes) {
 TEST(BackwardGpu, DgluWholePassesWithoutReductions) {
   REQUIRE_GPU();
   // dprob only (no amax, no dbias), no beta, 16-bit C and dC, I a multiple of 128 and experts of more than 64
-  // rows: most 64-row slices take the saved-tile epilogue's loop without the per-chunk amax and dbias code.
+  // rows: most 64-row slices take the saved-tile epilogue's loop without the per-chunk amax and dbias code
+  // (swiglu and geglu; swiglu_clamped has no whole-pass loop and takes the general one).
   int variant = 0;
   for (Activation act : kActivations) {
     for (GluLayout pairing : kPairings) {
@@ -159,7 +160,8 @@ TEST(BackwardGpu, DgluWholePassesWithoutReductions) {
       p.prob = true;
       p.dprob = true;
       p.seed = 5000 + 10 * variant++;
-      p.name = std::string(activation_name(act)) + " whole passes I=" + std::to_string(p.n) + " K=" + std::to_string(p.k) + " " + pairing_name(pairing);
+      p.name = std::string(activation_name(act)) + " whole passes I=" + std::to_string(p.n) +
+               " K=" + std::to_string(p.k) + " " + pairing_name(pairing);
       check_grouped(p);
     }
   }
