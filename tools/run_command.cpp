@@ -143,7 +143,7 @@ int run_command(const std::vector<std::string>& args) {
   std::vector<ModelPreset> presets;
   if (o.model) presets.push_back(find_model(w, *o.model));
   else presets = w.models;
-  if (presets.empty()) throw UsageError("the workloads file has no models");
+  if (presets.empty()) throw UsageError("workloads file " + w.source + " has no models");
 
   const bool kernels = device_kernels_available();
   if (o.backend == BackendChoice::gpu && !kernels) {

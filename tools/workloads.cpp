@@ -1,6 +1,9 @@
 #include "workloads.hpp"
 
+#include <cstdint>
+#include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -13,6 +16,12 @@ namespace moegemm::cli {
 namespace {
 
 int64_t positive_field(const nlohmann::ordered_json& obj, const char* key, const std::string& where) {
+  constexpr uint64_t kMax = std::numeric_limits<int64_t>::max();
+  // nlohmann keeps integers past int64 (up to 2^64 - 1) unsigned; read as int64 they would wrap to <= 0.
+  if (obj.contains(key) && obj[key].is_number_unsigned() && obj[key].get<uint64_t>() > kMax) {
+    throw UsageError(where + ": field \"" + key + "\" must be at most " + std::to_string(kMax) + ", got " +
+                     std::to_string(obj[key].get<uint64_t>()));
+  }
   if (!obj.contains(key) || !obj[key].is_number_integer() || obj[key].get<int64_t>() <= 0)
     throw UsageError(where + ": field \"" + key + "\" must be a positive integer");
   return obj[key].get<int64_t>();
@@ -63,6 +72,10 @@ Workloads parse(const std::string& text, const std::string& source) {
 Workloads embedded_workloads() { return parse(kDefaultWorkloadsJson, "embedded"); }
 
 Workloads load_workloads(const std::string& path) {
+  std::error_code ec;  // a folder opens as a stream that reads nothing on some systems
+  if (std::filesystem::is_directory(path, ec)) {
+    throw UsageError("--workloads: '" + path + "' is a directory, not a workloads file");
+  }
   std::ifstream in(path);
   if (!in) throw UsageError("--workloads: cannot read workloads file " + path);
   std::stringstream text;

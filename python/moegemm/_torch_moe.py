@@ -134,56 +134,57 @@ def _clamp_limit(op: str, activation: str, limit) -> float:
     return value
 
 
-def _check_operands(x, w_up, w_down, offsets, prob, activation, glu_layout) -> None:
+def _check_operands(op, x, w_up, w_down, offsets, prob, activation, glu_layout) -> None:
     """Checks the types, shapes, dtypes, strides and alignment of moe_mlp's own operands, so that an error
-    names x, w_up, w_down, offsets or prob (the ops it calls would name their internal operands a, b, d)."""
+    names x, w_up, w_down, offsets or prob (the ops it calls would name their internal operands a, b, d) after
+    ``op``, the entry point the caller used (moe_mlp or MoEMLP)."""
     for name, t in (("x", x), ("w_up", w_up), ("w_down", w_down), ("offsets", offsets), ("prob", prob)):
         if not isinstance(t, torch.Tensor) and (t is not None or name != "prob"):
-            raise TypeError(f"{_OP}: {name}: expected a torch.Tensor, got {type(t).__name__}")
-    _check_config(_OP, activation, glu_layout)
+            raise TypeError(f"{op}: {name}: expected a torch.Tensor, got {type(t).__name__}")
+    _check_config(op, activation, glu_layout)
     if x.dim() != 2:  # before anything reads M from x
-        raise ValueError(f"{_OP}: x: expected a 2-D (M, H) tensor, got shape {tuple(x.shape)}")
+        raise ValueError(f"{op}: x: expected a 2-D (M, H) tensor, got shape {tuple(x.shape)}")
     if prob is not None and not prob.is_floating_point():
-        raise ValueError(f"{_OP}: prob: expected a floating dtype, got {prob.dtype}")
+        raise ValueError(f"{op}: prob: expected a floating dtype, got {prob.dtype}")
     if prob is not None and tuple(prob.shape) != (x.shape[0],):
-        raise ValueError(f"{_OP}: prob: expected shape (M={x.shape[0]},) with M from x, got {tuple(prob.shape)}")
+        raise ValueError(f"{op}: prob: expected shape (M={x.shape[0]},) with M from x, got {tuple(prob.shape)}")
     # The op's rule, checked before the float32 conversion (which would copy a strided prob of another dtype).
     if prob is not None and prob.shape[0] > 1 and prob.stride(0) != 1:
-        raise ValueError(f"{_OP}: prob: expected a contiguous vector (stride(0) == 1), got stride(0)={prob.stride(0)}")
-    check_same_device(_OP, x=x, w_up=w_up, w_down=w_down, offsets=offsets, prob=prob)
-    check_row_major(_OP, "x", x, "(M, H)", "; pass x.contiguous()")
+        raise ValueError(f"{op}: prob: expected a contiguous vector (stride(0) == 1), got stride(0)={prob.stride(0)}")
+    check_same_device(op, x=x, w_up=w_up, w_down=w_down, offsets=offsets, prob=prob)
+    check_row_major(op, "x", x, "(M, H)", "; pass x.contiguous()")
     h = x.shape[1]
     if w_up.dim() != 3:
-        raise ValueError(f"{_OP}: w_up: expected a 3-D (E, H, 2I) tensor, got shape {tuple(w_up.shape)}")
+        raise ValueError(f"{op}: w_up: expected a 3-D (E, H, 2I) tensor, got shape {tuple(w_up.shape)}")
     if w_down.dim() != 3:
-        raise ValueError(f"{_OP}: w_down: expected a 3-D (E, I, H) tensor, got shape {tuple(w_down.shape)}")
+        raise ValueError(f"{op}: w_down: expected a 3-D (E, I, H) tensor, got shape {tuple(w_down.shape)}")
     for name, w in (("w_up", w_up), ("w_down", w_down)):
         if w.dtype != x.dtype:
-            raise ValueError(f"{_OP}: {name}: expected dtype {x.dtype} (the dtype of x), got {w.dtype}")
+            raise ValueError(f"{op}: {name}: expected dtype {x.dtype} (the dtype of x), got {w.dtype}")
     e, two_i = w_up.shape[0], w_up.shape[2]
     if h == 0:
-        raise ValueError(f"{_OP}: x: expected H > 0 (its last dim), got shape {tuple(x.shape)}")
+        raise ValueError(f"{op}: x: expected H > 0 (its last dim), got shape {tuple(x.shape)}")
     if w_up.shape[1] != h or two_i % 2:
-        raise ValueError(f"{_OP}: w_up: expected shape (E, H={h}, 2I) with H from x and 2I even, got "
+        raise ValueError(f"{op}: w_up: expected shape (E, H={h}, 2I) with H from x and 2I even, got "
                          f"{tuple(w_up.shape)}")
     if two_i == 0:
-        raise ValueError(f"{_OP}: w_up: expected 2I > 0 (its last dim), got shape {tuple(w_up.shape)}")
+        raise ValueError(f"{op}: w_up: expected 2I > 0 (its last dim), got shape {tuple(w_up.shape)}")
     if w_down.shape[0] != e and offsets.dim() == 1 and offsets.shape[0] == w_down.shape[0]:
         # offsets and w_down agree on E: the odd one out is w_up
-        raise ValueError(f"{_OP}: w_up: expected dim 0 = E={w_down.shape[0]} (the experts of offsets and w_down), "
+        raise ValueError(f"{op}: w_up: expected dim 0 = E={w_down.shape[0]} (the experts of offsets and w_down), "
                          f"got shape {tuple(w_up.shape)}")
     if tuple(w_down.shape) != (e, two_i // 2, h):
-        raise ValueError(f"{_OP}: w_down: expected shape (E={e}, I={two_i // 2}, H={h}) with E and I from "
+        raise ValueError(f"{op}: w_down: expected shape (E={e}, I={two_i // 2}, H={h}) with E and I from "
                          f"w_up, H from x, got {tuple(w_down.shape)}")
     if x.element_size() == 2:  # 16-bit rows must start 16-byte aligned (the kernels' TMA rule, on every backend)
         if h % 8:
-            raise ValueError(f"{_OP}: x: expected H a multiple of 8 (16-bit operands need 16-byte aligned "
+            raise ValueError(f"{op}: x: expected H a multiple of 8 (16-bit operands need 16-byte aligned "
                              f"rows), got H = {h} (shape {tuple(x.shape)}, dtype {x.dtype})")
         if (two_i // 2) % 8:
-            raise ValueError(f"{_OP}: w_up: expected I (half of its last dim) a multiple of 8 (the GLU output's "
+            raise ValueError(f"{op}: w_up: expected I (half of its last dim) a multiple of 8 (the GLU output's "
                              f"16-bit rows must be 16-byte aligned), got I = {two_i // 2} (shape {tuple(w_up.shape)})")
     if offsets.dim() != 1 or offsets.shape[0] != e or offsets.dtype != torch.int32:
-        raise ValueError(f"{_OP}: offsets: expected an (E={e},) torch.int32 tensor with E from w_up, got shape "
+        raise ValueError(f"{op}: offsets: expected an (E={e},) torch.int32 tensor with E from w_up, got shape "
                          f"{tuple(offsets.shape)} and dtype {offsets.dtype}")
     # Base addresses and x's row pitch (the 16-byte rule), so that a bad w_down is refused before the
     # up-projection runs, not by the second op.
@@ -191,13 +192,13 @@ def _check_operands(x, w_up, w_down, offsets, prob, activation, glu_layout) -> N
         return  # traced tensors have no addresses
     for name, t in (("x", x), ("w_up", w_up), ("w_down", w_down)):
         if t.numel() and t.device.type != "meta" and t.data_ptr() % 16:
-            raise ValueError(f"{_OP}: {name}: expected a 16-byte aligned base address (16-byte alignment rule), "
+            raise ValueError(f"{op}: {name}: expected a 16-byte aligned base address (16-byte alignment rule), "
                              f"got {t.data_ptr():#x}")
     if x.shape[0] > 1 and x.stride(0) < h:  # overlapping rows (an expanded x, say)
-        raise ValueError(f"{_OP}: x: expected a row stride stride(0) >= H={h}, got stride(0)={x.stride(0)}")
+        raise ValueError(f"{op}: x: expected a row stride stride(0) >= H={h}, got stride(0)={x.stride(0)}")
     if x.shape[0] > 1 and x.stride(0) * x.element_size() % 16:
         per_row = 16 // x.element_size()
-        raise ValueError(f"{_OP}: x: expected a row stride that is a multiple of 16 bytes ({per_row} {x.dtype} "
+        raise ValueError(f"{op}: x: expected a row stride that is a multiple of 16 bytes ({per_row} {x.dtype} "
                          f"elements: with a contiguous x, H % {per_row} == 0), got stride(0)={x.stride(0)} with "
                          f"H={x.shape[1]}")
 
@@ -246,11 +247,18 @@ def moe_mlp(x: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, offsets: 
         NumPy), and a limit, act_alpha or linear_offset that is not a real number (a bool included);
         NotImplementedError for requests the backend cannot serve (f16 or f32 inputs on CUDA).
     """
-    _check_operands(x, w_up, w_down, offsets, prob, activation, glu_layout)
-    zero_tail, validate = check_flag(_OP, "zero_tail", zero_tail), check_flag(_OP, "validate", validate)
-    clamp = [_clamp_limit(_OP, activation, limit), _clamp_finite(_OP, activation, "act_alpha", act_alpha),
-             _clamp_finite(_OP, activation, "linear_offset", linear_offset)]
-    return call_named(_OP, _INNER_NAMES, _MoEMLPFunction.apply, x, w_up, w_down, offsets, prob, activation,
+    return _moe_mlp(_OP, x, w_up, w_down, offsets, prob, activation, glu_layout, zero_tail=zero_tail, limit=limit,
+                    act_alpha=act_alpha, linear_offset=linear_offset, validate=validate)
+
+
+def _moe_mlp(op: str, x, w_up, w_down, offsets, prob, activation, glu_layout, *, zero_tail, limit, act_alpha,
+             linear_offset, validate) -> torch.Tensor:
+    """moe_mlp, its errors named after ``op`` (moe_mlp, or MoEMLP from the module's forward)."""
+    _check_operands(op, x, w_up, w_down, offsets, prob, activation, glu_layout)
+    zero_tail, validate = check_flag(op, "zero_tail", zero_tail), check_flag(op, "validate", validate)
+    clamp = [_clamp_limit(op, activation, limit), _clamp_finite(op, activation, "act_alpha", act_alpha),
+             _clamp_finite(op, activation, "linear_offset", linear_offset)]
+    return call_named(op, _INNER_NAMES, _MoEMLPFunction.apply, x, w_up, w_down, offsets, prob, activation,
                       glu_layout, *clamp, zero_tail, validate)
 
 
@@ -327,8 +335,8 @@ class MoEMLP(torch.nn.Module):
         if isinstance(x, torch.Tensor) and x.dtype != self.w_up.dtype:  # x is the caller's; the weights are ours
             raise ValueError(f"MoEMLP: x: expected dtype {self.w_up.dtype} (the module's parameters' dtype), got "
                              f"{x.dtype}")
-        return moe_mlp(x, self.w_up, self.w_down, offsets, prob, self.activation, self.glu_layout,
-                       zero_tail=self.zero_tail, validate=validate, **self.clamp)
+        return _moe_mlp("MoEMLP", x, self.w_up, self.w_down, offsets, prob, self.activation, self.glu_layout,
+                        zero_tail=self.zero_tail, validate=validate, **self.clamp)
 
     def extra_repr(self) -> str:
         e, h, n2 = self.w_up.shape

@@ -374,16 +374,17 @@ def test_moe_mlp_flags_take_bools_only(name, value, got):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_moe_mlp_validate_reports_bad_offsets(device):
-    """validate=True (spec §0's opt-in host check) names moe_mlp's offsets; the module passes it through."""
+    """validate=True (spec §0's opt-in host check) names moe_mlp's offsets; the module passes it through and
+    names itself."""
     x = randn(8, 16, device=device)
     module = mt.MoEMLP(2, 16, 16, dtype=torch.bfloat16, device=device)
     for offs, got in (([5, 3], r"offsets\[1\] = 3 < offsets\[0\] = 5"), ([3, 9], r"offsets\[1\] = 9"),
                       ([-1, 8], r"offsets\[0\] = -1")):
         offs = torch.tensor(offs, dtype=torch.int32, device=device)
-        pattern = r"moe_mlp: offsets: expected non-decreasing expert end rows .*got " + got
-        with pytest.raises(ValueError, match=pattern):
+        pattern = r": offsets: expected non-decreasing expert end rows .*got " + got
+        with pytest.raises(ValueError, match="^moe_mlp" + pattern):
             mt.moe_mlp(x, module.w_up, module.w_down, offs, validate=True)
-        with pytest.raises(ValueError, match=pattern):
+        with pytest.raises(ValueError, match="^MoEMLP" + pattern):
             module(x, offs, validate=True)
         assert module(x, offs).shape == (8, 16)  # clamped on the device without it
     good = offsets_of([3, 5]).to(device)
@@ -435,6 +436,11 @@ def test_moe_mlp_module_checks_its_configuration_when_built():
     with pytest.raises(ValueError, match=r"MoEMLP: x: expected dtype torch\.bfloat16 \(the module's parameters' "
                                          r"dtype\), got torch\.float32"):
         module(randn(16, 16).float(), offsets_of([8, 8]))
+    # The forward's checks of the other operands name the module too.
+    with pytest.raises(ValueError, match=r"^MoEMLP: offsets: expected an \(E=2,\) torch\.int32 tensor .*torch\.int64$"):
+        module(randn(16, 16), torch.tensor([5, 16]))
+    with pytest.raises(ValueError, match=r"^MoEMLP: prob: expected shape \(M=16,\)"):
+        module(randn(16, 16), offsets_of([8, 8]), randn(8, dtype=torch.float32))
     assert mt.MoEMLP(2, torch.tensor(16).item(), 16).w_up.shape == (2, 16, 32)
 
 

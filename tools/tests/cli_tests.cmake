@@ -73,6 +73,16 @@ moegemm_cli_test(workloads_intermediate_past_int64 COMMAND ${_expect_2} ${_cli} 
 moegemm_cli_test(model_from_empty_workloads COMMAND ${_expect_2} ${_cli} run --backend cpu --model x
                  --workloads ${CMAKE_CURRENT_SOURCE_DIR}/tests/workloads_no_models.json
                  REGEX "--model: unknown model 'x' \\(the workloads file has no models\\)")
+moegemm_cli_test(empty_workloads COMMAND ${_expect_2} ${_cli} run --backend cpu
+                 --workloads ${CMAKE_CURRENT_SOURCE_DIR}/tests/workloads_no_models.json
+                 REGEX "^moegemm: workloads file [^\n]*workloads_no_models.json has no models")
+moegemm_cli_test(workloads_directory COMMAND ${_expect_2} ${_cli} run --backend cpu
+                 --workloads ${CMAKE_CURRENT_SOURCE_DIR}/tests
+                 REGEX "--workloads: '[^\n]*tests' is a directory, not a workloads file")
+# An integer past int64 (nlohmann keeps it unsigned) is named with the limit, not called non-positive.
+moegemm_cli_test(workloads_field_past_int64 COMMAND ${_expect_2} ${_cli} run --backend cpu
+                 --workloads ${CMAKE_CURRENT_SOURCE_DIR}/tests/workloads_field_past_int64.json
+                 REGEX "model big: field \"tokens\" must be at most 9223372036854775807, got 18446744073709551615")
 moegemm_cli_test(gemm_missing_shape COMMAND ${_expect_2} ${_cli} gemm --m 64 --k 64
                  REGEX "gemm: --m, --n, --k and --e are required; missing: --n, --e")
 moegemm_cli_test(non_numeric_tokens COMMAND ${_expect_2} ${_cli} run --tokens many
