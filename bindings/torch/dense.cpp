@@ -37,12 +37,16 @@ Pair gemm_swiglu_op(const at::Tensor& a, const at::Tensor& b, c10::string_view b
   args.alpha = static_cast<float>(alpha);
   DeviceContext context(a);
   const int64_t m = a.size(0);
-  at::Tensor ab12 = at::empty({m, n}, a.options().dtype(out_dtype_or(ab12_dtype, f32_default_dtype(a), op, "ab12_dtype")));
-  at::Tensor c = at::empty({m, n / 2}, a.options().dtype(out_dtype_or(out_dtype, a.scalar_type(), op, "out_dtype")));
+  const at::ScalarType ab12_type = out_dtype_or(ab12_dtype, f32_default_dtype(a), op, "ab12_dtype");
+  const at::ScalarType c_type = out_dtype_or(out_dtype, a.scalar_type(), op, "out_dtype");
+  args.ab12 = planned_view(args.a, ab12_type, {m, n}, op, "ab12_dtype");
+  args.c = planned_view(args.a, c_type, {m, n / 2}, op, "out_dtype");
+  const std::size_t bytes = checked_workspace_bytes(args, gemm_swiglu_workspace_bytes);
+  at::Tensor ab12 = at::empty({m, n}, a.options().dtype(ab12_type));
+  at::Tensor c = at::empty({m, n / 2}, a.options().dtype(c_type));
   args.ab12 = view_of(ab12, op, "ab12");
   args.c = view_of(c, op, "c");
-  launch(context, a, args, [](const auto& x) { return gemm_swiglu_workspace_bytes(x); },
-         [](const auto& x, void* w, std::size_t bytes, cudaStream_t s) { gemm_swiglu(x, w, bytes, s); });
+  launch(context, a, args, bytes, gemm_swiglu);
   return {ab12, c};
 }
 
@@ -56,12 +60,14 @@ Pair gemm_amax_op(const at::Tensor& a, const at::Tensor& b, c10::string_view b_l
   args.b = view_of(b, op, "b");
   DeviceContext context(a);
   const auto dtype = out_dtype_or(out_dtype, a.scalar_type(), op, "out_dtype");
+  args.c = planned_view(args.a, dtype, {a.size(0), n}, op, "out_dtype");
+  args.amax = planned_view(args.a, at::kFloat, {1}, op, "amax");
+  const std::size_t bytes = checked_workspace_bytes(args, gemm_amax_workspace_bytes);
   at::Tensor c = at::empty({a.size(0), n}, a.options().dtype(dtype));
   at::Tensor amax = at::empty({1}, a.options().dtype(at::kFloat));
   args.c = view_of(c, op, "c");
   args.amax = view_of(amax, op, "amax");
-  launch(context, a, args, [](const auto& x) { return gemm_amax_workspace_bytes(x); },
-         [](const auto& x, void* w, std::size_t bytes, cudaStream_t s) { gemm_amax(x, w, bytes, s); });
+  launch(context, a, args, bytes, gemm_amax);
   return {c, amax};
 }
 
@@ -77,13 +83,16 @@ Pair gemm_srelu_op(const at::Tensor& a, const at::Tensor& b, c10::string_view b_
   args.alpha = static_cast<float>(alpha);
   args.prob = view_of(prob, op, "prob");
   DeviceContext context(a);
-  const auto options = a.options().dtype(out_dtype_or(out_dtype, a.scalar_type(), op, "out_dtype"));
+  const at::ScalarType type = out_dtype_or(out_dtype, a.scalar_type(), op, "out_dtype");
+  args.d = planned_view(args.a, type, {a.size(0), n}, op, "out_dtype");
+  if (generate_c) args.c = planned_view(args.a, type, {a.size(0), n}, op, "out_dtype");
+  const std::size_t bytes = checked_workspace_bytes(args, gemm_srelu_workspace_bytes);
+  const auto options = a.options().dtype(type);
   at::Tensor d = at::empty({a.size(0), n}, options);
   at::Tensor c = generate_c ? at::empty({a.size(0), n}, options) : not_requested(d);
   args.d = view_of(d, op, "d");
   if (generate_c) args.c = view_of(c, op, "c");
-  launch(context, a, args, [](const auto& x) { return gemm_srelu_workspace_bytes(x); },
-         [](const auto& x, void* w, std::size_t bytes, cudaStream_t s) { gemm_srelu(x, w, bytes, s); });
+  launch(context, a, args, bytes, gemm_srelu);
   return {d, c};
 }
 
@@ -104,13 +113,15 @@ Pair gemm_dsrelu_op(const at::Tensor& a, const at::Tensor& b, const at::Tensor& 
   args.prob = view_of(prob, op, "prob");
   DeviceContext context(a);
   const auto dtype = out_dtype_or(out_dtype, c.scalar_type(), op, "out_dtype");
+  args.dc = planned_view(args.a, dtype, {a.size(0), n}, op, "out_dtype");
+  if (compute_dprob) args.dprob = planned_view(args.a, at::kFloat, {a.size(0)}, op, "dprob");
+  const std::size_t bytes = checked_workspace_bytes(args, gemm_dsrelu_workspace_bytes);
   at::Tensor dc = at::empty({a.size(0), n}, a.options().dtype(dtype));
   at::Tensor dprob = compute_dprob ? at::empty({a.size(0)}, a.options().dtype(at::kFloat))
                                    : not_requested(dc);
   args.dc = view_of(dc, op, "dc");
   if (compute_dprob) args.dprob = view_of(dprob, op, "dprob");
-  launch(context, a, args, [](const auto& x) { return gemm_dsrelu_workspace_bytes(x); },
-         [](const auto& x, void* w, std::size_t bytes, cudaStream_t s) { gemm_dsrelu(x, w, bytes, s); });
+  launch(context, a, args, bytes, gemm_dsrelu);
   return {dc, dprob};
 }
 

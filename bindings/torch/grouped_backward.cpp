@@ -41,24 +41,32 @@ void fill_common(Args& args, const char* op, const at::Tensor& a, const at::Tens
 }
 
 // dc (M, columns) in `dc_dtype` (default: c's dtype); dprob (M,), dbias (E, columns) and amax
-// (amax_len,) when requested, else empty (0,) placeholders.
-template <class Args>
-Outputs allocate_outputs(Args& args, const char* op, const at::Tensor& a, const at::Tensor& c,
-                         const at::Tensor& offsets, int64_t columns, int64_t amax_len, bool compute_dprob,
-                         bool compute_dbias, bool compute_amax, std::optional<at::ScalarType> dc_dtype,
-                         std::optional<at::ScalarType> dbias_dtype) {
+// (amax_len,) when requested, else empty (0,) placeholders: the contract checked on their planned views, then
+// allocated, viewed and the op run through `launch`.
+template <class Args, class WorkspaceBytes, class Run>
+Outputs run_backward(Args& args, const char* op, const at::Tensor& a, const at::Tensor& c,
+                     const at::Tensor& offsets, int64_t columns, int64_t amax_len, bool compute_dprob,
+                     bool compute_dbias, bool compute_amax, std::optional<at::ScalarType> dc_dtype,
+                     std::optional<at::ScalarType> dbias_dtype, WorkspaceBytes workspace_bytes, Run run) {
+  DeviceContext context(a);
   const int64_t m = a.size(0), e = offsets.size(0);
+  const at::ScalarType dc_type = out_dtype_or(dc_dtype, c.scalar_type(), op, "dc_dtype");
+  const at::ScalarType dbias_type = compute_dbias ? dbias_dtype_or_f32(dbias_dtype, op) : at::kFloat;
+  args.dc = planned_view(args.a, dc_type, {m, columns}, op, "dc_dtype");
+  if (compute_dprob) args.dprob = planned_view(args.a, at::kFloat, {m}, op, "dprob");
+  if (compute_dbias) args.dbias = planned_view(args.a, dbias_type, {e, columns}, op, "dbias_dtype");
+  if (compute_amax) args.amax = planned_view(args.a, at::kFloat, {amax_len}, op, "amax");
+  const std::size_t bytes = checked_workspace_bytes(args, workspace_bytes);
   const auto side = a.options().dtype(at::kFloat);
-  at::Tensor dc = at::empty({m, columns}, a.options().dtype(out_dtype_or(dc_dtype, c.scalar_type(), op, "dc_dtype")));
+  at::Tensor dc = at::empty({m, columns}, a.options().dtype(dc_type));
   at::Tensor dprob = compute_dprob ? at::empty({m}, side) : not_requested(dc);
-  at::Tensor dbias = compute_dbias
-                         ? at::empty({e, columns}, a.options().dtype(dbias_dtype_or_f32(dbias_dtype, op)))
-                         : not_requested(dc);
+  at::Tensor dbias = compute_dbias ? at::empty({e, columns}, a.options().dtype(dbias_type)) : not_requested(dc);
   at::Tensor amax = compute_amax ? at::empty({amax_len}, side) : not_requested(dc);
   args.dc = view_of(dc, op, "dc");
   if (compute_dprob) args.dprob = view_of(dprob, op, "dprob");
   if (compute_dbias) args.dbias = view_of(dbias, op, "dbias");
   if (compute_amax) args.amax = view_of(amax, op, "amax");
+  launch(context, a, args, bytes, run);
   return {dc, dprob, dbias, amax};
 }
 
@@ -76,13 +84,10 @@ Outputs grouped_gemm_dglu_op(const at::Tensor& a, const at::Tensor& b, const at:
   expect_device(a, beta, op, "beta");
   args.beta = view_of(beta, op, "beta");
   args.glu = glu_params(activation, glu_layout, limit, act_alpha, linear_offset, op);
-  DeviceContext context(a);
   // dC has C's 2I columns: twice the GEMM's N = I.
-  Outputs out = allocate_outputs(args, op, a, c, offsets, 2 * weights_n(b, layout), 2, compute_dprob,
-                                 compute_dbias, compute_amax, dc_dtype, dbias_dtype);
-  launch(context, a, args, [](const auto& x) { return grouped_gemm_dglu_workspace_bytes(x); },
-         [](const auto& x, void* w, std::size_t bytes, cudaStream_t s) { grouped_gemm_dglu(x, w, bytes, s); });
-  return out;
+  return run_backward(args, op, a, c, offsets, 2 * weights_n(b, layout), 2, compute_dprob, compute_dbias,
+                      compute_amax, dc_dtype, dbias_dtype,
+                      grouped_gemm_dglu_workspace_bytes, grouped_gemm_dglu);
 }
 
 Outputs grouped_gemm_dsrelu_op(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
@@ -95,12 +100,9 @@ Outputs grouped_gemm_dsrelu_op(const at::Tensor& a, const at::Tensor& b, const a
   const BLayout layout = parse_b_layout(b_layout, op);
   GroupedGemmDsreluArgs args;
   fill_common(args, op, a, b, layout, c, offsets, alpha, prob, zero_tail, validate);
-  DeviceContext context(a);
-  Outputs out = allocate_outputs(args, op, a, c, offsets, weights_n(b, layout), 1, compute_dprob,
-                                 compute_dbias, compute_amax, dc_dtype, dbias_dtype);
-  launch(context, a, args, [](const auto& x) { return grouped_gemm_dsrelu_workspace_bytes(x); },
-         [](const auto& x, void* w, std::size_t bytes, cudaStream_t s) { grouped_gemm_dsrelu(x, w, bytes, s); });
-  return out;
+  return run_backward(args, op, a, c, offsets, weights_n(b, layout), 1, compute_dprob, compute_dbias,
+                      compute_amax, dc_dtype, dbias_dtype,
+                      grouped_gemm_dsrelu_workspace_bytes, grouped_gemm_dsrelu);
 }
 
 }  // namespace

@@ -38,20 +38,25 @@ void fill_common(Args& args, const char* op, const at::Tensor& a, const at::Tens
 }
 
 // D (M, d_columns) and, with generate_c, C (M, n) in `out_dtype` (default: a's dtype), else an empty
-// (0,) placeholder for C; views taken, then the op run through `launch`.
+// (0,) placeholder for C: the contract checked on their planned views, then allocated, viewed and the op run
+// through `launch`.
 template <class Args, class WorkspaceBytes, class Run>
 std::tuple<at::Tensor, at::Tensor> run_forward(Args& args, const char* op, const at::Tensor& a, int64_t n,
                                                int64_t d_columns, bool generate_c,
                                                std::optional<at::ScalarType> out_dtype,
                                                WorkspaceBytes workspace_bytes, Run run) {
   DeviceContext context(a);
-  const auto options = a.options().dtype(out_dtype_or(out_dtype, a.scalar_type(), op, "out_dtype"));
+  const at::ScalarType type = out_dtype_or(out_dtype, a.scalar_type(), op, "out_dtype");
   const int64_t m = a.size(0);
+  args.d = planned_view(args.a, type, {m, d_columns}, op, "out_dtype");
+  if (generate_c) args.c = planned_view(args.a, type, {m, n}, op, "out_dtype");
+  const std::size_t bytes = checked_workspace_bytes(args, workspace_bytes);
+  const auto options = a.options().dtype(type);
   at::Tensor d = at::empty({m, d_columns}, options);
   at::Tensor c = generate_c ? at::empty({m, n}, options) : not_requested(d);
   args.d = view_of(d, op, "d");
   if (generate_c) args.c = view_of(c, op, "c");
-  launch(context, a, args, workspace_bytes, run);
+  launch(context, a, args, bytes, run);
   return {d, c};
 }
 
@@ -65,8 +70,7 @@ std::tuple<at::Tensor, at::Tensor> grouped_gemm_op(
   fill_common(args, op, a, b, layout, offsets, alpha, prob, bias, zero_tail, validate);
   const int64_t n = weights_n(b, layout);
   return run_forward(args, op, a, n, n, generate_c, out_dtype,
-                     [](const auto& x) { return grouped_gemm_workspace_bytes(x); },
-                     [](const auto& x, void* w, std::size_t bytes, cudaStream_t s) { grouped_gemm(x, w, bytes, s); });
+                     grouped_gemm_workspace_bytes, grouped_gemm);
 }
 
 std::tuple<at::Tensor, at::Tensor> grouped_gemm_glu_op(
@@ -82,8 +86,7 @@ std::tuple<at::Tensor, at::Tensor> grouped_gemm_glu_op(
   const int64_t n = weights_n(b, layout);
   // An odd N is the contract's to reject (it names b); I = N / 2 only sizes the output here.
   return run_forward(args, op, a, n, n / 2, generate_c, out_dtype,
-                     [](const auto& x) { return grouped_gemm_glu_workspace_bytes(x); },
-                     [](const auto& x, void* w, std::size_t bytes, cudaStream_t s) { grouped_gemm_glu(x, w, bytes, s); });
+                     grouped_gemm_glu_workspace_bytes, grouped_gemm_glu);
 }
 
 std::tuple<at::Tensor, at::Tensor> grouped_gemm_srelu_op(
@@ -96,8 +99,7 @@ std::tuple<at::Tensor, at::Tensor> grouped_gemm_srelu_op(
   fill_common(args, op, a, b, layout, offsets, alpha, prob, bias, zero_tail, validate);
   const int64_t n = weights_n(b, layout);
   return run_forward(args, op, a, n, n, generate_c, out_dtype,
-                     [](const auto& x) { return grouped_gemm_srelu_workspace_bytes(x); },
-                     [](const auto& x, void* w, std::size_t bytes, cudaStream_t s) { grouped_gemm_srelu(x, w, bytes, s); });
+                     grouped_gemm_srelu_workspace_bytes, grouped_gemm_srelu);
 }
 
 }  // namespace

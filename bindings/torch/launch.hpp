@@ -11,14 +11,21 @@
 
 namespace moegemm::torch_ops {
 
-/// Runs `run(args, workspace, bytes, stream)` on `context`'s stream, with a workspace of
-/// `workspace_bytes(args)` bytes allocated by at::empty on `anchor`'s device (not initialised; none when
-/// 0). moegemm::Error from either call becomes the matching torch error.
-template <class Args, class WorkspaceBytes, class Run>
-void launch(const DeviceContext& context, const at::Tensor& anchor, const Args& args,
-            WorkspaceBytes workspace_bytes, Run run) {
+/// The contract's check of `args`, the pointer rules aside; the workspace bytes the call needs. The ops run it
+/// with their outputs as planned views (planned_view), before allocating them: an output may be far larger
+/// than the inputs (an expanded `a`, a weight gradient of T = 0 rows), and a call the op refuses must get the
+/// op's own error, not the allocator's.
+template <class Args, class WorkspaceBytes>
+std::size_t checked_workspace_bytes(const Args& args, WorkspaceBytes workspace_bytes) {
+  return with_torch_errors([&] { return workspace_bytes(args); });
+}
+
+/// Runs `run(args, workspace, bytes, stream)` on `context`'s stream, with a workspace of `bytes` bytes
+/// (checked_workspace_bytes of the same call) allocated by at::empty on `anchor`'s device (not initialised;
+/// none when 0). moegemm::Error from the run becomes the matching torch error.
+template <class Args, class Run>
+void launch(const DeviceContext& context, const at::Tensor& anchor, const Args& args, std::size_t bytes, Run run) {
   with_torch_errors([&] {
-    const std::size_t bytes = workspace_bytes(args);
     at::Tensor workspace;
     if (bytes > 0) {
       workspace = at::empty({static_cast<int64_t>(bytes)}, anchor.options().dtype(at::kByte));

@@ -96,4 +96,9 @@ TensorView view_of(const std::optional<at::Tensor>& t, const char* op, const cha
   return view_of(*t, op, operand);
 }
 
+TensorView planned_view(const TensorView& like, at::ScalarType type, std::initializer_list<int64_t> shape,
+                        const char* op, const char* option) {
+  return TensorView::contiguous(nullptr, dtype_of(type, op, option), shape, like.device);
+}
+
 }  // namespace moegemm::torch_ops

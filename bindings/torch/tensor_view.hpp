@@ -1,6 +1,8 @@
 // Views of torch tensors as moegemm TensorViews (no copy, strides kept as they are).
 #pragma once
 
+#include <cstdint>
+#include <initializer_list>
 #include <optional>
 
 #include <ATen/core/Tensor.h>
@@ -24,5 +26,11 @@ TensorView view_of(const at::Tensor& t, const char* op, const char* operand);
 
 /// As above; an absent optional operand gives an absent view (rank 0).
 TensorView view_of(const std::optional<at::Tensor>& t, const char* op, const char* operand);
+
+/// The view of an output not allocated yet: contiguous `shape` of `type`, on `like`'s backend, without data.
+/// For the contract's check before the allocation (a check that skips the pointer rules). `option` names
+/// the argument that chose `type` in the error for a dtype moegemm has no element type for.
+TensorView planned_view(const TensorView& like, at::ScalarType type, std::initializer_list<int64_t> shape,
+                        const char* op, const char* option);
 
 }  // namespace moegemm::torch_ops

@@ -48,18 +48,6 @@ bool spans_intersect(const at::Tensor& a, const at::Tensor& b) {
   return a_begin < b_end && b_begin < a_end;
 }
 
-/// The contract's check of the call, pointers aside; the workspace bytes it needs.
-std::size_t checked_workspace_bytes(const GroupedGemmWgradArgs& args) {
-  return with_torch_errors([&] { return grouped_gemm_wgrad_workspace_bytes(args); });
-}
-
-/// Runs the op with a workspace of `workspace_bytes` (checked_workspace_bytes of the same shapes).
-void run(const DeviceContext& context, const at::Tensor& x, const GroupedGemmWgradArgs& args,
-         std::size_t workspace_bytes) {
-  launch(context, x, args, [workspace_bytes](const auto&) { return workspace_bytes; },
-         [](const auto& a, void* w, std::size_t bytes, cudaStream_t s) { grouped_gemm_wgrad(a, w, bytes, s); });
-}
-
 at::Tensor grouped_gemm_wgrad_op(const at::Tensor& x, const at::Tensor& dy, const at::Tensor& offsets,
                                  bool transpose_output, std::optional<at::ScalarType> out_dtype,
                                  bool validate) {
@@ -72,15 +60,14 @@ at::Tensor grouped_gemm_wgrad_op(const at::Tensor& x, const at::Tensor& dy, cons
   // The contract first (shapes, dtypes, options; the pointers aside), on a view of the w to come: the output,
   // E x H x N, may be far larger than x and dy (with T = 0 they are empty), and a call the op refuses must get
   // its own error, not the allocator's.
-  args.w = transpose_output ? TensorView::contiguous(nullptr, dtype_of(w_type, op, "out_dtype"), {e, n, h})
-                            : TensorView::contiguous(nullptr, dtype_of(w_type, op, "out_dtype"), {e, h, n});
-  args.w.device = args.x.device;
-  const std::size_t workspace_bytes = checked_workspace_bytes(args);
+  args.w = transpose_output ? planned_view(args.x, w_type, {e, n, h}, op, "out_dtype")
+                            : planned_view(args.x, w_type, {e, h, n}, op, "out_dtype");
+  const std::size_t workspace_bytes = checked_workspace_bytes(args, grouped_gemm_wgrad_workspace_bytes);
   // Not zero-filled here: the op writes every element, exact zeros for experts without rows.
   const auto options = x.options().dtype(w_type);
   at::Tensor w = transpose_output ? at::empty({e, n, h}, options) : at::empty({e, h, n}, options);
   args.w = view_of(w, op, "w");
-  run(context, x, args, workspace_bytes);
+  launch(context, x, args, workspace_bytes, grouped_gemm_wgrad);
   return w;
 }
 
@@ -106,7 +93,7 @@ void grouped_gemm_wgrad_accumulate_op(const at::Tensor& x, const at::Tensor& dy,
   DeviceContext context(x);
   args.w = view_of(w, op, "w");
   args.accumulate = true;
-  run(context, x, args, checked_workspace_bytes(args));
+  launch(context, x, args, checked_workspace_bytes(args, grouped_gemm_wgrad_workspace_bytes), grouped_gemm_wgrad);
   // w changed in place: move its version counter, as torch's in-place ops do, so that autograd refuses a w
   // that a graph saved before this call (the Autograd fallback skips ADInplaceOrView for an op that returns
   // nothing, and torch.compile does not functionalize a custom op whose return aliases an input).

@@ -267,6 +267,39 @@ def test_grouped_gemm_wgrad_checks_the_call_before_allocating_w():
     assert w.shape == (4, 16, 8) and (w == 0).all()
 
 
+def _expanded_rows(m, k, device, seed):
+    """An (m, k) bf16 view of one row (stride 0): no memory, but outputs of m rows would be m * N elements."""
+    return randn(1, k, seed=seed, device=device).expand(m, k)
+
+
+@pytest.mark.parametrize("call", [
+    lambda a, b, c, offs: ops.grouped_gemm(a, b, offs, b_layout="kn", generate_c=True),
+    lambda a, b, c, offs: ops.grouped_gemm_glu(a, b, offs, b_layout="kn", generate_c=True),
+    lambda a, b, c, offs: ops.grouped_gemm_srelu(a, b, offs, b_layout="kn", generate_c=True),
+    lambda a, b, c, offs: ops.grouped_gemm_dglu(a, b, c, offs, b_layout="kn", compute_dprob=True,
+                                                compute_dbias=True, compute_amax=True),
+    lambda a, b, c, offs: ops.grouped_gemm_dsrelu(a, b, c, offs, b_layout="kn", compute_dprob=True,
+                                                  compute_dbias=True, compute_amax=True),
+    lambda a, b, c, offs: ops.gemm_swiglu(a, b[0], b_layout="kn"),
+    lambda a, b, c, offs: ops.gemm_amax(a, b[0], b_layout="kn"),
+    lambda a, b, c, offs: ops.gemm_srelu(a, b[0], b_layout="kn", generate_c=True),
+    lambda a, b, c, offs: ops.gemm_dsrelu(a, b[0], c, b_layout="kn", compute_dprob=True),
+], ids=["grouped_gemm", "grouped_gemm_glu", "grouped_gemm_srelu", "grouped_gemm_dglu", "grouped_gemm_dsrelu",
+        "gemm_swiglu", "gemm_amax", "gemm_srelu", "gemm_dsrelu"])
+@pytest.mark.parametrize("device", DEVICES)
+def test_ops_check_the_call_before_allocating_outputs(call, device):
+    """A refused call gets the op's own error before any output is allocated: with a of 2^40 rows (an expanded
+    view, row stride 0, which the contract refuses), the outputs would take 2^45 bytes and more, past what
+    either allocator hands out (the allocator's own error would be a RuntimeError, not this ValueError)."""
+    m, k, n = 2**40, 16, 32
+    a = _expanded_rows(m, k, device, seed=31)
+    b = randn(2, k, n, seed=32, device=device)
+    c = _expanded_rows(m, n, device, seed=33)  # a saved pre-activation as large; a's stride is refused first
+    offsets = torch.tensor([8, 16], dtype=torch.int32, device=device)
+    with pytest.raises(ValueError, match=r": a: expected row stride stride\(0\) >= K=16"):
+        call(a, b, c, offsets)
+
+
 @pytest.mark.parametrize("b_layout", ["nk", "kn"])
 def test_dense_ops_values(b_layout):
     m, k, n = 12, 32, 128
