@@ -33,12 +33,13 @@ ModelPreset layer_shape(const ModelPreset& preset, const RunOptions& o, bool gpu
     s.intermediate = shrink(preset.intermediate);
     s.tokens = kCpuTokens;
   }
-  if (o.tokens) s.tokens = *o.tokens;
-  // Rows = tokens x top_k are addressed by int32 offsets, whether the tokens come from --tokens or the preset.
-  if (s.tokens > std::numeric_limits<int32_t>::max() / s.top_k) {
-    const std::string what = std::to_string(s.tokens) + " tokens x top_k " + std::to_string(s.top_k);
-    throw UsageError((o.tokens ? "--tokens: " + what + " of " + s.name : "model " + s.name + ": " + what) +
-                     " exceed the 2147483647 rows that int32 expert offsets address");
+  // Rows = tokens x top_k are addressed by int32 offsets; a preset's own rows were checked when its file was read.
+  if (o.tokens) {
+    s.tokens = *o.tokens;
+    if (s.tokens > std::numeric_limits<int32_t>::max() / s.top_k) {
+      throw UsageError("--tokens: " + std::to_string(s.tokens) + " tokens x top_k " + std::to_string(s.top_k) +
+                       " of " + s.name + " exceed the 2147483647 rows that int32 expert offsets address");
+    }
   }
   // The largest tensors of the layer (make_layer) hold at most 2^60 elements, so that their byte counts at up
   // to 8 bytes an element fit in 64 bits: past that they would wrap, and a buffer smaller than the layer would

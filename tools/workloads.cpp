@@ -1,10 +1,14 @@
 #include "workloads.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <set>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -37,29 +41,94 @@ int64_t experts_field(const nlohmann::ordered_json& obj, const char* key, const 
   return e;
 }
 
-Workloads parse(const std::string& text, const std::string& source) {
-  nlohmann::ordered_json doc;
+/// The document, refusing a key that appears twice in one object: nlohmann would keep one of the two silently.
+nlohmann::ordered_json parse_without_duplicate_keys(const std::string& text, const std::string& source) {
+  struct Container {
+    std::string name;  // for the message: the top-level object, object "key", "key" (an array), an entry of "key"
+    bool array;
+    std::set<std::string> keys;
+  };
+  std::vector<Container> open;
+  std::string last_key;
+  auto refuse_duplicates = [&](int, nlohmann::ordered_json::parse_event_t event, nlohmann::ordered_json& parsed) {
+    using Event = nlohmann::ordered_json::parse_event_t;
+    const auto child_name = [&](bool array) {
+      if (open.empty()) return std::string(array ? "the top-level array" : "the top-level object");
+      if (open.back().array) return "an entry of " + open.back().name;
+      return (array ? "\"" : "object \"") + last_key + "\"";
+    };
+    if (event == Event::object_start || event == Event::array_start) {
+      const bool array = event == Event::array_start;
+      open.push_back({child_name(array), array, {}});
+    } else if (event == Event::object_end || event == Event::array_end) {
+      open.pop_back();
+    } else if (event == Event::key) {
+      last_key = parsed.get<std::string>();
+      if (!open.back().keys.insert(last_key).second) {
+        throw UsageError("workloads file " + source + ": key \"" + last_key + "\" appears twice in " +
+                         open.back().name);
+      }
+    }
+    return true;
+  };
   try {
-    doc = nlohmann::ordered_json::parse(text);
+    return nlohmann::ordered_json::parse(text, refuse_duplicates);
   } catch (const nlohmann::json::parse_error& e) {
     throw UsageError("workloads file " + source + " is not valid JSON: " + e.what());
   } catch (const nlohmann::json::exception& e) {  // valid JSON past the parser's limits (a number beyond double)
     throw UsageError("workloads file " + source + " cannot be parsed: " + e.what());
   }
+}
+
+/// Refuses an entry that is not an object or has a field outside `known` (a misspelt or unsupported field
+/// would otherwise be ignored).
+void check_fields(const nlohmann::ordered_json& entry, const std::vector<std::string>& known,
+                  const std::string& where) {
+  if (!entry.is_object()) throw UsageError(where + ": expected an object, got " + entry.dump());
+  std::string list;
+  for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+  for (const auto& [key, value] : entry.items()) {
+    if (std::find(known.begin(), known.end(), key) == known.end())
+      throw UsageError(where + ": unknown field \"" + key + "\" (known: " + list + ")");
+  }
+}
+
+Workloads parse(const std::string& text, const std::string& source) {
+  const nlohmann::ordered_json doc = parse_without_duplicate_keys(text, source);
   if (!doc.is_object() || !doc.contains("models") || !doc["models"].is_object())
     throw UsageError("workloads file " + source + " has no \"models\" object");
   Workloads w;
   w.source = source;
   for (const auto& [name, m] : doc["models"].items()) {
     const std::string where = source + ": model " + name;
-    w.models.push_back({name, positive_field(m, "tokens", where), positive_field(m, "top_k", where),
-                        experts_field(m, "experts", where), positive_field(m, "hidden", where),
-                        positive_field(m, "intermediate", where)});
+    check_fields(m, {"tokens", "top_k", "experts", "hidden", "intermediate"}, where);
+    ModelPreset preset{name, positive_field(m, "tokens", where), positive_field(m, "top_k", where),
+                       experts_field(m, "experts", where), positive_field(m, "hidden", where),
+                       positive_field(m, "intermediate", where)};
+    // Each token is routed to top_k distinct experts.
+    if (preset.top_k > preset.experts) {
+      throw UsageError(where + ": field \"top_k\" must be at most \"experts\" (" + std::to_string(preset.experts) +
+                       "; a token goes to top_k distinct experts), got " + std::to_string(preset.top_k));
+    }
+    if (preset.tokens > std::numeric_limits<int32_t>::max() / preset.top_k) {
+      throw UsageError(where + ": " + std::to_string(preset.tokens) + " tokens x top_k " +
+                       std::to_string(preset.top_k) + " exceed the 2147483647 rows that int32 expert offsets address");
+    }
+    w.models.push_back(preset);
   }
-  if (doc.contains("gemms") && doc["gemms"].is_array()) {
+  if (doc.contains("gemms")) {
+    if (!doc["gemms"].is_array())
+      throw UsageError("workloads file " + source + ": \"gemms\" must be an array, got " + doc["gemms"].dump());
+    std::size_t index = 0;
     for (const auto& g : doc["gemms"]) {
-      const std::string name = g.value("name", std::string("unnamed"));
-      const std::string where = source + ": gemm " + name;
+      std::string where = source + ": gemm " + std::to_string(index++);
+      check_fields(g, {"name", "M", "N", "K", "E"}, where);
+      std::string name = "unnamed";
+      if (g.contains("name")) {
+        if (!g["name"].is_string()) throw UsageError(where + ": field \"name\" must be a string");
+        name = g["name"].get<std::string>();
+        where = source + ": gemm " + name;
+      }
       w.gemms.push_back({name, positive_field(g, "M", where), positive_field(g, "N", where),
                          positive_field(g, "K", where), experts_field(g, "E", where)});
     }

@@ -59,10 +59,11 @@ moegemm_cli_test(too_many_tokens COMMAND ${_expect_2} ${_cli} run --backend cpu 
                  --tokens 9223372036854775807 REGEX "^moegemm: --tokens: 9223372036854775807 tokens x top_k 8")
 moegemm_cli_test(run_json_to_stdout COMMAND ${_expect_2} ${_cli} run --backend cpu --json -
                  REGEX "--json: run prints its table on standard output")
-# Rows from a workloads file are checked as --tokens is (the CPU backend runs 64 tokens of every model).
+# A preset's rows are checked when its file is read, whichever backend would run it (the CPU backend runs 64
+# tokens of every model).
 moegemm_cli_test(workloads_rows_past_int32 COMMAND ${_expect_2} ${_cli} run --backend cpu
                  --workloads ${CMAKE_CURRENT_SOURCE_DIR}/tests/workloads_rows_past_int32.json
-                 REGEX "^moegemm: model huge: 64 tokens x top_k 100000000 exceed the 2147483647 rows")
+                 REGEX "^moegemm: [^\n]*workloads_rows_past_int32.json: model huge: 4194304 tokens x top_k 1024 exceed the 2147483647 rows")
 # Tensor sizes past what int64 bytes hold are refused before anything is allocated (they used to wrap).
 moegemm_cli_test(workloads_sizes_past_int64 COMMAND ${_expect_2} ${_cli} run --backend cpu --model wide
                  --workloads ${CMAKE_CURRENT_SOURCE_DIR}/tests/workloads_sizes_past_int64.json
@@ -130,6 +131,19 @@ moegemm_cli_test(workloads_too_many_experts COMMAND ${_expect_2} ${_cli} run --b
                  REGEX "model wide: field \"experts\" must be at most 1024 \\(the ops' limit on experts\\), got 2000")
 moegemm_cli_test(malformed_workloads COMMAND ${_expect_2} ${_cli} run --workloads ${CMAKE_CURRENT_SOURCE_DIR}/main.cpp
                  REGEX "is not valid JSON")
+# A key given twice would have one of its values dropped silently; a misspelt field would be ignored.
+moegemm_cli_test(workloads_duplicate_key COMMAND ${_expect_2} ${_cli} run --backend cpu
+                 --workloads ${CMAKE_CURRENT_SOURCE_DIR}/tests/workloads_duplicate_key.json
+                 REGEX "workloads_duplicate_key.json: key \"top_k\" appears twice in object \"twice\"")
+moegemm_cli_test(workloads_unknown_field COMMAND ${_expect_2} ${_cli} run --backend cpu
+                 --workloads ${CMAKE_CURRENT_SOURCE_DIR}/tests/workloads_unknown_field.json
+                 REGEX "model typo: unknown field \"topk\" \\(known: tokens, top_k, experts, hidden, intermediate\\)")
+moegemm_cli_test(workloads_gemm_unknown_field COMMAND ${_expect_2} ${_cli} run --backend cpu
+                 --workloads ${CMAKE_CURRENT_SOURCE_DIR}/tests/workloads_gemm_unknown_field.json
+                 REGEX "gemm 0: unknown field \"bias\" \\(known: name, M, N, K, E\\)")
+moegemm_cli_test(workloads_top_k_past_experts COMMAND ${_expect_2} ${_cli} run --backend cpu
+                 --workloads ${CMAKE_CURRENT_SOURCE_DIR}/tests/workloads_top_k_past_experts.json
+                 REGEX "model narrow: field \"top_k\" must be at most \"experts\" \\(8; a token goes to top_k distinct experts\\), got 9")
 # Valid JSON whose number no double holds: nlohmann's out_of_range, not a parse_error (it used to exit 1).
 moegemm_cli_test(workloads_number_overflow COMMAND ${_expect_2} ${_cli} run --backend cpu
                  --workloads ${CMAKE_CURRENT_SOURCE_DIR}/tests/workloads_number_overflow.json
