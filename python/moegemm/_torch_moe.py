@@ -32,9 +32,10 @@ class _MoEMLPFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, w_up, w_down, offsets, prob, activation, glu_layout, limit, act_alpha, linear_offset,
-                zero_tail, validate):
-        up, up_layout = weight_operand(w_up, _OP, "w_up")
-        down, down_layout = weight_operand(w_down, _OP, "w_down")
+                zero_tail, validate, op):
+        # `op` names the caller's entry point (moe_mlp or MoEMLP) in the errors raised here.
+        up, up_layout = weight_operand(w_up, op, "w_up")
+        down, down_layout = weight_operand(w_down, op, "w_down")
         prob32 = _as_f32(prob)
         glu = dict(activation=activation, glu_layout=glu_layout, limit=limit, act_alpha=act_alpha,
                    linear_offset=linear_offset)
@@ -79,7 +80,7 @@ class _MoEMLPFunction(torch.autograd.Function):
             transpose, fix = weight_grad_like(down_layout)
             dw_down = fix(torch.ops.moegemm.grouped_gemm_wgrad(h, dy, offsets, transpose_output=transpose,
                                                                out_dtype=w_down_dtype))
-        return dx, dw_up, dw_down, None, dprob, None, None, None, None, None, None, None
+        return dx, dw_up, dw_down, None, dprob, None, None, None, None, None, None, None, None
 
 
 # The inner ops' operands as moe_mlp's caller knows them (for what _check_operands leaves to the ops, such
@@ -259,7 +260,7 @@ def _moe_mlp(op: str, x, w_up, w_down, offsets, prob, activation, glu_layout, *,
     clamp = [_clamp_limit(op, activation, limit), _clamp_finite(op, activation, "act_alpha", act_alpha),
              _clamp_finite(op, activation, "linear_offset", linear_offset)]
     return call_named(op, _INNER_NAMES, _MoEMLPFunction.apply, x, w_up, w_down, offsets, prob, activation,
-                      glu_layout, *clamp, zero_tail, validate)
+                      glu_layout, *clamp, zero_tail, validate, op)
 
 
 def _positive_int(name: str, value) -> int:

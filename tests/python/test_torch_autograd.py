@@ -441,6 +441,11 @@ def test_moe_mlp_module_checks_its_configuration_when_built():
         module(randn(16, 16), torch.tensor([5, 16]))
     with pytest.raises(ValueError, match=r"^MoEMLP: prob: expected shape \(M=16,\)"):
         module(randn(16, 16), offsets_of([8, 8]), randn(8, dtype=torch.float32))
+    # So do the weights' stride checks, made inside the autograd Function (experts interleaved here).
+    with torch.no_grad():
+        module.w_up = torch.nn.Parameter(randn(16, 2, 32).permute(1, 0, 2))
+    with pytest.raises(ValueError, match=r"^MoEMLP: w_up: expected the experts' matrices packed one after another"):
+        module(randn(16, 16), offsets_of([8, 8]))
     assert mt.MoEMLP(2, torch.tensor(16).item(), 16).w_up.shape == (2, 16, 32)
 
 
