@@ -13,10 +13,8 @@
 
 namespace {
 
-constexpr const char* kUsage = R"(usage: moegemm <command> [options]
-
-commands:
-  run     one MoE layer (up-projection with fused GLU, down-projection, and their backward ops) per model
+// Each command's lines of the usage; `moegemm <command> --help` prints its own, `moegemm --help` all of them.
+constexpr const char* kRunUsage = R"(  run     one MoE layer (up-projection with fused GLU, down-projection, and their backward ops) per model
           preset: verified against the CPU reference on sampled rows, timed against a dense cuBLAS GEMM
             --model NAME          one preset (default: every preset of the workloads file)
             --tokens N            tokens per batch, N > 0 (default: the preset's; 64 on the CPU backend)
@@ -28,13 +26,23 @@ commands:
             --iters N, --warmup N timed and untimed calls per op on the GPU (default 20, 3)
             --oracle reference|spot  expected values from the CPU reference on the sampled rows (GPU default)
                                   or from double-precision math (CPU default)
-  gemm    one grouped_gemm timed on the GPU, printed as JSON
+)";
+constexpr const char* kGemmUsage = R"(  gemm    one grouped_gemm timed on the GPU, printed as JSON
             --m M --n N --k K --e E [--group-sizes a,b,...] [--routing R] [--seed S]
             [--layout kn|nk] [--iters N] [--warmup N] [--json PATH|-]
-  bench   the peers side by side (python3 bench/peers.py [args]; --help for its options)
-
-exit codes: 0 success, 1 verification failed or runtime error, 2 bad arguments
 )";
+constexpr const char* kBenchUsage =
+    "  bench   the peers side by side (python3 bench/peers.py [args]; --help for its options)\n";
+constexpr const char* kExitCodes = "\nexit codes: 0 success, 1 verification failed or runtime error, 2 bad arguments\n";
+
+void print_usage() {
+  std::printf("usage: moegemm <command> [options]\n\ncommands:\n%s%s%s%s", kRunUsage, kGemmUsage, kBenchUsage,
+              kExitCodes);
+}
+
+void print_command_usage(const std::string& command, const char* lines) {
+  std::printf("usage: moegemm %s [options]\n\n%s%s", command.c_str(), lines, kExitCodes);
+}
 
 }  // namespace
 
@@ -42,17 +50,18 @@ int main(int argc, char** argv) {
   using namespace moegemm::cli;
   const std::vector<std::string> args(argv + std::min(argc, 2), argv + argc);
   const std::string command = argc > 1 ? argv[1] : "";
-  const bool help = std::find(args.begin(), args.end(), "--help") != args.end();
+  const bool help = std::find(args.begin(), args.end(), "--help") != args.end() ||
+                    std::find(args.begin(), args.end(), "-h") != args.end();
   try {
     if (help && (command == "run" || command == "gemm")) {
-      std::fputs(kUsage, stdout);
+      print_command_usage(command, command == "run" ? kRunUsage : kGemmUsage);
       return 0;
     }
     if (command == "run") return run_command(args);
     if (command == "gemm") return gemm_command(args);
     if (command == "bench") return bench_command(args, argv[0]);
     if (command == "--help" || command == "-h" || command == "help") {
-      std::fputs(kUsage, stdout);
+      print_usage();
       return 0;
     }
     if (command == "--version") {

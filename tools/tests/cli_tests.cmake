@@ -32,7 +32,7 @@ endfunction()
 
 # A reduced run of one preset and of every preset on the CPU backend: exit 0 and "verification passed".
 # (ctest ignores exit codes when a regex is given: expect_exit.cmake checks them.)
-set(_expect_0 ${CMAKE_COMMAND} -DEXPECT_CODE=0 -P ${CMAKE_CURRENT_SOURCE_DIR}/tests/expect_exit.cmake)
+set(_expect_0 ${CMAKE_COMMAND} -DEXPECT_CODE=0 -P ${CMAKE_CURRENT_SOURCE_DIR}/tests/expect_exit.cmake --)
 moegemm_cli_test(run_one_preset COMMAND ${_expect_0} ${_cli} run --backend cpu --model qwen3-30b-a3b --tokens 32
                  REGEX "verification passed")
 # The GPU path's oracle (the reference on a small problem built from sampled rows and experts) checked against
@@ -49,8 +49,16 @@ if(Python3_Interpreter_FOUND)
   set_tests_properties(cli.run_json_schema PROPERTIES LABELS cpu TIMEOUT 300)
 endif()
 
+# Help: the whole usage, or one command's own lines (exit 0, nothing run).
+moegemm_cli_test(help COMMAND ${_expect_0} ${_cli} --help
+                 REGEX "^usage: moegemm <command> \\[options\\][^\n]*\n\ncommands:\n  run .*\n  gemm .*\n  bench .*exit codes")
+moegemm_cli_test(run_help COMMAND ${_expect_0} ${_cli} run --model nope --help
+                 REGEX "^usage: moegemm run \\[options\\]\n\n  run     one MoE layer[^\n]*\n([^\n]*\n)+[^\n]*\\(CPU default\\)\n\nexit codes")
+moegemm_cli_test(gemm_help COMMAND ${_expect_0} ${_cli} gemm -h
+                 REGEX "^usage: moegemm gemm \\[options\\]\n\n  gemm    one grouped_gemm[^\n]*\n[^\n]*--m M[^\n]*\n[^\n]*--layout[^\n]*\n\nexit codes")
+
 # Bad arguments: exit code 2 and a message naming the problem.
-set(_expect_2 ${CMAKE_COMMAND} -DEXPECT_CODE=2 -P ${CMAKE_CURRENT_SOURCE_DIR}/tests/expect_exit.cmake)
+set(_expect_2 ${CMAKE_COMMAND} -DEXPECT_CODE=2 -P ${CMAKE_CURRENT_SOURCE_DIR}/tests/expect_exit.cmake --)
 moegemm_cli_test(unknown_model COMMAND ${_expect_2} ${_cli} run --model no-such-model
                  REGEX "--model: unknown model 'no-such-model' \\(known: mixtral-8x7b")
 moegemm_cli_test(negative_tokens COMMAND ${_expect_2} ${_cli} run --tokens -5 REGEX "--tokens: must be >= 1, got -5")
@@ -152,7 +160,7 @@ moegemm_cli_test(workloads_number_overflow COMMAND ${_expect_2} ${_cli} run --ba
 # A --json file whose write fails at the end (a full device): exit code 1 and the path named, for both commands
 # (gemm exits 1 without a GPU anyway; the message is what is checked).
 if(EXISTS /dev/full)
-  set(_expect_1 ${CMAKE_COMMAND} -DEXPECT_CODE=1 -P ${CMAKE_CURRENT_SOURCE_DIR}/tests/expect_exit.cmake)
+  set(_expect_1 ${CMAKE_COMMAND} -DEXPECT_CODE=1 -P ${CMAKE_CURRENT_SOURCE_DIR}/tests/expect_exit.cmake --)
   moegemm_cli_test(run_json_write_fails COMMAND ${_expect_1} ${_cli} run --backend cpu --model qwen3-30b-a3b
                    --tokens 4 --json /dev/full REGEX "cannot write /dev/full")
   moegemm_cli_test(gemm_json_write_fails COMMAND ${_expect_1} ${_cli} gemm --m 64 --n 64 --k 64 --e 2
