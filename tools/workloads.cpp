@@ -107,8 +107,8 @@ Workloads parse(const std::string& text, const std::string& source) {
                        positive_field(m, "intermediate", where)};
     // Each token is routed to top_k distinct experts.
     if (preset.top_k > preset.experts) {
-      throw UsageError(where + ": field \"top_k\" must be at most \"experts\" (" + std::to_string(preset.experts) +
-                       "; a token goes to top_k distinct experts), got " + std::to_string(preset.top_k));
+      throw UsageError(where + ": field \"top_k\" must be at most \"experts\" = " + std::to_string(preset.experts) +
+                       " (a token goes to top_k distinct experts), got " + std::to_string(preset.top_k));
     }
     if (preset.tokens > std::numeric_limits<int32_t>::max() / preset.top_k) {
       throw UsageError(where + ": " + std::to_string(preset.tokens) + " tokens x top_k " +
