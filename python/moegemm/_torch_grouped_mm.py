@@ -19,9 +19,10 @@ _IN_DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
 
 # The inner ops' operands as grouped_mm's caller knows them.
 _ROWS_NAMES = {("grouped_gemm", "a"): "a", ("grouped_gemm", "b"): "b", ("grouped_gemm", "offsets"): "offs",
-               ("grouped_gemm", "bias"): "bias"}
+               ("grouped_gemm", "bias"): "bias", ("grouped_gemm", "d"): "out"}
 _RAGGED_K_NAMES = {("grouped_gemm_wgrad", "x"): "a (read as a.t(), the (T, H) tensor it views)",
-                   ("grouped_gemm_wgrad", "dy"): "b", ("grouped_gemm_wgrad", "offsets"): "offs"}
+                   ("grouped_gemm_wgrad", "dy"): "b", ("grouped_gemm_wgrad", "offsets"): "offs",
+                   ("grouped_gemm_wgrad", "w"): "out"}
 # The ragged dimension, M in grouped_gemm_wgrad's messages (its rows), is T in the 2-D x 2-D mode's.
 _RAGGED_K_TERMS = {"expert end rows in [0, M=": "group ends along T in [0, T=", "each <= M": "each <= T"}
 
@@ -74,9 +75,10 @@ class _RaggedRowsMM(torch.autograd.Function):
         return da, db, None, dbias, None, None, None
 
 
-def _check_no_groups(a, b, k_a, k_b, where, n, offs=None, bias=None, ragged_k=False):
+def _check_no_groups(a, b, k_a, k_b, where, n, out_dtype, offs=None, bias=None, ragged_k=False):
     """What the ops would check of a call with no groups, which runs none of them: offs, dtypes, the
-    contraction extent, the 16-byte rule on K and N (n: the output's columns) and bias (E = 0, N). With
+    contraction extent, the 16-byte rule on K and N (n: the output's columns, also in ``out_dtype``, None for
+    a's) and bias (E = 0, N). With
     ``ragged_k`` the contraction is the token dimension T of the 2-D x 2-D mode, which, as with groups, may
     have any extent (the rules on K do not apply to it)."""
     if offs is not None and (offs.dtype != torch.int32 or offs.shape != (0,)):
@@ -102,6 +104,11 @@ def _check_no_groups(a, b, k_a, k_b, where, n, offs=None, bias=None, ragged_k=Fa
         if value % per_16_bytes:
             raise ValueError(f"{_OP}: {name}: expected {symbol} a multiple of {per_16_bytes} for {a.dtype} "
                              f"(16-byte aligned rows), got {symbol}={value}")
+    out_type = out_dtype or a.dtype
+    if n * out_type.itemsize % 16:  # the ops' rule on their output (d, w), named as grouped_mm's out
+        raise ValueError(f"{_OP}: out: expected N * sizeof({out_type}) a multiple of 16 bytes (16-byte alignment "
+                         f"rule: N % {16 // out_type.itemsize} == 0 for {out_type}), got N={n} "
+                         f"({n * out_type.itemsize} bytes)")
     if bias is not None and tuple(bias.shape) != (0, n):
         raise ValueError(f"{_OP}: bias: expected shape (E=0, N={n}), got {tuple(bias.shape)}")
 
@@ -149,7 +156,7 @@ def _rows_mm(a, b, offs, bias, out_dtype, zero_tail, validate=False):
         raise ValueError(f"{_OP}: offs: expected shape (E={b_shape[0]},) with E from b.shape[0], got "
                          f"{tuple(offs.shape)}")
     if b_shape[0] == 0:
-        _check_no_groups(a, b, a.shape[1], b.shape[1], "b.shape[1]", b.shape[2], offs, bias)
+        _check_no_groups(a, b, a.shape[1], b.shape[1], "b.shape[1]", b.shape[2], out_dtype, offs, bias)
         check_row_major(_OP, "a", a, "(M, K)")
         _check_aligned_rows(a)
         weight_operand(b, _OP, "b")  # its stride order, as with groups
@@ -224,7 +231,7 @@ def _ragged_k_mm(a, b, offs, out_dtype, zero_tail=False, validate=False):
         raise ValueError(f"{_OP}: b: expected a's dtype {a.dtype}, got {b.dtype}")
     check_row_major(_OP, "b", b, "(T, N)")
     if offs.dim() == 1 and offs.shape[0] == 0:  # no groups, no output (as torch._grouped_mm)
-        _check_no_groups(a, b, a.shape[1], b.shape[0], "b.shape[0]", b.shape[1], offs, ragged_k=True)
+        _check_no_groups(a, b, a.shape[1], b.shape[0], "b.shape[0]", b.shape[1], out_dtype, offs, ragged_k=True)
         if a.shape[0] % (16 // a.element_size()):
             raise ValueError(f"{_OP}: a: expected H = a.shape[0] a multiple of {16 // a.element_size()} for "
                              f"{a.dtype} (16-byte aligned rows of a.t()), got H={a.shape[0]}")
@@ -329,7 +336,7 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
             raise ValueError(f"{_OP}: a: expected a 3-D tensor viewable as (E*M, K), got strides "
                              f"{tuple(a.stride())}") from None
         if e == 0:  # no groups, no output (as torch._grouped_mm)
-            _check_no_groups(a, b, k, b.shape[1], "b.shape[1]", b.shape[2], bias=bias)
+            _check_no_groups(a, b, k, b.shape[1], "b.shape[1]", b.shape[2], out_dtype, bias=bias)
             return a.new_empty((0, m, b.shape[2]), dtype=out_dtype or a.dtype)
         ends = torch.arange(1, e + 1, device=a.device, dtype=torch.int32) * m
         out = _rows_mm(rows, b, ends, bias, out_dtype, zero_tail)

@@ -408,6 +408,22 @@ def test_errors():
         mt.grouped_mm(x.t(), randn(120, N), offs)
 
 
+@pytest.mark.parametrize("groups", [2, 0])
+@pytest.mark.parametrize("mode", ["2d3d", "2d2d", "3d3d"])
+def test_out_rows_named_as_out(mode, groups):
+    """An output row that out_dtype widens past the 16-byte rule (f64 operands, N = 6, out_dtype=float32: 24-byte
+    rows) is refused as grouped_mm's out in every mode, with groups (the op's d or w, renamed) and without (no
+    op runs: grouped_mm checks it itself)."""
+    f64 = dict(dtype=torch.float64)
+    offs = offsets_of([4, 4][:groups])
+    args = {"2d3d": (randn(8, 2, **f64), randn(groups, 2, 6, **f64), offs),
+            "2d2d": (randn(8, 2, **f64).t(), randn(8, 6, **f64), offs),
+            "3d3d": (randn(groups, 4, 2, **f64), randn(groups, 2, 6, **f64))}[mode]
+    with pytest.raises(ValueError, match=r"^grouped_mm: out: expected N \* sizeof\(torch\.float32\) a multiple of 16 "
+                                         r"bytes .*got N=6 \(24 bytes\)"):
+        mt.grouped_mm(*args, out_dtype=torch.float32)
+
+
 @pytest.mark.parametrize("name, value, got", [
     ("validate", "no", "str 'no'"), ("validate", 0.0, "float 0.0"), ("zero_tail", "yes", "str 'yes'"),
     ("zero_tail", None, "NoneType None"),
