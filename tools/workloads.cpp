@@ -26,6 +26,11 @@ int64_t positive_field(const nlohmann::ordered_json& obj, const char* key, const
     throw UsageError(where + ": field \"" + key + "\" must be at most " + std::to_string(kMax) + ", got " +
                      std::to_string(obj[key].get<uint64_t>()));
   }
+  // Past 2^64 - 1 nlohmann reads an integer literal as a double: named with the limit too, not as a fraction.
+  if (obj.contains(key) && obj[key].is_number_float() && obj[key].get<double>() >= 0x1p63) {
+    throw UsageError(where + ": field \"" + key + "\" must be at most " + std::to_string(kMax) + ", got " +
+                     obj[key].dump());
+  }
   if (!obj.contains(key) || !obj[key].is_number_integer() || obj[key].get<int64_t>() <= 0)
     throw UsageError(where + ": field \"" + key + "\" must be a positive integer");
   return obj[key].get<int64_t>();

@@ -97,6 +97,9 @@ moegemm_cli_test(workloads_directory COMMAND ${_expect_2} ${_cli} run --backend 
 # An integer past int64 (nlohmann keeps it unsigned) is named with the limit, not called non-positive.
 moegemm_bad_workloads_test(field_past_int64
                            "model big: field \"tokens\" must be at most 9223372036854775807, got 18446744073709551615")
+# Past 2^64 - 1 the parser reads the integer as a double: still named with the limit.
+moegemm_bad_workloads_test(field_past_uint64
+                           "model huge: field \"hidden\" must be at most 9223372036854775807, got 1e\\+20")
 moegemm_cli_test(gemm_missing_shape COMMAND ${_expect_2} ${_cli} gemm --m 64 --k 64
                  REGEX "gemm: --m, --n, --k and --e are required. missing: --n, --e")
 moegemm_cli_test(non_numeric_tokens COMMAND ${_expect_2} ${_cli} run --tokens many
