@@ -30,13 +30,21 @@ std::string torch_dtype_spelling(std::string_view message);
   }
 }
 
-/// Calls f(); a moegemm::Error it throws becomes the matching torch error.
+/// `e` with the op name that leads its message (up to the first ": ", the C++ function's) replaced by `op`.
+inline Error named_as(const Error& e, std::string_view op) {
+  const std::string message = e.what();
+  const std::size_t colon = message.find(": ");
+  return colon == std::string::npos ? e : Error(e.code(), std::string(op) + message.substr(colon));
+}
+
+/// Calls f(); a moegemm::Error it throws becomes the matching torch error, named after `op` when given (an
+/// overload whose errors name it, such as grouped_gemm_wgrad.accumulate).
 template <class F>
-decltype(auto) with_torch_errors(F&& f) {
+decltype(auto) with_torch_errors(F&& f, const char* op = nullptr) {
   try {
     return std::forward<F>(f)();
   } catch (const Error& e) {
-    rethrow_as_torch_error(e);
+    rethrow_as_torch_error(op ? named_as(e, op) : e);
   }
 }
 

@@ -93,7 +93,9 @@ void grouped_gemm_wgrad_accumulate_op(const at::Tensor& x, const at::Tensor& dy,
   DeviceContext context(x);
   args.w = view_of(w, op, "w");
   args.accumulate = true;
-  launch(context, x, args, checked_workspace_bytes(args, grouped_gemm_wgrad_workspace_bytes), grouped_gemm_wgrad);
+  // The contract names the C++ function (grouped_gemm_wgrad); this overload's errors name the overload.
+  launch(context, x, args, checked_workspace_bytes(args, grouped_gemm_wgrad_workspace_bytes, op), grouped_gemm_wgrad,
+         op);
   // w changed in place: move its version counter, as torch's in-place ops do, so that autograd refuses a w
   // that a graph saved before this call (the Autograd fallback skips ADInplaceOrView for an op that returns
   // nothing, and torch.compile does not functionalize a custom op whose return aliases an input).

@@ -219,12 +219,13 @@ def _grouped_gemm_wgrad_fake(x, dy, offsets, *, transpose_output=False, out_dtyp
 
 @torch.library.register_fake("moegemm::grouped_gemm_wgrad.accumulate")
 def _grouped_gemm_wgrad_accumulate_fake(x, dy, offsets, w, *, transpose_output=False, validate=False):
-    check_same_device("grouped_gemm_wgrad", x=x, dy=dy, offsets=offsets, w=w)
-    e, h, n = _wgrad_hn("grouped_gemm_wgrad", x, dy, offsets)
-    _rank("grouped_gemm_wgrad.accumulate", "w", w, 3, "(E, H, N)")
-    shape = lambda: (f"grouped_gemm_wgrad: w: expected shape (E={e}, N={n}, H={h}) with E from offsets, N from dy, "
+    op = "grouped_gemm_wgrad.accumulate"
+    check_same_device(op, x=x, dy=dy, offsets=offsets, w=w)
+    e, h, n = _wgrad_hn(op, x, dy, offsets)
+    _rank(op, "w", w, 3, "(E, H, N)")
+    shape = lambda: (f"{op}: w: expected shape (E={e}, N={n}, H={h}) with E from offsets, N from dy, "
                      f"H from x, got {_dims(w)}" if transpose_output else
-                     f"grouped_gemm_wgrad: w: expected shape (E={e}, H={h}, N={n}) with E from offsets, H from x, "
+                     f"{op}: w: expected shape (E={e}, H={h}, N={n}) with E from offsets, H from x, "
                      f"N from dy, got {_dims(w)}")
     for dim, size in enumerate((e, n, h) if transpose_output else (e, h, n)):
         _require(w.shape[dim] == size, shape)

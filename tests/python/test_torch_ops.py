@@ -450,8 +450,14 @@ def test_errors_name_the_operand():
         ops.grouped_gemm_glu(a, b, offsets, activation="relu")
     with pytest.raises(ValueError, match=r"grouped_gemm_wgrad: dy: "):
         ops.grouped_gemm_wgrad(a, randn(7, 8), offsets)
-    with pytest.raises(ValueError, match=r"grouped_gemm_wgrad: w: .*got \(3, 16, 8\)"):
+    with pytest.raises(ValueError, match=r"grouped_gemm_wgrad\.accumulate: w: .*got \(3, 16, 8\)"):
         ops.grouped_gemm_wgrad.accumulate(a, randn(8, 8), offsets, torch.empty(3, 16, 8))
+    # The overload's name also on what the C++ contract checks: w's layout, and its base address (checked when
+    # the op runs).
+    with pytest.raises(ValueError, match=r"^grouped_gemm_wgrad\.accumulate: w: expected a contiguous row-major "):
+        ops.grouped_gemm_wgrad.accumulate(a, randn(8, 8), offsets, torch.zeros(2, 8, 16).mT)
+    with pytest.raises(ValueError, match=r"^grouped_gemm_wgrad\.accumulate: w: expected a 16-byte aligned base "):
+        ops.grouped_gemm_wgrad.accumulate(a, randn(8, 8), offsets, torch.zeros(2 * 16 * 8 + 1)[1:].view(2, 16, 8))
     # Output dtypes and the clamp limit are named as the schema's arguments, not as the outputs (d, w).
     dtype_error = (r"expected None, torch\.bfloat16, torch\.float16, torch\.float32 or torch\.float64, "
                    r"got torch\.int32")
@@ -577,6 +583,10 @@ def _bad_shape_calls():
                                                                   t(4, 64, dtype=torch.float32)(d)),
         "wgrad_w_shape": lambda d: ops.grouped_gemm_wgrad.accumulate(a(d), t(32, 48)(d), off(d),
                                                                      t(4, 64, 47, dtype=torch.float32)(d)),
+        "wgrad_acc_x_1d": lambda d: ops.grouped_gemm_wgrad.accumulate(t(64)(d), t(32, 48)(d), off(d),
+                                                                      t(4, 64, 48, dtype=torch.float32)(d)),
+        "wgrad_acc_dy_rows": lambda d: ops.grouped_gemm_wgrad.accumulate(a(d), t(31, 48)(d), off(d),
+                                                                         t(4, 64, 48, dtype=torch.float32)(d)),
         "wgrad_w_transposed": lambda d: ops.grouped_gemm_wgrad.accumulate(
             a(d), t(32, 48)(d), off(d), t(4, 64, 48, dtype=torch.float32)(d), transpose_output=True),
         # Option strings (the grouped and the dense ops name their weights' shapes differently).
