@@ -36,10 +36,7 @@ ModelPreset layer_shape(const ModelPreset& preset, const RunOptions& o, bool gpu
   // Rows = tokens x top_k are addressed by int32 offsets; a preset's own rows were checked when its file was read.
   if (o.tokens) {
     s.tokens = *o.tokens;
-    if (s.tokens > std::numeric_limits<int32_t>::max() / s.top_k) {
-      throw UsageError("--tokens: " + std::to_string(s.tokens) + " tokens x top_k " + std::to_string(s.top_k) +
-                       " of " + s.name + " exceed the 2147483647 rows that int32 expert offsets address");
-    }
+    check_rows(s.tokens, s.top_k, "--tokens", " of " + s.name);
   }
   // The largest tensors of the layer (make_layer) hold at most 2^60 elements, so that their byte counts at up
   // to 8 bytes an element fit in 64 bits: past that they would wrap, and a buffer smaller than the layer would

@@ -115,10 +115,7 @@ Workloads parse(const std::string& text, const std::string& source) {
       throw UsageError(where + ": field \"top_k\" must be at most \"experts\" = " + std::to_string(preset.experts) +
                        " (a token goes to top_k distinct experts), got " + std::to_string(preset.top_k));
     }
-    if (preset.tokens > std::numeric_limits<int32_t>::max() / preset.top_k) {
-      throw UsageError(where + ": " + std::to_string(preset.tokens) + " tokens x top_k " +
-                       std::to_string(preset.top_k) + " exceed the 2147483647 rows that int32 expert offsets address");
-    }
+    check_rows(preset.tokens, preset.top_k, where);
     w.models.push_back(preset);
   }
   if (doc.contains("gemms")) {
@@ -142,6 +139,13 @@ Workloads parse(const std::string& text, const std::string& source) {
 }
 
 }  // namespace
+
+void check_rows(int64_t tokens, int64_t top_k, const std::string& who, const std::string& detail) {
+  if (tokens > std::numeric_limits<int32_t>::max() / top_k) {
+    throw UsageError(who + ": " + std::to_string(tokens) + " tokens x top_k " + std::to_string(top_k) + detail +
+                     " exceed the 2147483647 rows that int32 expert offsets address");
+  }
+}
 
 Workloads embedded_workloads() { return parse(kDefaultWorkloadsJson, "embedded"); }
 

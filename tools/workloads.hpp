@@ -31,6 +31,10 @@ struct Workloads {
   std::string source;               ///< "embedded" or the file path
 };
 
+/// Throws UsageError "<who>: T tokens x top_k K<detail> exceed the 2147483647 rows that int32 expert offsets
+/// address" when the T x K rows of a layer do not fit the offsets.
+void check_rows(int64_t tokens, int64_t top_k, const std::string& who, const std::string& detail = "");
+
 /// The workloads file compiled into the program.
 Workloads embedded_workloads();
 /// Parses a workloads file. Throws UsageError when it cannot be read or does not have the expected fields.
