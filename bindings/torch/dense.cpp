@@ -2,7 +2,6 @@
 #include <optional>
 #include <tuple>
 
-#include <ATen/ops/empty.h>
 #include <c10/util/string_view.h>
 
 #include "launch.hpp"
@@ -42,10 +41,8 @@ Pair gemm_swiglu_op(const at::Tensor& a, const at::Tensor& b, c10::string_view b
   args.ab12 = planned_view(args.a, ab12_type, {m, n}, op, "ab12_dtype");
   args.c = planned_view(args.a, c_type, {m, n / 2}, op, "out_dtype");
   const std::size_t bytes = checked_workspace_bytes(args, gemm_swiglu_workspace_bytes);
-  at::Tensor ab12 = at::empty({m, n}, a.options().dtype(ab12_type));
-  at::Tensor c = at::empty({m, n / 2}, a.options().dtype(c_type));
-  args.ab12 = view_of(ab12, op, "ab12");
-  args.c = view_of(c, op, "c");
+  at::Tensor ab12 = allocate(args.ab12, a, op, "ab12");
+  at::Tensor c = allocate(args.c, a, op, "c");
   launch(context, a, args, bytes, gemm_swiglu);
   return {ab12, c};
 }
@@ -63,10 +60,8 @@ Pair gemm_amax_op(const at::Tensor& a, const at::Tensor& b, c10::string_view b_l
   args.c = planned_view(args.a, dtype, {a.size(0), n}, op, "out_dtype");
   args.amax = planned_view(args.a, at::kFloat, {1}, op, "amax");
   const std::size_t bytes = checked_workspace_bytes(args, gemm_amax_workspace_bytes);
-  at::Tensor c = at::empty({a.size(0), n}, a.options().dtype(dtype));
-  at::Tensor amax = at::empty({1}, a.options().dtype(at::kFloat));
-  args.c = view_of(c, op, "c");
-  args.amax = view_of(amax, op, "amax");
+  at::Tensor c = allocate(args.c, a, op, "c");
+  at::Tensor amax = allocate(args.amax, a, op, "amax");
   launch(context, a, args, bytes, gemm_amax);
   return {c, amax};
 }
@@ -87,11 +82,8 @@ Pair gemm_srelu_op(const at::Tensor& a, const at::Tensor& b, c10::string_view b_
   args.d = planned_view(args.a, type, {a.size(0), n}, op, "out_dtype");
   if (generate_c) args.c = planned_view(args.a, type, {a.size(0), n}, op, "out_dtype");
   const std::size_t bytes = checked_workspace_bytes(args, gemm_srelu_workspace_bytes);
-  const auto options = a.options().dtype(type);
-  at::Tensor d = at::empty({a.size(0), n}, options);
-  at::Tensor c = generate_c ? at::empty({a.size(0), n}, options) : not_requested(d);
-  args.d = view_of(d, op, "d");
-  if (generate_c) args.c = view_of(c, op, "c");
+  at::Tensor d = allocate(args.d, a, op, "d");
+  at::Tensor c = generate_c ? allocate(args.c, a, op, "c") : not_requested(d);
   launch(context, a, args, bytes, gemm_srelu);
   return {d, c};
 }
@@ -116,11 +108,8 @@ Pair gemm_dsrelu_op(const at::Tensor& a, const at::Tensor& b, const at::Tensor& 
   args.dc = planned_view(args.a, dtype, {a.size(0), n}, op, "out_dtype");
   if (compute_dprob) args.dprob = planned_view(args.a, at::kFloat, {a.size(0)}, op, "dprob");
   const std::size_t bytes = checked_workspace_bytes(args, gemm_dsrelu_workspace_bytes);
-  at::Tensor dc = at::empty({a.size(0), n}, a.options().dtype(dtype));
-  at::Tensor dprob = compute_dprob ? at::empty({a.size(0)}, a.options().dtype(at::kFloat))
-                                   : not_requested(dc);
-  args.dc = view_of(dc, op, "dc");
-  if (compute_dprob) args.dprob = view_of(dprob, op, "dprob");
+  at::Tensor dc = allocate(args.dc, a, op, "dc");
+  at::Tensor dprob = compute_dprob ? allocate(args.dprob, a, op, "dprob") : not_requested(dc);
   launch(context, a, args, bytes, gemm_dsrelu);
   return {dc, dprob};
 }

@@ -2,7 +2,6 @@
 #include <optional>
 #include <tuple>
 
-#include <ATen/ops/empty.h>
 #include <c10/util/string_view.h>
 
 #include "launch.hpp"
@@ -57,15 +56,10 @@ Outputs run_backward(Args& args, const char* op, const at::Tensor& a, const at::
   if (compute_dbias) args.dbias = planned_view(args.a, dbias_type, {e, columns}, op, "dbias_dtype");
   if (compute_amax) args.amax = planned_view(args.a, at::kFloat, {amax_len}, op, "amax");
   const std::size_t bytes = checked_workspace_bytes(args, workspace_bytes);
-  const auto side = a.options().dtype(at::kFloat);
-  at::Tensor dc = at::empty({m, columns}, a.options().dtype(dc_type));
-  at::Tensor dprob = compute_dprob ? at::empty({m}, side) : not_requested(dc);
-  at::Tensor dbias = compute_dbias ? at::empty({e, columns}, a.options().dtype(dbias_type)) : not_requested(dc);
-  at::Tensor amax = compute_amax ? at::empty({amax_len}, side) : not_requested(dc);
-  args.dc = view_of(dc, op, "dc");
-  if (compute_dprob) args.dprob = view_of(dprob, op, "dprob");
-  if (compute_dbias) args.dbias = view_of(dbias, op, "dbias");
-  if (compute_amax) args.amax = view_of(amax, op, "amax");
+  at::Tensor dc = allocate(args.dc, a, op, "dc");
+  at::Tensor dprob = compute_dprob ? allocate(args.dprob, a, op, "dprob") : not_requested(dc);
+  at::Tensor dbias = compute_dbias ? allocate(args.dbias, a, op, "dbias") : not_requested(dc);
+  at::Tensor amax = compute_amax ? allocate(args.amax, a, op, "amax") : not_requested(dc);
   launch(context, a, args, bytes, run);
   return {dc, dprob, dbias, amax};
 }

@@ -2,7 +2,6 @@
 #include <optional>
 #include <tuple>
 
-#include <ATen/ops/empty.h>
 #include <c10/util/string_view.h>
 
 #include "launch.hpp"
@@ -51,11 +50,8 @@ std::tuple<at::Tensor, at::Tensor> run_forward(Args& args, const char* op, const
   args.d = planned_view(args.a, type, {m, d_columns}, op, "out_dtype");
   if (generate_c) args.c = planned_view(args.a, type, {m, n}, op, "out_dtype");
   const std::size_t bytes = checked_workspace_bytes(args, workspace_bytes);
-  const auto options = a.options().dtype(type);
-  at::Tensor d = at::empty({m, d_columns}, options);
-  at::Tensor c = generate_c ? at::empty({m, n}, options) : not_requested(d);
-  args.d = view_of(d, op, "d");
-  if (generate_c) args.c = view_of(c, op, "c");
+  at::Tensor d = allocate(args.d, a, op, "d");
+  at::Tensor c = generate_c ? allocate(args.c, a, op, "c") : not_requested(d);
   launch(context, a, args, bytes, run);
   return {d, c};
 }

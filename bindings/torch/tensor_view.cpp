@@ -2,6 +2,7 @@
 
 #include "operands.hpp"
 
+#include <ATen/ops/empty.h>
 #include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
 
@@ -99,6 +100,13 @@ TensorView view_of(const std::optional<at::Tensor>& t, const char* op, const cha
 TensorView planned_view(const TensorView& like, at::ScalarType type, std::initializer_list<int64_t> shape,
                         const char* op, const char* option) {
   return TensorView::contiguous(nullptr, dtype_of(type, op, option), shape, like.device);
+}
+
+at::Tensor allocate(TensorView& planned, const at::Tensor& like, const char* op, const char* operand) {
+  at::Tensor t = at::empty(c10::IntArrayRef(planned.shape.data(), static_cast<std::size_t>(planned.rank)),
+                           like.options().dtype(scalar_type_of(planned.dtype)));
+  planned = view_of(t, op, operand);
+  return t;
 }
 
 }  // namespace moegemm::torch_ops

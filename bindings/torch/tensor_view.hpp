@@ -33,4 +33,9 @@ TensorView view_of(const std::optional<at::Tensor>& t, const char* op, const cha
 TensorView planned_view(const TensorView& like, at::ScalarType type, std::initializer_list<int64_t> shape,
                         const char* op, const char* option);
 
+/// Allocates the output `planned` describes (a planned_view whose call the contract has accepted): at::empty of
+/// its shape and dtype with `like`'s device, not initialised. `planned` then views the new tensor (named
+/// "op: operand" in view_of's errors). The output's shape and dtype are thus written once, in planned_view.
+at::Tensor allocate(TensorView& planned, const at::Tensor& like, const char* op, const char* operand);
+
 }  // namespace moegemm::torch_ops

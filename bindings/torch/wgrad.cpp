@@ -3,7 +3,6 @@
 #include <utility>
 
 #include <ATen/MemoryOverlap.h>
-#include <ATen/ops/empty.h>
 #include <torch/csrc/autograd/variable.h>
 
 #include "launch.hpp"
@@ -64,9 +63,7 @@ at::Tensor grouped_gemm_wgrad_op(const at::Tensor& x, const at::Tensor& dy, cons
                             : planned_view(args.x, w_type, {e, h, n}, op, "out_dtype");
   const std::size_t workspace_bytes = checked_workspace_bytes(args, grouped_gemm_wgrad_workspace_bytes);
   // Not zero-filled here: the op writes every element, exact zeros for experts without rows.
-  const auto options = x.options().dtype(w_type);
-  at::Tensor w = transpose_output ? at::empty({e, n, h}, options) : at::empty({e, h, n}, options);
-  args.w = view_of(w, op, "w");
+  at::Tensor w = allocate(args.w, x, op, "w");
   launch(context, x, args, workspace_bytes, grouped_gemm_wgrad);
   return w;
 }
