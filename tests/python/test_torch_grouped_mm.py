@@ -524,3 +524,20 @@ def test_f64_bias_gradient_is_summed_in_f64():
     dbias, = torch.autograd.grad(mt.grouped_mm(a, b, offsets_of([7, 16]), bias=bias), bias, dout)
     expected = torch.stack([dout[:7].sum(0), dout[7:].sum(0)])
     assert torch.allclose(dbias, expected, rtol=1e-15, atol=0), (dbias - expected).abs().max()
+
+
+def test_keywords_left_out_are_the_schema_defaults():
+    """grouped_mm passes grouped_gemm only the keywords that differ from its schema's defaults (each keyword
+    costs the dispatcher time on the eager path): what it leaves out must be exactly those defaults, or a call
+    would silently run with other options."""
+    from moegemm._torch_grouped_mm import _rows_options
+    defaults = {arg.name: arg.default_value for arg in torch.ops.moegemm.grouped_gemm.default._schema.arguments
+                if arg.kwarg_only}
+    assert _rows_options("nk", None, None, False, False) == {}
+    assert {k: defaults[k] for k in ("b_layout", "bias", "out_dtype", "zero_tail", "validate")} == {
+        "b_layout": "nk", "bias": None, "out_dtype": None, "zero_tail": False, "validate": False}
+    bias = randn(2, 8)
+    given = _rows_options("kn", bias, torch.float32, True, True)
+    assert given.keys() == {"b_layout", "bias", "out_dtype", "zero_tail", "validate"}
+    assert given["b_layout"] == "kn" and given["bias"] is bias and given["out_dtype"] is torch.float32
+    assert given["zero_tail"] is True and given["validate"] is True
