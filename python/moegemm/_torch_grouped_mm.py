@@ -170,7 +170,7 @@ def _rows_mm(a, b, offs, bias, out_dtype, zero_tail, validate=False):
     if b_shape[1] != a_shape[1]:
         raise ValueError(f"{_OP}: b: expected shape (E, K={a_shape[1]}, N) with K from a.shape[1], got "
                          f"{tuple(b_shape)}")
-    if offs.dim() == 1 and offs.shape[0] != b_shape[0]:
+    if offs.shape[0] != b_shape[0]:  # offs is 1-D: grouped_mm checked it (the 3-D x 3-D mode makes it)
         raise ValueError(f"{_OP}: offs: expected shape (E={b_shape[0]},) with E from b.shape[0], got "
                          f"{tuple(offs.shape)}")
     if b_shape[0] == 0:
@@ -183,7 +183,7 @@ def _rows_mm(a, b, offs, bias, out_dtype, zero_tail, validate=False):
         a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad))
     if needs_grad:
         return call_named(_OP, _ROWS_NAMES, _RaggedRowsMM.apply, a, b, offs, bias, out_dtype, zero_tail, validate)
-    b_op, layout = weight_operand(b, _OP, "b")
+    b_op, layout = weight_operand(b, _OP, "b", b_shape)
     out, _ = call_named(_OP, _ROWS_NAMES, _GROUPED_GEMM, a, b_op, offs,
                         **_rows_options(layout, bias, out_dtype, zero_tail, validate))
     return out
@@ -324,17 +324,18 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
     if out_dtype is not None and out_dtype not in _OUT_DTYPES:
         raise ValueError(f"{_OP}: out_dtype: expected None, torch.bfloat16, torch.float16 or torch.float32, "
                          f"got {out_dtype!r}")
-    if a.dim() == 2 and b.dim() == 3:
+    a_rank, b_rank = a.dim(), b.dim()
+    if a_rank == 2 and b_rank == 3:
         if offs is None:
             raise ValueError(f"{_OP}: offs: required for 2-D x 3-D inputs (an (E,) torch.int32 tensor), got None")
         return _rows_mm(a, b, offs, bias, out_dtype, zero_tail, validate)
-    if a.dim() == 2 and b.dim() == 2:
+    if a_rank == 2 and b_rank == 2:
         if offs is None:
             raise ValueError(f"{_OP}: offs: required for 2-D x 2-D inputs (an (E,) torch.int32 tensor), got None")
         if bias is not None:
             raise ValueError(f"{_OP}: bias: not supported in the 2-D x 2-D mode, got a tensor")
         return _ragged_k_mm(a, b, offs, out_dtype, zero_tail, validate)
-    if a.dim() == 3 and b.dim() == 3:
+    if a_rank == 3 and b_rank == 3:
         if offs is not None:
             raise ValueError(f"{_OP}: offs: must be None for 3-D x 3-D inputs, got a tensor")
         e, m, k = a.shape
@@ -360,6 +361,6 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
         ends = torch.arange(1, e + 1, device=a.device, dtype=torch.int32) * m
         out = _rows_mm(rows, b, ends, bias, out_dtype, zero_tail)
         return out.view(e, m, out.shape[-1])  # not -1: M = 0 gives 0 elements, which -1 cannot size
-    if a.dim() in (2, 3) and b.dim() in (2, 3):
+    if a_rank in (2, 3) and b_rank in (2, 3):
         raise NotImplementedError(f"{_OP}: the 3-D x 2-D mode is not supported by moegemm")
-    raise ValueError(f"{_OP}: expected 2-D or 3-D operands, got a of rank {a.dim()} and b of rank {b.dim()}")
+    raise ValueError(f"{_OP}: expected 2-D or 3-D operands, got a of rank {a_rank} and b of rank {b_rank}")

@@ -7,7 +7,7 @@ import torch
 _FLIP = {"kn": "nk", "nk": "kn"}
 
 
-def weight_operand(w: torch.Tensor, op: str, name: str) -> tuple[torch.Tensor, str]:
+def weight_operand(w: torch.Tensor, op: str, name: str, shape: torch.Size | None = None) -> tuple[torch.Tensor, str]:
     """The moegemm (b, b_layout) that computes ``A @ w[g]`` for a logical (E, K, N) weight ``w``.
 
     ``w`` row-major in its last two dims (N contiguous) is passed as is with ``"kn"``; ``w`` that is a
@@ -16,10 +16,11 @@ def weight_operand(w: torch.Tensor, op: str, name: str) -> tuple[torch.Tensor, s
     Raises ValueError naming ``op: name`` for any other stride order (neither of the last two dims
     contiguous, or experts interleaved inside a matrix), for padding inside a matrix (``w[:, :, :N]`` of a
     wider tensor) and for experts that are not packed one after another (``w[::2]``), with the caller's
-    shape and strides; the moegemm contract then checks the rest (16-byte alignment).
+    shape and strides; the moegemm contract then checks the rest (16-byte alignment). ``shape`` is
+    ``w.shape`` when the caller has read it already (each read is a call into torch on the eager path).
     """
     # One read of shape and strides: each accessor is a separate dispatcher-level call on the eager path.
-    shape = w.shape
+    shape = w.shape if shape is None else shape
     if len(shape) != 3:
         raise ValueError(f"{op}: {name}: expected a 3-D (E, K, N) weight tensor, got shape {tuple(shape)}")
     e, rows, cols = shape
