@@ -22,15 +22,18 @@ namespace moegemm::cli {
 namespace {
 
 /// grouped_gemm's contract on the shapes alone, through a workspace query (which reads no data): a shape the op
-/// rejects is a usage error on every machine, with or without a GPU.
+/// rejects is a usage error on every machine, with or without a GPU. The views are device views, as those the
+/// command measures: the contract's limits for the sm_90a kernels (M, N, K at most 2^31 - 1) apply, which host
+/// views, served by the CPU reference at any size, would not meet.
 void check_shapes(const GemmOptions& o) {
+  constexpr Device kDevice = Device::cuda;
   GroupedGemmArgs g;
-  g.a = TensorView::contiguous(nullptr, DType::bf16, {o.m, o.k});
-  g.b.dense = o.layout == BLayout::kn ? TensorView::contiguous(nullptr, DType::bf16, {o.e, o.k, o.n})
-                                      : TensorView::contiguous(nullptr, DType::bf16, {o.e, o.n, o.k});
+  g.a = TensorView::contiguous(nullptr, DType::bf16, {o.m, o.k}, kDevice);
+  g.b.dense = o.layout == BLayout::kn ? TensorView::contiguous(nullptr, DType::bf16, {o.e, o.k, o.n}, kDevice)
+                                      : TensorView::contiguous(nullptr, DType::bf16, {o.e, o.n, o.k}, kDevice);
   g.b.layout = o.layout;
-  g.offsets = TensorView::contiguous(nullptr, DType::i32, {o.e});
-  g.d = TensorView::contiguous(nullptr, DType::bf16, {o.m, o.n});
+  g.offsets = TensorView::contiguous(nullptr, DType::i32, {o.e}, kDevice);
+  g.d = TensorView::contiguous(nullptr, DType::bf16, {o.m, o.n}, kDevice);
   try {
     grouped_gemm_workspace_bytes(g);
   } catch (const Error& e) {

@@ -133,6 +133,11 @@ moegemm_cli_test(gemm_m_past_int32_offsets COMMAND ${_expect_2} ${_cli} gemm --m
                  REGEX "--m: 3000000000 rows exceed the 2147483647 that int32 expert offsets address")
 moegemm_cli_test(gemm_unaligned_n COMMAND ${_expect_2} ${_cli} gemm --m 64 --n 33 --k 64 --e 2
                  REGEX "grouped_gemm: b: expected N \\* sizeof\\(bf16\\) a multiple of 16 bytes.*got N=33")
+# The kernels' 32-bit limits on N and K are the contract's for device operands: refused on any machine.
+moegemm_cli_test(gemm_n_past_int32 COMMAND ${_expect_2} ${_cli} gemm --m 8 --n 2147483648 --k 8 --e 1
+                 REGEX "grouped_gemm: b: expected N <= 2147483647 on the cuda backend.*got N=2147483648")
+moegemm_cli_test(gemm_k_past_int32 COMMAND ${_expect_2} ${_cli} gemm --m 8 --n 8 --k 4294967296 --e 1
+                 REGEX "grouped_gemm: a: expected K <= 2147483647 on the cuda backend.*got K=4294967296")
 moegemm_cli_test(gemm_too_many_experts COMMAND ${_expect_2} ${_cli} gemm --m 4096 --n 64 --k 64 --e 2000
                  REGEX "grouped_gemm: offsets: expected 1 <= E <= 1024 experts, got E=2000")
 moegemm_cli_test(unknown_flag COMMAND ${_expect_2} ${_cli} run --frobnicate 1 REGEX "unknown option '--frobnicate'")
