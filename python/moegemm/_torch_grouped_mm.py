@@ -23,8 +23,10 @@ _ROWS_NAMES = {("grouped_gemm", "a"): "a", ("grouped_gemm", "b"): "b", ("grouped
 _RAGGED_K_NAMES = {("grouped_gemm_wgrad", "x"): "a (read as a.t(), the (T, H) tensor it views)",
                    ("grouped_gemm_wgrad", "dy"): "b", ("grouped_gemm_wgrad", "offsets"): "offs",
                    ("grouped_gemm_wgrad", "w"): "out"}
+# The offsets' entries, offsets[g] in the ops' messages (validate=True), are offs[g] in grouped_mm's.
+_ROWS_TERMS = {"offsets[": "offs["}
 # The ragged dimension, M in grouped_gemm_wgrad's messages (its rows), is T in the 2-D x 2-D mode's.
-_RAGGED_K_TERMS = {"expert end rows in [0, M=": "group ends along T in [0, T=", "each <= M": "each <= T"}
+_RAGGED_K_TERMS = {"expert end rows in [0, M=": "group ends along T in [0, T=", "each <= M": "each <= T", **_ROWS_TERMS}
 
 
 def _segment_column_sums(dout: torch.Tensor, offs: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -131,15 +133,21 @@ def _check_no_groups(a, b, k_a, k_b, where, n, out_dtype, offs=None, bias=None, 
         raise ValueError(f"{_OP}: bias: expected shape (E=0, N={n}), got {tuple(bias.shape)}")
 
 
-def _check_aligned_rows(a):
-    """The 16-byte rule on a row-major (M, K) ``a`` as the ops check it: row stride and base address."""
-    stride_bytes = a.stride(0) * a.element_size()
-    if a.shape[0] > 1 and stride_bytes % 16:
-        raise ValueError(f"{_OP}: a: expected a row stride that is a multiple of 16 bytes (16-byte alignment rule), "
-                         f"got stride(0)={a.stride(0)} elements ({stride_bytes} bytes)")
-    if a.numel() and not torch.compiler.is_compiling() and a.data_ptr() % 16:  # traced tensors have no address
-        raise ValueError(f"{_OP}: a: expected a 16-byte aligned base address (16-byte alignment rule), got "
-                         f"{a.data_ptr():#x}")
+def _check_aligned_rows(t, name="a", cols="K"):
+    """The rules on the rows of a row-major (rows, cols) operand as the ops check them, named ``name`` with its
+    columns ``cols``: rows that do not overlap (an expanded ``a`` would otherwise size an output of its rows),
+    then the 16-byte rule on the row stride and the base address."""
+    rows, ncols = t.shape
+    if rows > 1 and t.stride(0) < ncols:
+        raise ValueError(f"{_OP}: {name}: expected row stride stride(0) >= {cols}={ncols} (rows must not overlap), "
+                         f"got stride(0)={t.stride(0)}")
+    stride_bytes = t.stride(0) * t.element_size()
+    if rows > 1 and stride_bytes % 16:
+        raise ValueError(f"{_OP}: {name}: expected a row stride that is a multiple of 16 bytes (16-byte alignment "
+                         f"rule), got stride(0)={t.stride(0)} elements ({stride_bytes} bytes)")
+    if t.numel() and not torch.compiler.is_compiling() and t.data_ptr() % 16:  # traced tensors have no address
+        raise ValueError(f"{_OP}: {name}: expected a 16-byte aligned base address (16-byte alignment rule), got "
+                         f"{t.data_ptr():#x}")
 
 
 class _NoGroupsMM(torch.autograd.Function):
@@ -182,9 +190,10 @@ def _rows_mm(a, b, offs, bias, out_dtype, zero_tail, validate=False):
     needs_grad = torch.is_grad_enabled() and (
         a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad))
     if needs_grad:
-        return call_named(_OP, _ROWS_NAMES, _RaggedRowsMM.apply, a, b, offs, bias, out_dtype, zero_tail, validate)
+        return call_named(_OP, _ROWS_NAMES, _RaggedRowsMM.apply, a, b, offs, bias, out_dtype, zero_tail, validate,
+                          terms=_ROWS_TERMS)
     b_op, layout = weight_operand(b, _OP, "b", b_shape)
-    out, _ = call_named(_OP, _ROWS_NAMES, _GROUPED_GEMM, a, b_op, offs,
+    out, _ = call_named(_OP, _ROWS_NAMES, _GROUPED_GEMM, a, b_op, offs, terms=_ROWS_TERMS,
                         **_rows_options(layout, bias, out_dtype, zero_tail, validate))
     return out
 
@@ -253,6 +262,7 @@ def _ragged_k_mm(a, b, offs, out_dtype, zero_tail=False, validate=False):
         if a.shape[0] % (16 // a.element_size()):
             raise ValueError(f"{_OP}: a: expected H = a.shape[0] a multiple of {16 // a.element_size()} for "
                              f"{a.dtype} (16-byte aligned rows of a.t()), got H={a.shape[0]}")
+        _check_aligned_rows(a.t(), _RAGGED_K_NAMES[("grouped_gemm_wgrad", "x")], "H")
         return _NoGroupsRaggedKMM.apply(a, b, out_dtype)
     if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
         return _RaggedKMM.apply(a, b, offs, out_dtype, zero_tail, validate)

@@ -323,8 +323,8 @@ def test_validate_reports_bad_offs_by_the_callers_name(device):
     """validate=True (spec §0's opt-in host check) in every mode that takes offs, with and without autograd;
     without it, the same offsets are clamped and the call returns."""
     a, b = randn(8, 16, device=device), randn(2, 16, 16, seed=1, device=device)
-    bad = {"decreasing": ([5, 3], r"offsets\[1\] = 3 < offsets\[0\] = 5"),
-           "past_the_end": ([3, 9], r"offsets\[1\] = 9")}
+    bad = {"decreasing": ([5, 3], r"offs\[1\] = 3 < offs\[0\] = 5"),
+           "past_the_end": ([3, 9], r"offs\[1\] = 9")}
     for offs, got in bad.values():
         offs = torch.tensor(offs, dtype=torch.int32, device=device)
         for x in (a, a.clone().requires_grad_()):
@@ -479,6 +479,24 @@ def test_zero_groups_check_their_operands():
         mt.grouped_mm(randn(K, M).t(), randn(0, K, N), no_offs)
     with pytest.raises(ValueError, match=r"grouped_mm: b: expected a row-major \(T, N\) tensor"):
         mt.grouped_mm(randn(32, K).t(), randn(N, 32).t(), no_offs)
+    # Rows that overlap: refused as with groups (an expanded a of 2^40 rows used to reach the allocator), and
+    # the 2-D x 2-D mode's x = a.t() gets the rules on its rows too. Each message is the one a call with a group
+    # gives.
+    one = torch.tensor([4], dtype=torch.int32)
+    for rows in (2**40, 4):
+        expanded = torch.empty(1, K, dtype=torch.bfloat16).expand(rows, K)
+        for offs, b in ((no_offs, randn(0, K, N)), (one, randn(1, K, N))):
+            with pytest.raises(ValueError, match=rf"grouped_mm: a: expected row stride stride\(0\) >= K={K} \(rows "
+                                                 r"must not overlap\), got stride\(0\)=0"):
+                mt.grouped_mm(expanded, b, offs, zero_tail=True)
+    x_name = re.escape("grouped_mm: a (read as a.t(), the (T, H) tensor it views): ")
+    overlap = rf"expected row stride stride\(0\) >= H={K} \(rows must not overlap\)"
+    for x, expected in ((randn(1, K).expand(8, K), overlap),
+                        (randn(8, K + 4)[:, :K], r"expected a row stride that is a multiple of 16 bytes"),
+                        (randn(8 * K + 1)[1:].view(8, K), r"expected a 16-byte aligned base address")):
+        for offs in (no_offs, one):
+            with pytest.raises(ValueError, match=x_name + expected):
+                mt.grouped_mm(x.t(), randn(8, N), offs)
 
 
 def test_f32_bias_gradient_sums_the_f32_output_gradient():
