@@ -144,14 +144,16 @@ int run_command(const std::vector<std::string>& args) {
   if (presets.empty()) throw UsageError("workloads file " + w.source + " has no models");
 
   const bool kernels = device_kernels_available();
-  if (o.backend == BackendChoice::gpu && !kernels) {
-    std::fprintf(stderr, "error: --backend gpu: %s\n", cpu_reason().c_str());
-    return 1;
-  }
-  const bool gpu = kernels && o.backend != BackendChoice::cpu;
+  // --backend gpu asks for the GPU's shapes even where it has no GPU: a usage error is found (exit 2) before
+  // the missing GPU is (exit 1), on every machine.
+  const bool gpu = o.backend == BackendChoice::gpu || (kernels && o.backend != BackendChoice::cpu);
   // Every preset's shape first: a --tokens that a preset cannot take is refused before anything is printed.
   std::vector<ModelPreset> shapes;
   for (const ModelPreset& preset : presets) shapes.push_back(layer_shape(preset, o, gpu));
+  if (gpu && !kernels) {
+    std::fprintf(stderr, "error: --backend gpu: %s\n", cpu_reason().c_str());
+    return 1;
+  }
 
   RunReport report;
   report.gpu = gpu;

@@ -72,6 +72,9 @@ moegemm_cli_test(negative_tokens COMMAND ${_expect_2} ${_cli} run --tokens -5 RE
 # Refused before the run prints anything (the output starts with the message).
 moegemm_cli_test(too_many_tokens COMMAND ${_expect_2} ${_cli} run --backend cpu --model qwen3-30b-a3b
                  --tokens 9223372036854775807 REGEX "^moegemm: --tokens: 9223372036854775807 tokens x top_k 8")
+# A usage error comes before the missing GPU (exit 1 on a machine without one), also with --backend gpu.
+moegemm_cli_test(too_many_tokens_backend_gpu COMMAND ${_expect_2} ${_cli} run --backend gpu --model qwen3-30b-a3b
+                 --tokens 9223372036854775807 REGEX "^moegemm: --tokens: 9223372036854775807 tokens x top_k 8")
 moegemm_cli_test(run_json_to_stdout COMMAND ${_expect_2} ${_cli} run --backend cpu --json -
                  REGEX "--json: run prints its table on standard output")
 # A preset's rows are checked when its file is read, whichever backend would run it (the CPU backend runs 64
