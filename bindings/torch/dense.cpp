@@ -40,7 +40,7 @@ Pair gemm_swiglu_op(const at::Tensor& a, const at::Tensor& b, c10::string_view b
   const at::ScalarType c_type = out_dtype_or(out_dtype, a.scalar_type(), op, "out_dtype");
   args.ab12 = planned_view(args.a, ab12_type, {m, n}, op, "ab12_dtype");
   args.c = planned_view(args.a, c_type, {m, n / 2}, op, "out_dtype");
-  const std::size_t bytes = checked_workspace_bytes(args, gemm_swiglu_workspace_bytes);
+  const std::size_t bytes = check_before_allocation(context, args, gemm_swiglu_check);
   at::Tensor ab12 = allocate(args.ab12, a, op, "ab12");
   at::Tensor c = allocate(args.c, a, op, "c");
   launch(context, a, args, bytes, gemm_swiglu);
@@ -59,7 +59,7 @@ Pair gemm_amax_op(const at::Tensor& a, const at::Tensor& b, c10::string_view b_l
   const auto dtype = out_dtype_or(out_dtype, a.scalar_type(), op, "out_dtype");
   args.c = planned_view(args.a, dtype, {a.size(0), n}, op, "out_dtype");
   args.amax = planned_view(args.a, at::kFloat, {1}, op, "amax");
-  const std::size_t bytes = checked_workspace_bytes(args, gemm_amax_workspace_bytes);
+  const std::size_t bytes = check_before_allocation(context, args, gemm_amax_check);
   at::Tensor c = allocate(args.c, a, op, "c");
   at::Tensor amax = allocate(args.amax, a, op, "amax");
   launch(context, a, args, bytes, gemm_amax);
@@ -81,7 +81,7 @@ Pair gemm_srelu_op(const at::Tensor& a, const at::Tensor& b, c10::string_view b_
   const at::ScalarType type = out_dtype_or(out_dtype, a.scalar_type(), op, "out_dtype");
   args.d = planned_view(args.a, type, {a.size(0), n}, op, "out_dtype");
   if (generate_c) args.c = planned_view(args.a, type, {a.size(0), n}, op, "out_dtype");
-  const std::size_t bytes = checked_workspace_bytes(args, gemm_srelu_workspace_bytes);
+  const std::size_t bytes = check_before_allocation(context, args, gemm_srelu_check);
   at::Tensor d = allocate(args.d, a, op, "d");
   at::Tensor c = generate_c ? allocate(args.c, a, op, "c") : not_requested(d);
   launch(context, a, args, bytes, gemm_srelu);
@@ -107,7 +107,7 @@ Pair gemm_dsrelu_op(const at::Tensor& a, const at::Tensor& b, const at::Tensor& 
   const auto dtype = out_dtype_or(out_dtype, c.scalar_type(), op, "out_dtype");
   args.dc = planned_view(args.a, dtype, {a.size(0), n}, op, "out_dtype");
   if (compute_dprob) args.dprob = planned_view(args.a, at::kFloat, {a.size(0)}, op, "dprob");
-  const std::size_t bytes = checked_workspace_bytes(args, gemm_dsrelu_workspace_bytes);
+  const std::size_t bytes = check_before_allocation(context, args, gemm_dsrelu_check);
   at::Tensor dc = allocate(args.dc, a, op, "dc");
   at::Tensor dprob = compute_dprob ? allocate(args.dprob, a, op, "dprob") : not_requested(dc);
   launch(context, a, args, bytes, gemm_dsrelu);

@@ -39,14 +39,14 @@ void fill_common(Args& args, const char* op, const at::Tensor& a, const at::Tens
   args.validate = validate;
 }
 
-// dc (M, columns) in `dc_dtype` (default: c's dtype); dprob (M,), dbias (E, columns) and amax
-// (amax_len,) when requested, else empty (0,) placeholders: the contract checked on their planned views, then
-// allocated, viewed and the op run through `launch`.
-template <class Args, class WorkspaceBytes, class Run>
+// dc (M, columns) in `dc_dtype` (default: c's dtype); dprob (M,), dbias (E, columns) and amax (amax_len,)
+// when requested, else empty (0,) placeholders: the op's checks made on their planned views
+// (check_before_allocation), then allocated, viewed and the op run through `launch`.
+template <class Args, class Check, class Run>
 Outputs run_backward(Args& args, const char* op, const at::Tensor& a, const at::Tensor& c,
                      const at::Tensor& offsets, int64_t columns, int64_t amax_len, bool compute_dprob,
                      bool compute_dbias, bool compute_amax, std::optional<at::ScalarType> dc_dtype,
-                     std::optional<at::ScalarType> dbias_dtype, WorkspaceBytes workspace_bytes, Run run) {
+                     std::optional<at::ScalarType> dbias_dtype, Check check, Run run) {
   DeviceContext context(a);
   const int64_t m = a.size(0), e = offsets.size(0);
   const at::ScalarType dc_type = out_dtype_or(dc_dtype, c.scalar_type(), op, "dc_dtype");
@@ -55,7 +55,7 @@ Outputs run_backward(Args& args, const char* op, const at::Tensor& a, const at::
   if (compute_dprob) args.dprob = planned_view(args.a, at::kFloat, {m}, op, "dprob");
   if (compute_dbias) args.dbias = planned_view(args.a, dbias_type, {e, columns}, op, "dbias_dtype");
   if (compute_amax) args.amax = planned_view(args.a, at::kFloat, {amax_len}, op, "amax");
-  const std::size_t bytes = checked_workspace_bytes(args, workspace_bytes);
+  const std::size_t bytes = check_before_allocation(context, args, check);
   at::Tensor dc = allocate(args.dc, a, op, "dc");
   at::Tensor dprob = compute_dprob ? allocate(args.dprob, a, op, "dprob") : not_requested(dc);
   at::Tensor dbias = compute_dbias ? allocate(args.dbias, a, op, "dbias") : not_requested(dc);
@@ -81,7 +81,7 @@ Outputs grouped_gemm_dglu_op(const at::Tensor& a, const at::Tensor& b, const at:
   // dC has C's 2I columns: twice the GEMM's N = I.
   return run_backward(args, op, a, c, offsets, 2 * weights_n(b, layout), 2, compute_dprob, compute_dbias,
                       compute_amax, dc_dtype, dbias_dtype,
-                      grouped_gemm_dglu_workspace_bytes, grouped_gemm_dglu);
+                      grouped_gemm_dglu_check, grouped_gemm_dglu);
 }
 
 Outputs grouped_gemm_dsrelu_op(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
@@ -96,7 +96,7 @@ Outputs grouped_gemm_dsrelu_op(const at::Tensor& a, const at::Tensor& b, const a
   fill_common(args, op, a, b, layout, c, offsets, alpha, prob, zero_tail, validate);
   return run_backward(args, op, a, c, offsets, weights_n(b, layout), 1, compute_dprob, compute_dbias,
                       compute_amax, dc_dtype, dbias_dtype,
-                      grouped_gemm_dsrelu_workspace_bytes, grouped_gemm_dsrelu);
+                      grouped_gemm_dsrelu_check, grouped_gemm_dsrelu);
 }
 
 }  // namespace

@@ -36,20 +36,20 @@ void fill_common(Args& args, const char* op, const at::Tensor& a, const at::Tens
   args.validate = validate;
 }
 
-// D (M, d_columns) and, with generate_c, C (M, n) in `out_dtype` (default: a's dtype), else an empty
-// (0,) placeholder for C: the contract checked on their planned views, then allocated, viewed and the op run
-// through `launch`.
-template <class Args, class WorkspaceBytes, class Run>
+// D (M, d_columns) and, with generate_c, C (M, n) in `out_dtype` (default: a's dtype), else an empty (0,)
+// placeholder for C: the op's checks made on their planned views (check_before_allocation), then allocated,
+// viewed and the op run through `launch`.
+template <class Args, class Check, class Run>
 std::tuple<at::Tensor, at::Tensor> run_forward(Args& args, const char* op, const at::Tensor& a, int64_t n,
                                                int64_t d_columns, bool generate_c,
                                                std::optional<at::ScalarType> out_dtype,
-                                               WorkspaceBytes workspace_bytes, Run run) {
+                                               Check check, Run run) {
   DeviceContext context(a);
   const at::ScalarType type = out_dtype_or(out_dtype, a.scalar_type(), op, "out_dtype");
   const int64_t m = a.size(0);
   args.d = planned_view(args.a, type, {m, d_columns}, op, "out_dtype");
   if (generate_c) args.c = planned_view(args.a, type, {m, n}, op, "out_dtype");
-  const std::size_t bytes = checked_workspace_bytes(args, workspace_bytes);
+  const std::size_t bytes = check_before_allocation(context, args, check);
   at::Tensor d = allocate(args.d, a, op, "d");
   at::Tensor c = generate_c ? allocate(args.c, a, op, "c") : not_requested(d);
   launch(context, a, args, bytes, run);
@@ -66,7 +66,7 @@ std::tuple<at::Tensor, at::Tensor> grouped_gemm_op(
   fill_common(args, op, a, b, layout, offsets, alpha, prob, bias, zero_tail, validate);
   const int64_t n = weights_n(b, layout);
   return run_forward(args, op, a, n, n, generate_c, out_dtype,
-                     grouped_gemm_workspace_bytes, grouped_gemm);
+                     grouped_gemm_check, grouped_gemm);
 }
 
 std::tuple<at::Tensor, at::Tensor> grouped_gemm_glu_op(
@@ -82,7 +82,7 @@ std::tuple<at::Tensor, at::Tensor> grouped_gemm_glu_op(
   const int64_t n = weights_n(b, layout);
   // An odd N is the contract's to reject (it names b); I = N / 2 only sizes the output here.
   return run_forward(args, op, a, n, n / 2, generate_c, out_dtype,
-                     grouped_gemm_glu_workspace_bytes, grouped_gemm_glu);
+                     grouped_gemm_glu_check, grouped_gemm_glu);
 }
 
 std::tuple<at::Tensor, at::Tensor> grouped_gemm_srelu_op(
@@ -95,7 +95,7 @@ std::tuple<at::Tensor, at::Tensor> grouped_gemm_srelu_op(
   fill_common(args, op, a, b, layout, offsets, alpha, prob, bias, zero_tail, validate);
   const int64_t n = weights_n(b, layout);
   return run_forward(args, op, a, n, n, generate_c, out_dtype,
-                     grouped_gemm_srelu_workspace_bytes, grouped_gemm_srelu);
+                     grouped_gemm_srelu_check, grouped_gemm_srelu);
 }
 
 }  // namespace

@@ -28,12 +28,12 @@ TensorView view_of(const at::Tensor& t, const char* op, const char* operand);
 TensorView view_of(const std::optional<at::Tensor>& t, const char* op, const char* operand);
 
 /// The view of an output not allocated yet: contiguous `shape` of `type`, on `like`'s backend, without data.
-/// For the contract's check before the allocation (a check that skips the pointer rules). `option` names
+/// For the op's checks before the allocation (X_check, which skips its pointer rules). `option` names
 /// the argument that chose `type` in the error for a dtype moegemm has no element type for.
 TensorView planned_view(const TensorView& like, at::ScalarType type, std::initializer_list<int64_t> shape,
                         const char* op, const char* option);
 
-/// Allocates the output `planned` describes (a planned_view whose call the contract has accepted): at::empty of
+/// Allocates the output `planned` describes (a planned_view whose call X_check has accepted): at::empty of
 /// its shape and dtype with `like`'s device, not initialised. `planned` then views the new tensor (named
 /// "op: operand" in view_of's errors). The output's shape and dtype are thus written once, in planned_view.
 at::Tensor allocate(TensorView& planned, const at::Tensor& like, const char* op, const char* operand);

@@ -56,12 +56,12 @@ at::Tensor grouped_gemm_wgrad_op(const at::Tensor& x, const at::Tensor& dy, cons
   DeviceContext context(x);
   const int64_t e = offsets.size(0), h = x.size(1), n = dy.size(1);
   const at::ScalarType w_type = out_dtype_or(out_dtype, f32_default_dtype(x), op, "out_dtype");
-  // The contract first (shapes, dtypes, options; the pointers aside), on a view of the w to come: the output,
-  // E x H x N, may be far larger than x and dy (with T = 0 they are empty), and a call the op refuses must get
-  // its own error, not the allocator's.
+  // The op's checks first (the contract, the pointers of x, dy and offsets, validate), on a view of the w to
+  // come: the output, E x H x N, may be far larger than x and dy (with T = 0 they are empty), and a call the
+  // op refuses must get its own error, not the allocator's.
   args.w = transpose_output ? planned_view(args.x, w_type, {e, n, h}, op, "out_dtype")
                             : planned_view(args.x, w_type, {e, h, n}, op, "out_dtype");
-  const std::size_t workspace_bytes = checked_workspace_bytes(args, grouped_gemm_wgrad_workspace_bytes);
+  const std::size_t workspace_bytes = check_before_allocation(context, args, grouped_gemm_wgrad_check);
   // Not zero-filled here: the op writes every element, exact zeros for experts without rows.
   at::Tensor w = allocate(args.w, x, op, "w");
   launch(context, x, args, workspace_bytes, grouped_gemm_wgrad);
@@ -91,8 +91,8 @@ void grouped_gemm_wgrad_accumulate_op(const at::Tensor& x, const at::Tensor& dy,
   args.w = view_of(w, op, "w");
   args.accumulate = true;
   // The contract names the C++ function (grouped_gemm_wgrad); this overload's errors name the overload.
-  launch(context, x, args, checked_workspace_bytes(args, grouped_gemm_wgrad_workspace_bytes, op), grouped_gemm_wgrad,
-         op);
+  const std::size_t workspace_bytes = check_before_allocation(context, args, grouped_gemm_wgrad_check, op);
+  launch(context, x, args, workspace_bytes, grouped_gemm_wgrad, op);
   // w changed in place: move its version counter, as torch's in-place ops do, so that autograd refuses a w
   // that a graph saved before this call (the Autograd fallback skips ADInplaceOrView for an op that returns
   // nothing, and torch.compile does not functionalize a custom op whose return aliases an input).

@@ -214,43 +214,60 @@ struct GemmDsreluArgs {
 // capability 9.0, from the op only), cuda_error when a CUDA call fails. An output that shares memory with
 // another output or an input (w with accumulate is one operand) is invalid_argument naming both (docs/ops.md
 // §0.2, rule 9; pointer-table buffers and the workspace are not checked).
+// `X_check(args, stream)` makes every check X(args, ...) makes before it launches, for a call whose outputs
+// are not allocated yet: an operand with null data is taken as an output still to come (its shape, dtype,
+// strides and options are checked; its pointer rules and aliasing are not), every other operand gets the
+// pointer rules, and validate=true reads the offsets on `stream` as the op does (synchronising it). It
+// returns X_workspace_bytes(args) and throws what X would. Bindings run it before they allocate outputs, so
+// that a call the op refuses gets the op's error, not an allocator's; the call that follows may then pass
+// validate=false.
 std::size_t grouped_gemm_workspace_bytes(const GroupedGemmArgs& args);
+std::size_t grouped_gemm_check(const GroupedGemmArgs& args, cudaStream_t stream);
 void grouped_gemm(const GroupedGemmArgs& args, void* workspace, std::size_t workspace_bytes,
                   cudaStream_t stream);
 
 std::size_t grouped_gemm_glu_workspace_bytes(const GroupedGemmGluArgs& args);
+std::size_t grouped_gemm_glu_check(const GroupedGemmGluArgs& args, cudaStream_t stream);
 void grouped_gemm_glu(const GroupedGemmGluArgs& args, void* workspace, std::size_t workspace_bytes,
                       cudaStream_t stream);
 
 std::size_t grouped_gemm_dglu_workspace_bytes(const GroupedGemmDgluArgs& args);
+std::size_t grouped_gemm_dglu_check(const GroupedGemmDgluArgs& args, cudaStream_t stream);
 void grouped_gemm_dglu(const GroupedGemmDgluArgs& args, void* workspace, std::size_t workspace_bytes,
                        cudaStream_t stream);
 
 std::size_t grouped_gemm_srelu_workspace_bytes(const GroupedGemmSreluArgs& args);
+std::size_t grouped_gemm_srelu_check(const GroupedGemmSreluArgs& args, cudaStream_t stream);
 void grouped_gemm_srelu(const GroupedGemmSreluArgs& args, void* workspace, std::size_t workspace_bytes,
                         cudaStream_t stream);
 
 std::size_t grouped_gemm_dsrelu_workspace_bytes(const GroupedGemmDsreluArgs& args);
+std::size_t grouped_gemm_dsrelu_check(const GroupedGemmDsreluArgs& args, cudaStream_t stream);
 void grouped_gemm_dsrelu(const GroupedGemmDsreluArgs& args, void* workspace,
                          std::size_t workspace_bytes, cudaStream_t stream);
 
 std::size_t grouped_gemm_wgrad_workspace_bytes(const GroupedGemmWgradArgs& args);
+std::size_t grouped_gemm_wgrad_check(const GroupedGemmWgradArgs& args, cudaStream_t stream);
 void grouped_gemm_wgrad(const GroupedGemmWgradArgs& args, void* workspace, std::size_t workspace_bytes,
                         cudaStream_t stream);
 
 std::size_t gemm_swiglu_workspace_bytes(const GemmSwigluArgs& args);
+std::size_t gemm_swiglu_check(const GemmSwigluArgs& args, cudaStream_t stream);
 void gemm_swiglu(const GemmSwigluArgs& args, void* workspace, std::size_t workspace_bytes,
                  cudaStream_t stream);
 
 std::size_t gemm_amax_workspace_bytes(const GemmAmaxArgs& args);
+std::size_t gemm_amax_check(const GemmAmaxArgs& args, cudaStream_t stream);
 void gemm_amax(const GemmAmaxArgs& args, void* workspace, std::size_t workspace_bytes,
                cudaStream_t stream);
 
 std::size_t gemm_srelu_workspace_bytes(const GemmSreluArgs& args);
+std::size_t gemm_srelu_check(const GemmSreluArgs& args, cudaStream_t stream);
 void gemm_srelu(const GemmSreluArgs& args, void* workspace, std::size_t workspace_bytes,
                 cudaStream_t stream);
 
 std::size_t gemm_dsrelu_workspace_bytes(const GemmDsreluArgs& args);
+std::size_t gemm_dsrelu_check(const GemmDsreluArgs& args, cudaStream_t stream);
 void gemm_dsrelu(const GemmDsreluArgs& args, void* workspace, std::size_t workspace_bytes,
                  cudaStream_t stream);
 

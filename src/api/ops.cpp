@@ -26,16 +26,30 @@ std::size_t workspace_for(const Args& args) {
   return sm90::workspace_bytes(args);
 }
 
+/// The checks a call makes before it runs: the contract (pointer rules as `pointers` says), the device, then
+/// validate's read of the offsets on `stream`. Returns the backend.
 template <class Args>
-void dispatch(const char* op, const Args& args, void* workspace, std::size_t workspace_bytes,
-              cudaStream_t stream) {
-  const Device backend = contract::check(args);
+Device check_before_run(const char* op, const Args& args, contract::Pointers pointers, cudaStream_t stream) {
+  const Device backend = contract::check(args, pointers);
   if (backend == Device::cuda) sm90::require_device(op);  // before the offsets check copies from the device
   if constexpr (requires { args.validate; }) {
     if (args.validate) {
       contract::check_offsets_values(op, args.offsets, offsets_rows(args), stream);
     }
   }
+  return backend;
+}
+
+template <class Args>
+std::size_t check_planned(const char* op, const Args& args, cudaStream_t stream) {
+  if (check_before_run(op, args, contract::Pointers::given, stream) == Device::host) return 0;
+  return sm90::workspace_bytes(args);
+}
+
+template <class Args>
+void dispatch(const char* op, const Args& args, void* workspace, std::size_t workspace_bytes,
+              cudaStream_t stream) {
+  const Device backend = check_before_run(op, args, contract::Pointers::check, stream);
   if (backend == Device::host) {
     reference::run(args);
     return;
@@ -54,6 +68,9 @@ void dispatch(const char* op, const Args& args, void* workspace, std::size_t wor
 
 #define MOEGEMM_DEFINE_OP(name, Args)                                                                \
   std::size_t name##_workspace_bytes(const Args& args) { return workspace_for(args); }               \
+  std::size_t name##_check(const Args& args, cudaStream_t stream) {                                  \
+    return check_planned(#name, args, stream);                                                        \
+  }                                                                                                  \
   void name(const Args& args, void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {   \
     dispatch(#name, args, workspace, workspace_bytes, stream);                                        \
   }

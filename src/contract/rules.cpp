@@ -291,7 +291,7 @@ void Rules::matrix(const char* name, const TensorView& t, const char* cols) cons
     fail(ErrorCode::invalid_argument, name, "a row stride that is a multiple of 16 bytes (16-byte alignment rule)",
          "stride(0)=" + std::to_string(t.strides[0]) + " elements" + bytes_text(t.strides[0], t.dtype));
   }
-  if (!check_pointers() || rows == 0 || ncols == 0) return;
+  if (!reads_pointer(t) || rows == 0 || ncols == 0) return;
   if (t.data == nullptr) fail(ErrorCode::invalid_argument, name, "a non-null data pointer", "nullptr");
   if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0) {
     fail(ErrorCode::invalid_argument, name, "a 16-byte aligned base address (16-byte alignment rule)",
@@ -307,7 +307,7 @@ void Rules::stacked_matrices(const char* name, const TensorView& t, const char* 
          "a contiguous row-major tensor (experts outermost, no transposed or permuted view)", strides + ")");
   }
   row_bytes(name, cols, t.shape[t.rank - 1], t.dtype);
-  if (!check_pointers() || t.numel() == 0) return;
+  if (!reads_pointer(t) || t.numel() == 0) return;
   if (t.data == nullptr) fail(ErrorCode::invalid_argument, name, "a non-null data pointer", "nullptr");
   if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0) {
     fail(ErrorCode::invalid_argument, name, "a 16-byte aligned base address (16-byte alignment rule)",
@@ -320,7 +320,7 @@ void Rules::vector(const char* name, const TensorView& t) const {
     fail(ErrorCode::invalid_argument, name, "a contiguous vector (stride(0) == 1)",
          "stride(0)=" + std::to_string(t.strides[0]));
   }
-  if (!check_pointers() || t.shape[0] == 0) return;
+  if (!reads_pointer(t) || t.shape[0] == 0) return;
   if (t.data == nullptr) fail(ErrorCode::invalid_argument, name, "a non-null data pointer", "nullptr");
   if (reinterpret_cast<uintptr_t>(t.data) % dtype_size(t.dtype) != 0) {
     fail(ErrorCode::invalid_argument, name,
@@ -330,7 +330,7 @@ void Rules::vector(const char* name, const TensorView& t) const {
 }
 
 void Rules::pointer_table(const char* name, const TensorView& t) const {
-  if (!check_pointers() || backend_ != Device::host) return;  // device tables cannot be read without a sync
+  if (!reads_pointer(t) || backend_ != Device::host) return;  // device tables cannot be read without a sync
   const auto* entries = t.ptr<const int64_t>();
   for (int64_t g = 0; g < t.shape[0]; ++g) {
     const auto p = static_cast<uint64_t>(entries[g]);
@@ -344,12 +344,11 @@ void Rules::pointer_table(const char* name, const TensorView& t) const {
 }
 
 void Rules::disjoint() const {
-  if (!check_pointers()) return;
   for (int i = 0; i < count_; ++i) {
     const Operand& out = operands_[i];
-    if (out.role != Role::output) continue;
+    if (out.role != Role::output || !reads_pointer(*out.view)) continue;
     const auto overlapping = [&](const Operand& other) {
-      if (!views_overlap(*out.view, *other.view)) return;
+      if (!reads_pointer(*other.view) || !views_overlap(*out.view, *other.view)) return;
       fail(ErrorCode::invalid_argument, out.name,
            "memory that no other operand of the call uses (outputs overlap neither each other nor the inputs)",
            std::string("memory overlapping ") + other.name + " (at " + address(out.view->data) + " and " +

@@ -28,9 +28,10 @@ struct Operand {
 };
 
 /// Whether the rules that read pointer values (non-null data, 16-byte aligned base addresses, host
-/// per-expert pointer tables) run. Workspace queries skip them: bindings size workspaces at trace time,
-/// before any buffer exists.
-enum class Pointers : uint8_t { check, ignore };
+/// per-expert pointer tables, no aliasing) run. Workspace queries skip them (ignore): bindings size workspaces
+/// at trace time, before any buffer exists. `given` runs them on the operands that have data and skips the
+/// ones without (outputs planned but not allocated yet): the check a binding makes before it allocates.
+enum class Pointers : uint8_t { check, ignore, given };
 
 /// One expected dimension of a shape: `value` < 0 means any size. `symbol` names it ("M", "K");
 /// `from` names the operand that fixed it ("a", "offsets"), or nullptr.
@@ -47,7 +48,10 @@ class Rules {
   Rules(const char* op, Pointers pointers) : op_(op), pointers_(pointers) {}
 
   const char* op() const { return op_; }
-  bool check_pointers() const { return pointers_ == Pointers::check; }
+  /// Whether the pointer rules read `t`'s data pointer (see Pointers).
+  bool reads_pointer(const TensorView& t) const {
+    return pointers_ == Pointers::check || (pointers_ == Pointers::given && t.data != nullptr);
+  }
   Device backend() const { return backend_; }
 
   /// Records an operand's device, view and role, in order (absent operands are ignored); every operand of a

@@ -300,6 +300,62 @@ def test_ops_check_the_call_before_allocating_outputs(call, device):
         call(a, b, c, offsets)
 
 
+# Calls whose outputs dwarf their inputs: a (2^20, 16) and b (E, 16, 2^20) give outputs of 2^40 elements (2 TiB
+# and more), past what either allocator hands out.
+_HUGE_OUTPUT_CALLS = {
+    "grouped_gemm": lambda a, b, offs, **kw: ops.grouped_gemm(a, b, offs, b_layout="kn", generate_c=True, **kw),
+    "grouped_gemm_glu": lambda a, b, offs, **kw: ops.grouped_gemm_glu(a, b, offs, b_layout="kn", **kw),
+    "grouped_gemm_srelu": lambda a, b, offs, **kw: ops.grouped_gemm_srelu(a, b, offs, b_layout="kn", **kw),
+    "gemm_swiglu": lambda a, b, offs: ops.gemm_swiglu(a, b[0], b_layout="kn"),
+    "gemm_amax": lambda a, b, offs: ops.gemm_amax(a, b[0], b_layout="kn"),
+    "gemm_srelu": lambda a, b, offs: ops.gemm_srelu(a, b[0], b_layout="kn"),
+    # x (1, 2^20) (a's first 2^20 elements) and dy (1, 2^20): w is (E, 2^20, 2^20) f32, 4 TiB per expert.
+    "grouped_gemm_wgrad": lambda a, b, offs, **kw: ops.grouped_gemm_wgrad(a.view(1, -1)[:, :2**20], b[0, :1], offs,
+                                                                          **kw),
+}
+_VALIDATING = ["grouped_gemm", "grouped_gemm_glu", "grouped_gemm_srelu", "grouped_gemm_wgrad"]
+
+
+def _huge_output_operands(device, misaligned):
+    """a (2^20, 16) bf16, 2 bytes past a 16-byte boundary when `misaligned`, and b (2, 16, 2^20) bf16. Never
+    read: every call made with them is refused."""
+    m, k, n = 2**20, 16, 2**20
+    flat = torch.empty(m * k + 8, dtype=torch.bfloat16, device=device)
+    a = flat[1:1 + m * k].view(m, k) if misaligned else flat[:m * k].view(m, k)
+    assert (a.data_ptr() % 16 != 0) == misaligned
+    return a, torch.empty(2, k, n, dtype=torch.bfloat16, device=device)
+
+
+@pytest.mark.parametrize("op", list(_HUGE_OUTPUT_CALLS))
+@pytest.mark.parametrize("device", DEVICES)
+def test_ops_check_base_addresses_before_allocating_outputs(op, device):
+    """The 16-byte rule on the operands' base addresses is checked before the outputs are allocated: a call
+    whose outputs no allocator can hold gets the op's own ValueError, not the allocator's RuntimeError.
+    (Strict on CUDA; a host that overcommits memory could hand out the CPU block, which the op then refuses
+    all the same.)"""
+    a, b = _huge_output_operands(device, misaligned=True)
+    offsets = torch.tensor([1] if op == "grouped_gemm_wgrad" else [8, 16], dtype=torch.int32, device=device)
+    operand = "x" if op == "grouped_gemm_wgrad" else "a"
+    with pytest.raises(ValueError, match=rf"^{op}: {operand}: expected a 16-byte aligned base address "
+                                         r"\(16-byte alignment rule\), got 0x"):
+        _HUGE_OUTPUT_CALLS[op](a, b, offsets)
+
+
+@pytest.mark.parametrize("op", _VALIDATING)
+@pytest.mark.parametrize("device", DEVICES)
+def test_validate_reads_the_offsets_before_allocating_outputs(op, device):
+    """validate=True's check of the offsets values runs before the outputs are allocated (as the base
+    addresses above): offsets past M get the op's own error, though the outputs could not be allocated."""
+    a, b = _huge_output_operands(device, misaligned=False)
+    rows = 1 if op == "grouped_gemm_wgrad" else a.shape[0]
+    offsets = torch.tensor([rows + 1] if op == "grouped_gemm_wgrad" else [8, rows + 1], dtype=torch.int32,
+                           device=device)
+    bad = len(offsets) - 1
+    with pytest.raises(ValueError, match=rf"^{op}: offsets: expected non-decreasing expert end rows in "
+                                         rf"\[0, M={rows}\], each <= M, got offsets\[{bad}\] = {rows + 1}$"):
+        _HUGE_OUTPUT_CALLS[op](a, b, offsets, validate=True)
+
+
 @pytest.mark.parametrize("b_layout", ["nk", "kn"])
 def test_dense_ops_values(b_layout):
     m, k, n = 12, 32, 128

@@ -1,5 +1,5 @@
-// The public entry points: validate_offsets, workspace queries, backend dispatch and the guarantee that a
-// rejected call writes nothing.
+// The public entry points: validate_offsets, workspace queries, checks before allocation, backend dispatch
+// and the guarantee that a rejected call writes nothing.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -182,6 +182,47 @@ TEST(Dispatch, ContractErrorsComeBeforeAnyWrite) {
   for (float x : p.d) ASSERT_TRUE(is_poison(x));
 }
 
+// ---- checks before the outputs exist (X_check) --------------------------------------------------------------
+
+// A binding checks the call before it allocates: an output with null data is one still to come, checked for
+// shape and dtype; the op itself refuses the same null pointer.
+TEST(CheckBeforeAllocation, PlannedOutputsSkipOnlyTheirPointerRules) {
+  HostGroupedGemm p;
+  p.args.d.data = nullptr;
+  EXPECT_EQ(grouped_gemm_check(p.args, nullptr), grouped_gemm_workspace_bytes(p.args));
+  expect_error([&] { grouped_gemm(p.args, nullptr, 0, nullptr); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: d: expected a non-null data pointer", "got nullptr"});
+  p.args.d = TensorView::contiguous(nullptr, DType::f32, {p.M, p.N + 4});
+  expect_error([&] { grouped_gemm_check(p.args, nullptr); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: d: expected shape (M=20, N=8)", "got (20, 12)"});
+}
+
+TEST(CheckBeforeAllocation, OperandsGivenGetThePointerRules) {
+  HostGroupedGemm p;
+  p.args.d.data = nullptr;
+  std::vector<float> shifted(p.a.size() + 4);
+  float* a = shifted.data();
+  while (reinterpret_cast<uintptr_t>(a) % 16 != 4) ++a;  // 4 bytes past a 16-byte boundary
+  p.args.a.data = a;
+  expect_error([&] { grouped_gemm_check(p.args, nullptr); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: a: expected a 16-byte aligned base address (16-byte alignment rule)", "got 0x"});
+  // An output given is checked for aliasing as in the call.
+  HostGroupedGemm q;
+  q.args.d = TensorView::contiguous(q.a.data(), DType::f32, {q.M, q.N});
+  expect_error([&] { grouped_gemm_check(q.args, nullptr); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: d: expected memory that no other operand of the call uses", "memory overlapping a"});
+}
+
+TEST(CheckBeforeAllocation, ValidateReadsTheOffsets) {
+  HostGroupedGemm p;
+  p.args.d.data = nullptr;
+  p.ends = {5, 3, 17};
+  EXPECT_EQ(grouped_gemm_check(p.args, nullptr), 0u);  // validate off: the values are not read
+  p.args.validate = true;
+  expect_error([&] { grouped_gemm_check(p.args, nullptr); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: offsets:", "got offsets[1] = 3 < offsets[0] = 5"});
+}
+
 // A device call where the current device cannot run the sm_90a kernels (no GPU, or not compute capability
 // 9.0) names the op and what it needs, as `unsupported`, before the offsets check reads the device.
 TEST(Api, DeviceCallWithoutAnSm90GpuNamesTheOp) {
@@ -198,6 +239,9 @@ TEST(Api, DeviceCallWithoutAnSm90GpuNamesTheOp) {
   expect_error([&] { grouped_gemm(x, nullptr, 0, nullptr); }, ErrorCode::unsupported,
                {"grouped_gemm: device: expected a GPU of compute capability 9.0 for cuda tensors", "got "});
   EXPECT_EQ(d, before);
+  x.d.data = nullptr;  // the check a binding makes before allocating d says the same
+  expect_error([&] { grouped_gemm_check(x, nullptr); }, ErrorCode::unsupported,
+               {"grouped_gemm: device: expected a GPU of compute capability 9.0 for cuda tensors", "got "});
 }
 
 // A Device value from outside the enum is named with its operand, not taken for cuda.
