@@ -1,7 +1,6 @@
 // `moegemm run`: for each preset, build the layer, run its six ops once, verify a sample of rows, then time them.
 #include <cstdint>
 #include <cstdio>
-#include <limits>
 #include <string>
 #include <memory>
 
@@ -33,36 +32,13 @@ ModelPreset layer_shape(const ModelPreset& preset, const RunOptions& o, bool gpu
     s.intermediate = shrink(preset.intermediate);
     s.tokens = kCpuTokens;
   }
-  // Rows = tokens x top_k are addressed by int32 offsets; a preset's own rows were checked when its file was read.
+  // Rows = tokens x top_k are addressed by int32 offsets, and the largest tensors hold at most 2^60 elements;
+  // a preset's own sizes were checked when its file was read, and the CPU backend's are smaller.
   if (o.tokens) {
     s.tokens = *o.tokens;
     check_rows(s.tokens, s.top_k, "--tokens", " of " + s.name);
-  }
-  // The largest tensors of the layer (make_layer) hold at most 2^60 elements, so that their byte counts at up
-  // to 8 bytes an element fit in 64 bits: past that they would wrap, and a buffer smaller than the layer would
-  // be written. Below it, an allocation that cannot be met fails cleanly.
-  constexpr int64_t kMaxElements = int64_t{1} << 60;
-  const auto too_large = [&](const std::string& what) {
-    return UsageError("model " + s.name + ": " + what +
-                      " elements exceed 2^60, past what 64-bit byte counts of the layer's buffers hold");
-  };
-  if (s.intermediate > std::numeric_limits<int64_t>::max() / 2) {
-    throw too_large("2 intermediate (2 x " + std::to_string(s.intermediate) + ")");
-  }
-  const int64_t rows = s.rows(), two_i = 2 * s.intermediate;
-  const struct {
-    const char* what;
-    int64_t a, b, c;
-  } tensors[] = {{"tokens x top_k x hidden", rows, s.hidden, 1},
-                 {"tokens x top_k x 2 intermediate", rows, two_i, 1},
-                 {"experts x 2 intermediate x hidden", s.experts, two_i, s.hidden}};
-  for (const auto& t : tensors) {
-    int64_t elems = 0;
-    if (__builtin_mul_overflow(t.a, t.b, &elems) || __builtin_mul_overflow(elems, t.c, &elems) ||
-        elems > kMaxElements) {
-      throw too_large(std::string(t.what) + " (" + std::to_string(t.a) + " x " + std::to_string(t.b) +
-                      (t.c == 1 ? "" : " x " + std::to_string(t.c)) + ")");
-    }
+    check_layer_elements(s, "--tokens " + std::to_string(s.tokens) + " with model " + s.name +
+                                (gpu ? "" : " (the CPU backend's sizes)"));
   }
   return s;
 }

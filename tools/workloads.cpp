@@ -116,6 +116,7 @@ Workloads parse(const std::string& text, const std::string& source) {
                        " (a token goes to top_k distinct experts), got " + std::to_string(preset.top_k));
     }
     check_rows(preset.tokens, preset.top_k, where);
+    check_layer_elements(preset, where);
     w.models.push_back(preset);
   }
   if (doc.contains("gemms")) {
@@ -144,6 +145,32 @@ void check_rows(int64_t tokens, int64_t top_k, const std::string& who, const std
   if (tokens > std::numeric_limits<int32_t>::max() / top_k) {
     throw UsageError(who + ": " + std::to_string(tokens) + " tokens x top_k " + std::to_string(top_k) + detail +
                      " exceed the 2147483647 rows that int32 expert offsets address");
+  }
+}
+
+void check_layer_elements(const ModelPreset& layer, const std::string& who) {
+  constexpr int64_t kMaxElements = int64_t{1} << 60;
+  const auto too_large = [&](const std::string& what) {
+    return UsageError(who + ": " + what +
+                      " elements exceed 2^60, past what 64-bit byte counts of the layer's buffers hold");
+  };
+  if (layer.intermediate > std::numeric_limits<int64_t>::max() / 2) {
+    throw too_large("2 intermediate (2 x " + std::to_string(layer.intermediate) + ")");
+  }
+  const int64_t rows = layer.rows(), two_i = 2 * layer.intermediate;  // rows: checked by check_rows
+  const struct {
+    const char* what;
+    int64_t a, b, c;
+  } tensors[] = {{"tokens x top_k x hidden", rows, layer.hidden, 1},
+                 {"tokens x top_k x 2 intermediate", rows, two_i, 1},
+                 {"experts x 2 intermediate x hidden", layer.experts, two_i, layer.hidden}};
+  for (const auto& t : tensors) {
+    int64_t elems = 0;
+    if (__builtin_mul_overflow(t.a, t.b, &elems) || __builtin_mul_overflow(elems, t.c, &elems) ||
+        elems > kMaxElements) {
+      throw too_large(std::string(t.what) + " (" + std::to_string(t.a) + " x " + std::to_string(t.b) +
+                      (t.c == 1 ? "" : " x " + std::to_string(t.c)) + ")");
+    }
   }
 }
 

@@ -35,6 +35,12 @@ struct Workloads {
 /// address" when the T x K rows of a layer do not fit the offsets.
 void check_rows(int64_t tokens, int64_t top_k, const std::string& who, const std::string& detail = "");
 
+/// Throws UsageError "<who>: <tensor> (<sizes>) elements exceed 2^60, past what 64-bit byte counts of the
+/// layer's buffers hold" when one of the layer's largest tensors (T*K x hidden, T*K x 2 intermediate,
+/// experts x 2 intermediate x hidden) holds more than 2^60 elements: at up to 8 bytes an element their byte
+/// counts would wrap, and a buffer smaller than the layer would be written.
+void check_layer_elements(const ModelPreset& layer, const std::string& who);
+
 /// The workloads file compiled into the program.
 Workloads embedded_workloads();
 /// Parses a workloads file. Throws UsageError when it cannot be read or does not have the expected fields.

@@ -81,13 +81,15 @@ moegemm_cli_test(run_json_to_stdout COMMAND ${_expect_2} ${_cli} run --backend c
 # tokens of every model).
 moegemm_bad_workloads_test(rows_past_int32
                            "^moegemm: [^\n]*workloads_rows_past_int32.json: model huge: 4194304 tokens x top_k 1024 exceed the 2147483647 rows")
-# Tensor sizes past what int64 bytes hold are refused before anything is allocated (they used to wrap).
-moegemm_cli_test(workloads_sizes_past_int64 COMMAND ${_expect_2} ${_cli} run --backend cpu --model wide
-                 --workloads ${CMAKE_CURRENT_SOURCE_DIR}/tests/workloads_sizes_past_int64.json
-                 REGEX "^moegemm: model wide: tokens x top_k x hidden \\(128 x [0-9]+\\) elements exceed 2\\^60")
-moegemm_cli_test(workloads_intermediate_past_int64 COMMAND ${_expect_2} ${_cli} run --backend cpu --model deep
-                 --workloads ${CMAKE_CURRENT_SOURCE_DIR}/tests/workloads_sizes_past_int64.json
-                 REGEX "^moegemm: model deep: tokens x top_k x 2 intermediate \\(128 x [0-9]+\\) elements exceed 2\\^60")
+# Tensor sizes past what int64 bytes hold are refused when the file is read, with the file's sizes (they used
+# to wrap), and for --tokens with the sizes of the backend that would run.
+moegemm_bad_workloads_test(hidden_past_2_60
+                           "^moegemm: [^\n]*workloads_hidden_past_2_60.json: model wide: tokens x top_k x hidden \\(16 x 9223372036854775807\\) elements exceed 2\\^60")
+moegemm_bad_workloads_test(intermediate_past_2_60
+                           "^moegemm: [^\n]*workloads_intermediate_past_2_60.json: model deep: 2 intermediate \\(2 x 9223372036854775807\\) elements exceed 2\\^60")
+moegemm_cli_test(tokens_past_2_60_elements COMMAND ${_expect_2} ${_cli} run --backend cpu --model big --tokens 16777216
+                 --workloads ${CMAKE_CURRENT_SOURCE_DIR}/tests/workloads_hidden_2_40.json
+                 REGEX "^moegemm: --tokens 16777216 with model big \\(the CPU backend's sizes\\): tokens x top_k x hidden \\(16777216 x 137438953472\\) elements exceed 2\\^60")
 moegemm_cli_test(model_from_empty_workloads COMMAND ${_expect_2} ${_cli} run --backend cpu --model x
                  --workloads ${CMAKE_CURRENT_SOURCE_DIR}/tests/workloads_no_models.json
                  REGEX "--model: unknown model 'x' \\(the workloads file has no models\\)")
