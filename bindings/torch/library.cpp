@@ -13,6 +13,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/grad_mode.h>
 #include <torch/library.h>
+#include <torch/csrc/autograd/VariableTypeUtils.h>
 #include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 
 #include "registration.hpp"
@@ -25,8 +26,9 @@ const std::vector<at::Tag> kTags = {at::Tag::needs_exact_strides};
 
 // grouped_gemm_wgrad.accumulate returns nothing, so the not-implemented fallback has no output to mark, and
 // a gradient owed to x or dy would be dropped without a word: refused at the call instead. The rest is the
-// fallback's: a leaf w that requires grad is refused as any in-place op refuses it, and w's own history is
-// kept (what the op adds does not depend on it: d w_after / d w_before is the identity).
+// fallback's: a w that requires grad is checked as torch checks the self of any in-place op (a leaf, or a
+// view of one, is refused), and w's own history is kept (what the op adds does not depend on it:
+// d w_after / d w_before is the identity).
 void wgrad_accumulate_autograd(const at::Tensor& x, const at::Tensor& dy, const at::Tensor& offsets,
                                const at::Tensor& w, bool transpose_output, bool validate) {
   if (at::GradMode::is_enabled()) {
@@ -36,9 +38,8 @@ void wgrad_accumulate_autograd(const at::Tensor& x, const at::Tensor& dy, const 
                                   "and returns nothing autograd could mark), got one that requires grad; detach ",
                                   "it, or call it under torch.no_grad()");
     }
-    TORCH_CHECK(!(w.requires_grad() && w.is_leaf()),
-                "a leaf Variable that requires grad is being used in an in-place operation.");
   }
+  torch::autograd::check_inplace(w, w.requires_grad());  // x and dy do not require grad (refused above)
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("moegemm::grouped_gemm_wgrad", "accumulate")
                              .typed<void(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,

@@ -92,11 +92,13 @@ void grouped_gemm_wgrad_accumulate_op(const at::Tensor& x, const at::Tensor& dy,
   args.accumulate = true;
   // The contract names the C++ function (grouped_gemm_wgrad); this overload's errors name the overload.
   const std::size_t workspace_bytes = check_before_allocation(context, args, grouped_gemm_wgrad_check, op);
-  launch(context, x, args, workspace_bytes, grouped_gemm_wgrad, op);
-  // w changed in place: move its version counter, as torch's in-place ops do, so that autograd refuses a w
-  // that a graph saved before this call (the Autograd fallback skips ADInplaceOrView for an op that returns
-  // nothing, and torch.compile does not functionalize a custom op whose return aliases an input).
+  // w is about to change in place: move its version counter, as torch's in-place ops do, so that autograd
+  // refuses a w that a graph saved before this call (the Autograd fallback skips ADInplaceOrView for an op
+  // that returns nothing, and torch.compile does not functionalize a custom op whose return aliases an input).
+  // Before the launch: an inference tensor outside InferenceMode is refused here, with torch's own error, before
+  // anything is written.
   torch::autograd::impl::bump_version(w);
+  launch(context, x, args, workspace_bytes, grouped_gemm_wgrad, op);
 }
 
 }  // namespace

@@ -215,9 +215,9 @@ struct GemmDsreluArgs {
 // another output or an input (w with accumulate is one operand) is invalid_argument naming both (docs/ops.md
 // §0.2, rule 9; pointer-table buffers and the workspace are not checked).
 // `X_check(args, stream)` makes every check X(args, ...) makes before it launches, for a call whose outputs
-// are not allocated yet: an operand with null data is taken as an output still to come (its shape, dtype,
-// strides and options are checked; its pointer rules and aliasing are not), every other operand gets the
-// pointer rules, and validate=true reads the offsets on `stream` as the op does (synchronising it). It
+// are not allocated yet: an output with null data is taken as one still to come (its shape, dtype, strides
+// and options are checked; its pointer rules and aliasing are not; w with accumulate is read, so it must be
+// given), every other operand gets the pointer rules, and validate=true reads the offsets on `stream` as the op does (synchronising it). It
 // returns X_workspace_bytes(args) and throws what X would. Bindings run it before they allocate outputs, so
 // that a call the op refuses gets the op's error, not an allocator's; the call that follows may then pass
 // validate=false.

@@ -6,7 +6,7 @@ import torch
 
 from ._torch_errors import call_named, check_row_major, check_same_device
 from ._torch_first_order import first_order_only
-from ._torch_options import MAX_EXPERTS, MAX_OFFSET_ROWS, check_flag
+from ._torch_options import MAX_EXPERTS, MAX_OFFSET_ROWS, MAX_OPERAND_BYTES, check_flag
 from ._torch_weights import dense_grad, flipped, operand_view, weight_grad_like, weight_operand
 
 _OP = "grouped_mm"
@@ -95,10 +95,11 @@ class _RaggedRowsMM(torch.autograd.Function):
         return da, db, None, dbias, None, None, None
 
 
-def _check_no_groups(a, b, k_a, k_b, where, n, out_dtype, offs=None, bias=None, ragged_k=False):
+def _check_no_groups(a, b, k_a, k_b, where, n, out_dtype, offs=None, bias=None, ragged_k=False, out_rows=0):
     """What the ops would check of a call with no groups, which runs none of them: offs, dtypes, the
     contraction extent, the 16-byte rule on K and N (n: the output's columns, also in ``out_dtype``, None for
-    a's) and bias (E = 0, N). With
+    a's), bias (E = 0, N) and the size of an output of ``out_rows`` rows (at most 2^62 bytes, the contract's
+    rule on every operand: the 2-D x 3-D mode's (M, N) output is allocated all the same). With
     ``ragged_k`` the contraction is the token dimension T of the 2-D x 2-D mode, which, as with groups, may
     have any extent (the rules on K do not apply to it)."""
     if offs is not None and (offs.dtype != torch.int32 or offs.shape != (0,)):
@@ -131,6 +132,9 @@ def _check_no_groups(a, b, k_a, k_b, where, n, out_dtype, offs=None, bias=None, 
                          f"({n * out_type.itemsize} bytes)")
     if bias is not None and tuple(bias.shape) != (0, n):
         raise ValueError(f"{_OP}: bias: expected shape (E=0, N={n}), got {tuple(bias.shape)}")
+    if out_rows * n * out_type.itemsize > MAX_OPERAND_BYTES:
+        raise ValueError(f"{_OP}: out: expected at most 2^62 bytes (its sizes multiplied), got shape "
+                         f"({out_rows}, {n}) of {out_type}")
 
 
 def _check_aligned_rows(t, name="a", cols="K"):
@@ -182,7 +186,8 @@ def _rows_mm(a, b, offs, bias, out_dtype, zero_tail, validate=False):
         raise ValueError(f"{_OP}: offs: expected shape (E={b_shape[0]},) with E from b.shape[0], got "
                          f"{tuple(offs.shape)}")
     if b_shape[0] == 0:
-        _check_no_groups(a, b, a.shape[1], b.shape[1], "b.shape[1]", b.shape[2], out_dtype, offs, bias)
+        _check_no_groups(a, b, a.shape[1], b.shape[1], "b.shape[1]", b.shape[2], out_dtype, offs, bias,
+                         out_rows=a_shape[0])
         check_row_major(_OP, "a", a, "(M, K)")
         _check_aligned_rows(a)
         weight_operand(b, _OP, "b")  # its stride order, as with groups

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import sys
 
-from ._limits import MAX_EXPERTS, MAX_OFFSET_ROWS  # noqa: F401 (imported from here by the torch modules)
+# Imported from here by the torch modules.
+from ._limits import MAX_EXPERTS, MAX_OFFSET_ROWS, MAX_OPERAND_BYTES  # noqa: F401
 
 B_LAYOUTS = ("nk", "kn")
 ACTIVATIONS = ("swiglu", "geglu", "swiglu_clamped")

@@ -329,9 +329,9 @@ Device check(const GroupedGemmDsreluArgs& x, Pointers pointers) {
 
 Device check(const GroupedGemmWgradArgs& x, Pointers pointers) {
   Rules r("grouped_gemm_wgrad", pointers);
-  // w with accumulate is read and written as one operand, an output: it still overlaps neither x nor dy.
-  r.place({{"x", &x.x, kIn}, {"dy", &x.dy, kIn}, {"offsets", &x.offsets, kIn}, {"w", &x.w, kOut},
-           {"w_ptrs", &x.w_ptrs, kIn}});
+  // w with accumulate is read and written as one operand: it overlaps neither x nor dy, and it must exist.
+  r.place({{"x", &x.x, kIn}, {"dy", &x.dy, kIn}, {"offsets", &x.offsets, kIn},
+           {"w", &x.w, x.accumulate ? Role::updated : kOut}, {"w_ptrs", &x.w_ptrs, kIn}});
   r.settle();
   Problem p;
   p.E = check_offsets(r, x.offsets);

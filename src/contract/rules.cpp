@@ -299,6 +299,15 @@ void Rules::matrix(const char* name, const TensorView& t, const char* cols) cons
   }
 }
 
+bool Rules::reads_pointer(const TensorView& t) const {
+  if (pointers_ != Pointers::given) return pointers_ == Pointers::check;
+  if (t.data != nullptr) return true;
+  for (int i = 0; i < count_; ++i) {  // null data: skipped only for an output still to be allocated
+    if (operands_[i].view == &t) return operands_[i].role != Role::output;
+  }
+  return true;
+}
+
 void Rules::stacked_matrices(const char* name, const TensorView& t, const char* cols) const {
   if (!t.is_contiguous()) {
     std::string strides = "strides (";
@@ -346,7 +355,7 @@ void Rules::pointer_table(const char* name, const TensorView& t) const {
 void Rules::disjoint() const {
   for (int i = 0; i < count_; ++i) {
     const Operand& out = operands_[i];
-    if (out.role != Role::output || !reads_pointer(*out.view)) continue;
+    if (out.role == Role::input || !reads_pointer(*out.view)) continue;
     const auto overlapping = [&](const Operand& other) {
       if (!reads_pointer(*other.view) || !views_overlap(*out.view, *other.view)) return;
       fail(ErrorCode::invalid_argument, out.name,

@@ -16,9 +16,9 @@ namespace moegemm::contract {
 /// Operands by name, as a check lists them.
 using NamedViews = std::initializer_list<std::pair<const char*, const TensorView*>>;
 
-/// What the op does with an operand: reads it, or writes it (an output it also reads, as the weight
-/// gradient's w with accumulate, is an output).
-enum class Role : uint8_t { input, output };
+/// What the op does with an operand: reads it, writes it, or both (`updated`: the weight gradient's w with
+/// accumulate, which the rules on outputs also cover: it overlaps no input, nor another output).
+enum class Role : uint8_t { input, output, updated };
 
 /// An operand of a call as a check places it: its name, its view and its role.
 struct Operand {
@@ -30,7 +30,8 @@ struct Operand {
 /// Whether the rules that read pointer values (non-null data, 16-byte aligned base addresses, host
 /// per-expert pointer tables, no aliasing) run. Workspace queries skip them (ignore): bindings size workspaces
 /// at trace time, before any buffer exists. `given` runs them on the operands that have data and skips the
-/// ones without (outputs planned but not allocated yet): the check a binding makes before it allocates.
+/// outputs without (planned but not allocated yet): the check a binding makes before it allocates. Any other
+/// operand without data (an input, an updated output) is refused as with `check`.
 enum class Pointers : uint8_t { check, ignore, given };
 
 /// One expected dimension of a shape: `value` < 0 means any size. `symbol` names it ("M", "K");
@@ -48,10 +49,8 @@ class Rules {
   Rules(const char* op, Pointers pointers) : op_(op), pointers_(pointers) {}
 
   const char* op() const { return op_; }
-  /// Whether the pointer rules read `t`'s data pointer (see Pointers).
-  bool reads_pointer(const TensorView& t) const {
-    return pointers_ == Pointers::check || (pointers_ == Pointers::given && t.data != nullptr);
-  }
+  /// Whether the pointer rules read `t`'s data pointer (see Pointers; `t` is the view placed, not a copy).
+  bool reads_pointer(const TensorView& t) const;
   Device backend() const { return backend_; }
 
   /// Records an operand's device, view and role, in order (absent operands are ignored); every operand of a

@@ -472,6 +472,12 @@ def test_zero_groups_check_their_operands():
         mt.grouped_mm(randn(M, K + 4)[:, :K], randn(0, K, N), no_offs)
     with pytest.raises(ValueError, match=r"grouped_mm: a: expected a 16-byte aligned base address"):
         mt.grouped_mm(randn(M * K + 1)[1:].view(M, K), randn(0, K, N), no_offs)
+    # The (M, N) output is allocated with no groups too: past 2^62 bytes it gets the ops' error, not the
+    # allocator's (b of no experts has no elements whatever its N).
+    with pytest.raises(ValueError, match=r"grouped_mm: out: expected at most 2\^62 bytes \(its sizes multiplied\), "
+                                         r"got shape \(1048576, 4398046511104\) of torch\.bfloat16$"):
+        mt.grouped_mm(torch.empty(2**20, K, dtype=torch.bfloat16), torch.empty(0, K, 2**42, dtype=torch.bfloat16),
+                      no_offs)
     f64 = torch.float64  # an f64 bias is the CPU backend's, with groups or without
     assert mt.grouped_mm(randn(M, K, dtype=f64), randn(0, K, N, dtype=f64), no_offs,
                          bias=torch.zeros(0, N, dtype=f64)).shape == (M, N)

@@ -251,6 +251,37 @@ def test_grouped_gemm_wgrad_accumulate_refuses_inputs_that_require_grad():
     assert torch.equal(base.grad, torch.full_like(base, 3.0))
 
 
+def test_grouped_gemm_wgrad_accumulate_refuses_what_torch_in_place_ops_refuse_before_writing():
+    """accumulate refuses the w that torch's own in-place ops refuse, with torch's errors, before anything is
+    written: an inference tensor outside InferenceMode, a view of a leaf that requires grad. Where torch allows
+    the in-place update (inside InferenceMode, under no_grad), so does the op."""
+    x, dy, offsets = randn(16, 8, seed=29), randn(16, 16, seed=30), offsets_of([8, 8])
+    with torch.inference_mode():
+        w = randn(2, 8, 16, dtype=torch.float32, seed=31)
+        probe = torch.zeros(1)
+    before = w.clone()
+    inference = "Inplace update to inference tensor outside InferenceMode is not allowed"
+    with pytest.raises(RuntimeError, match=inference):
+        probe.add_(1)  # torch's own rule (its error comes after the write: probe is 1 now)
+    with pytest.raises(RuntimeError, match=inference):
+        ops.grouped_gemm_wgrad.accumulate(x, dy, offsets, w)
+    assert torch.equal(w, before)
+    with torch.inference_mode():
+        ops.grouped_gemm_wgrad.accumulate(x, dy, offsets, w)
+    assert not torch.equal(w, before)
+
+    leaf = torch.zeros(4, 8, 16, requires_grad=True)
+    view_of_leaf = "a view of a leaf Variable that requires grad is being used in an in-place operation"
+    with pytest.raises(RuntimeError, match=view_of_leaf):
+        leaf[:2].add_(1)  # torch's own rule
+    with pytest.raises(RuntimeError, match=view_of_leaf):
+        ops.grouped_gemm_wgrad.accumulate(x, dy, offsets, leaf[:2])
+    assert (leaf == 0).all() and leaf.grad is None
+    with torch.no_grad():
+        ops.grouped_gemm_wgrad.accumulate(x, dy, offsets, leaf[:2])
+    assert (leaf[:2] != 0).any() and (leaf[2:] == 0).all()
+
+
 def test_grouped_gemm_wgrad_checks_the_call_before_allocating_w():
     """With T = 0, x and dy are empty while w (E, H, N) is not: a call the op refuses gets the op's own error
     before w is allocated (here w would be 2^36 bytes, past what the host allocator hands out)."""

@@ -213,6 +213,33 @@ TEST(CheckBeforeAllocation, OperandsGivenGetThePointerRules) {
                {"grouped_gemm: d: expected memory that no other operand of the call uses", "memory overlapping a"});
 }
 
+// Only an output still to come may lack data: an input, or w that accumulate reads, is refused as by the op.
+TEST(CheckBeforeAllocation, InputsWithoutDataAreRefused) {
+  HostGroupedGemm p;
+  p.args.d.data = nullptr;
+  p.args.a.data = nullptr;
+  expect_error([&] { grouped_gemm_check(p.args, nullptr); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: a: expected a non-null data pointer", "got nullptr"});
+  HostGroupedGemm q;
+  q.args.d.data = nullptr;
+  q.args.offsets.data = nullptr;
+  expect_error([&] { grouped_gemm_check(q.args, nullptr); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: offsets: expected a non-null data pointer", "got nullptr"});
+
+  const int64_t T = 8, H = 8, N = 8;
+  std::vector<float> x(T * H, 0.5f), dy(T * N, 0.25f);
+  std::vector<int32_t> ends{3, 8};
+  GroupedGemmWgradArgs w;
+  w.x = TensorView::contiguous(x.data(), DType::f32, {T, H});
+  w.dy = TensorView::contiguous(dy.data(), DType::f32, {T, N});
+  w.offsets = offsets_view(ends);
+  w.w = TensorView::contiguous(nullptr, DType::f32, {2, H, N});
+  EXPECT_EQ(grouped_gemm_wgrad_check(w, nullptr), 0u);  // w to be allocated
+  w.accumulate = true;                                   // w to be read: it must exist
+  expect_error([&] { grouped_gemm_wgrad_check(w, nullptr); }, ErrorCode::invalid_argument,
+               {"grouped_gemm_wgrad: w: expected a non-null data pointer", "got nullptr"});
+}
+
 TEST(CheckBeforeAllocation, ValidateReadsTheOffsets) {
   HostGroupedGemm p;
   p.args.d.data = nullptr;
