@@ -217,10 +217,10 @@ struct GemmDsreluArgs {
 // `X_check(args, stream)` makes every check X(args, ...) makes before it launches, for a call whose outputs
 // are not allocated yet: an output with null data is taken as one still to come (its shape, dtype, strides
 // and options are checked; its pointer rules and aliasing are not; w with accumulate is read, so it must be
-// given), every other operand gets the pointer rules, and validate=true reads the offsets on `stream` as the op does (synchronising it). It
-// returns X_workspace_bytes(args) and throws what X would. Bindings run it before they allocate outputs, so
-// that a call the op refuses gets the op's error, not an allocator's; the call that follows may then pass
-// validate=false.
+// given), every other operand gets the pointer rules, and validate=true reads the offsets on `stream` as the
+// op does (synchronising it). It returns X_workspace_bytes(args) and throws what X would. Bindings run it
+// before they allocate outputs, so that a call the op refuses gets the op's error, not an allocator's; the
+// call that follows may then pass validate=false.
 std::size_t grouped_gemm_workspace_bytes(const GroupedGemmArgs& args);
 std::size_t grouped_gemm_check(const GroupedGemmArgs& args, cudaStream_t stream);
 void grouped_gemm(const GroupedGemmArgs& args, void* workspace, std::size_t workspace_bytes,
