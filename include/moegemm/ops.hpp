@@ -59,7 +59,9 @@ struct GluParams {
 
 /// Expert weights: a dense tensor or per-expert pointers (exactly one of the two).
 struct ExpertWeights {
-  TensorView dense;                 ///< (E, N, K) for nk, (E, K, N) for kn; bf16 or f16, same dtype as A
+  TensorView dense;                 ///< (E, N, K) for nk, (E, K, N) for kn; bf16 or f16, same dtype as A;
+                                    ///< unit last stride, padded rows and any positive expert stride
+                                    ///< (docs/ops.md §0.2, rule 5)
   TensorView ptrs;                  ///< (E,) int64: per-expert base address of a row-major (N, K) (nk) or
                                     ///< (K, N) (kn) matrix, 16-byte aligned, kept alive by the caller
   BLayout layout = BLayout::nk;

@@ -10,50 +10,45 @@ _FLIP = {"kn": "nk", "nk": "kn"}
 def weight_operand(w: torch.Tensor, op: str, name: str, shape: torch.Size | None = None) -> tuple[torch.Tensor, str]:
     """The moegemm (b, b_layout) that computes ``A @ w[g]`` for a logical (E, K, N) weight ``w``.
 
-    ``w`` row-major in its last two dims (N contiguous) is passed as is with ``"kn"``; ``w`` that is a
-    transposed view of a row-major (E, N, K) tensor (``w.stride(-2) == 1``, e.g. ``weight.mT`` of an
-    ``nn.Linear``-style stack) is passed as that (E, N, K) tensor with ``"nk"``. Nothing is copied.
-    Raises ValueError naming ``op: name`` for any other stride order (neither of the last two dims
-    contiguous, or experts interleaved inside a matrix), for padding inside a matrix (``w[:, :, :N]`` of a
-    wider tensor) and for experts that are not packed one after another (``w[::2]``), with the caller's
-    shape and strides; the moegemm contract then checks the rest (16-byte alignment). ``shape`` is
-    ``w.shape`` when the caller has read it already (each read is a call into torch on the eager path).
+    ``w`` whose N dim is contiguous (``w.stride(-1) == 1``) is passed as is with ``"kn"``; ``w`` that is a
+    transposed view of an (E, N, K) tensor with K contiguous (``w.stride(-2) == 1``, e.g. ``weight.mT`` of an
+    ``nn.Linear``-style stack) is passed as that (E, N, K) tensor with ``"nk"``. Nothing is copied, and the
+    other two strides are the ops' to check (docs/ops.md §0.2, rules 5 and 6): padded rows (a slice
+    ``w[:, :, :N]`` of a wider stack) and any positive expert stride (``w[::2]``) are read in place, as
+    ``torch._grouped_mm`` reads them. Raises ValueError naming ``op: name`` with the caller's shape and
+    strides for a stride order with neither of the last two dims contiguous (experts innermost, case C13).
+    ``shape`` is ``w.shape`` when the caller has read it already (each read is a call into torch on the
+    eager path).
     """
     # One read of shape and strides: each accessor is a separate dispatcher-level call on the eager path.
     shape = w.shape if shape is None else shape
     if len(shape) != 3:
         raise ValueError(f"{op}: {name}: expected a 3-D (E, K, N) weight tensor, got shape {tuple(shape)}")
     e, rows, cols = shape
-    expert_stride, row_stride, col_stride = w.stride()
-    layout = padded = None
-    # A matrix with no columns (N = 0) or no rows (K = 0) has no padding to find: torch gives its empty dim a
-    # stride of 1, and the op then names the empty extent.
-    if col_stride == 1 and (rows <= 1 or row_stride >= cols):
-        layout, matrix = "kn", rows * row_stride if rows > 1 else cols
-        padded = (-2, cols) if rows > 1 and cols > 0 and row_stride != cols else None
-    elif row_stride == 1 and (cols <= 1 or col_stride >= rows):
-        layout, matrix = "nk", cols * col_stride if cols > 1 else rows
-        padded = (-1, rows) if cols > 1 and rows > 0 and col_stride != rows else None
-    if padded is not None:
-        # The ops read each expert's matrix as one packed block (a padded row pitch is not a tensor they take).
-        dim, packed = padded
+    strides = w.stride()
+    # A dim of one element takes any stride (torch gives it 1 or its parent's): it never decides the layout.
+    if strides[2] == 1 or cols <= 1:
+        layout, row_dim, row_len, n_rows = "kn", 1, ("N", cols), rows
+    elif strides[1] == 1 or rows <= 1:
+        layout, row_dim, row_len, n_rows = "nk", 2, ("K", rows), cols
+    else:
         raise ValueError(
-            f"{op}: {name}: expected the experts' matrices packed one after another, without padding inside a "
-            f"matrix (stride({dim}) == {packed} here), got shape {tuple(shape)} with strides {tuple(w.stride())}; "
-            f"pass w.contiguous() to copy it")
-    # An empty matrix has no expert stride to honour either (a sliced w[:, :0] keeps its parent's).
-    if layout is not None and e > 1 and rows > 0 and cols > 0 and expert_stride != matrix:
-        raise ValueError(
-            f"{op}: {name}: expected the experts' matrices packed one after another (expert stride "
-            f"{matrix}), got shape {tuple(shape)} with strides {tuple(w.stride())}; pass w.contiguous() to "
-            f"copy it")
-    if layout is not None:
-        return operand_view(w, layout), layout
-    raise ValueError(
-        f"{op}: {name}: expected an (E, K, N) weight whose N dim is contiguous (stride(-1) == 1) or a "
-        f"transposed view of an (E, N, K) tensor (stride(-2) == 1), got shape {tuple(shape)} with strides "
-        f"{tuple(w.stride())}; pass w.contiguous() to copy it"
-    )
+            f"{op}: {name}: expected an (E, K, N) weight whose N dim is contiguous (stride(-1) == 1) or a "
+            f"transposed view of an (E, N, K) tensor (stride(-2) == 1), got shape {tuple(shape)} with strides "
+            f"{tuple(strides)}; pass w.contiguous() to copy it")
+    # The ops' stride rules (docs/ops.md §0.2, rules 5 and 6) in the caller's dims: for "nk" the ops see the
+    # (E, N, K) view and would name its dims. Strides no index steps are free, as there.
+    if e and rows and cols:
+        size = w.element_size()
+        for dim, what, ok in ((row_dim, f"a row stride stride({row_dim}) >= {row_len[0]}={row_len[1]}",
+                               n_rows <= 1 or strides[row_dim] >= row_len[1]),
+                              (0, "a positive expert stride", e <= 1 or strides[0] > 0)):
+            if not ok or (strides[dim] * size % 16 and (n_rows if dim else e) > 1):
+                raise ValueError(
+                    f"{op}: {name}: expected {what} that is a multiple of 16 bytes (16-byte alignment rule), got "
+                    f"stride({dim})={strides[dim]} elements ({strides[dim] * size} bytes), shape {tuple(shape)} "
+                    f"with strides {tuple(strides)}")
+    return operand_view(w, layout), layout
 
 
 def operand_view(w: torch.Tensor, layout: str) -> torch.Tensor:

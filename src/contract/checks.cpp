@@ -76,7 +76,6 @@ void check_dense_b(Rules& r, const TensorView& b, BLayout layout, Problem& p) {
   r.positive("b", "N", p.N);
   r.matrix("b", b, layout == BLayout::nk ? "K" : "N");
   r.row_bytes("b", "N", p.N, b.dtype);
-  r.contiguous_rows_on_device("b", b, layout == BLayout::nk ? "K" : "N");
   r.kernel_extent("b", "N", p.N);
 }
 
@@ -100,7 +99,7 @@ void check_weights(Rules& r, const ExpertWeights& b, Problem& p) {
     r.same_dtype("b", w.dtype, "a", p.input);
     r.input_dtype("b", w.dtype);
     r.positive("b", "N", p.N);
-    r.stacked_matrices("b", w, b.layout == BLayout::nk ? "K" : "N");
+    r.expert_matrices("b", w, b.layout == BLayout::nk ? "K" : "N");
     r.row_bytes("b", "N", p.N, w.dtype);
     r.row_bytes("b", "K", p.K, w.dtype);
     r.kernel_extent("b", "N", p.N);

@@ -1,6 +1,7 @@
 #include "contract/overlap.hpp"
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 
 namespace moegemm::contract {
@@ -25,8 +26,19 @@ std::optional<Footprint> footprint(const TensorView& t) {
   if (t.rank == 2 && t.strides[1] == 1 && t.strides[0] >= t.shape[1]) {
     return Footprint{base, t.strides[0] * size, t.shape[0], t.shape[1] * size};
   }
-  // Any other view (the rules refuse them before this is asked): its first element only.
-  return Footprint{base, 0, 1, size};
+  // Any other view (a strided stack of weights): the bytes from its first element to its last, a superset of
+  // what it touches. Strides the rules admit are non-negative; a span past int64 (no such memory) is cut.
+  int64_t last = 0;
+  for (int d = 0; d < t.rank; ++d) {
+    int64_t step = 0;
+    if (t.strides[d] < 0 || __builtin_mul_overflow(t.shape[d] - 1, t.strides[d], &step) ||
+        __builtin_add_overflow(last, step, &last)) {
+      return Footprint{base, 0, 1, size};
+    }
+  }
+  int64_t width = 0;
+  if (__builtin_mul_overflow(last + 1, size, &width)) width = std::numeric_limits<int64_t>::max() - base;
+  return Footprint{base, 0, 1, width};
 }
 
 /// Whether footprint f has a byte in [lo, hi).

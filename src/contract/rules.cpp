@@ -272,6 +272,14 @@ void Rules::option(const char* name, int value, std::initializer_list<const char
        "value " + std::to_string(value));
 }
 
+void Rules::aligned_base(const char* name, const TensorView& t) const {
+  if (t.data == nullptr) fail(ErrorCode::invalid_argument, name, "a non-null data pointer", "nullptr");
+  if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0) {
+    fail(ErrorCode::invalid_argument, name, "a 16-byte aligned base address (16-byte alignment rule)",
+         address(t.data));
+  }
+}
+
 void Rules::matrix(const char* name, const TensorView& t, const char* cols) const {
   const int64_t rows = t.shape[0], ncols = t.shape[1];
   if (rows > 0 && t.strides[1] != 1) {  // no rows: nothing is read, any strides (torch's empty gradients)
@@ -292,11 +300,7 @@ void Rules::matrix(const char* name, const TensorView& t, const char* cols) cons
          "stride(0)=" + std::to_string(t.strides[0]) + " elements" + bytes_text(t.strides[0], t.dtype));
   }
   if (!reads_pointer(t) || rows == 0 || ncols == 0) return;
-  if (t.data == nullptr) fail(ErrorCode::invalid_argument, name, "a non-null data pointer", "nullptr");
-  if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0) {
-    fail(ErrorCode::invalid_argument, name, "a 16-byte aligned base address (16-byte alignment rule)",
-         address(t.data));
-  }
+  aligned_base(name, t);
 }
 
 bool Rules::reads_pointer(const TensorView& t) const {
@@ -317,11 +321,49 @@ void Rules::stacked_matrices(const char* name, const TensorView& t, const char* 
   }
   row_bytes(name, cols, t.shape[t.rank - 1], t.dtype);
   if (!reads_pointer(t) || t.numel() == 0) return;
-  if (t.data == nullptr) fail(ErrorCode::invalid_argument, name, "a non-null data pointer", "nullptr");
-  if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0) {
-    fail(ErrorCode::invalid_argument, name, "a 16-byte aligned base address (16-byte alignment rule)",
-         address(t.data));
+  aligned_base(name, t);
+}
+
+void Rules::expert_matrices(const char* name, const TensorView& t, const char* cols) const {
+  row_bytes(name, cols, t.shape[2], t.dtype);
+  if (t.numel() == 0) return;  // nothing is read: any strides (torch's empty slices keep their parent's)
+  auto strides_text = [&] {
+    return "strides (" + std::to_string(t.strides[0]) + ", " + std::to_string(t.strides[1]) + ", " +
+           std::to_string(t.strides[2]) + ")";
+  };
+  if (t.shape[2] > 1 && t.strides[2] != 1) {
+    fail(ErrorCode::invalid_argument, name,
+         "unit stride in its last dim (stride(2) == 1: experts outermost, rows of " + std::string(cols) +
+             " contiguous elements; transposed or permuted views are not read)",
+         strides_text());
   }
+  const int64_t multiple = 16 / static_cast<int64_t>(dtype_size(t.dtype));
+  // The tensor map holds each stride in bytes below 2^40 (cuTensorMapEncodeTiled).
+  const int64_t map_limit = (int64_t{1} << 40) / static_cast<int64_t>(dtype_size(t.dtype));
+  auto stride_rule = [&](int dim, const char* what) {
+    const int64_t s = t.strides[dim];
+    if (s > 0 && s % multiple == 0 && (backend_ != Device::cuda || s < map_limit)) return;
+    const std::string got = "stride(" + std::to_string(dim) + ")=" + std::to_string(s) + " elements" +
+                            bytes_text(s, t.dtype);
+    if (s > 0 && s % multiple == 0) {
+      fail(ErrorCode::unsupported, name,
+           std::string(what) + " below 2^40 bytes on the cuda backend (the tensor map's stride limit)", got);
+    }
+    fail(ErrorCode::invalid_argument, name,
+         std::string("a positive ") + what + " that is a multiple of 16 bytes (16-byte alignment rule)", got);
+  };
+  if (t.shape[1] > 1) {
+    if (t.strides[1] < t.shape[2]) {
+      fail(ErrorCode::invalid_argument, name,
+           "row stride stride(1) >= " + std::string(cols) + "=" + std::to_string(t.shape[2]) +
+               " (rows must not overlap)",
+           strides_text());
+    }
+    stride_rule(1, "row stride");
+  }
+  if (t.shape[0] > 1) stride_rule(0, "expert stride");
+  if (!reads_pointer(t)) return;
+  aligned_base(name, t);
 }
 
 void Rules::vector(const char* name, const TensorView& t) const {

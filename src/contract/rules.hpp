@@ -87,8 +87,14 @@ class Rules {
   /// 2-D operand: stride(1) == 1, stride(0) >= columns, and the 16-byte rule (base address, row length
   /// and row stride in bytes multiples of 16). `cols` names the column dimension for messages.
   void matrix(const char* name, const TensorView& t, const char* cols) const;
-  /// 3-D operand (dense B, dense wgrad W): contiguous, 16-byte aligned, rows a multiple of 16 bytes.
+  /// 3-D output (dense wgrad W): contiguous, 16-byte aligned, rows a multiple of 16 bytes.
   void stacked_matrices(const char* name, const TensorView& t, const char* cols) const;
+  /// 3-D input read through one tensor map (dense B): unit stride in the last dim; a row stride >= the
+  /// columns; row and expert strides positive multiples of 16 bytes (padded rows, any expert stride: every
+  /// other expert of a stack, a slice of a wider one), below the tensor map's 2^40 bytes on the cuda
+  /// backend; 16-byte aligned, rows a multiple of 16 bytes. A stride the tensor never steps (a dim of
+  /// one) is free.
+  void expert_matrices(const char* name, const TensorView& t, const char* cols) const;
   /// 1-D operand: contiguous, base address aligned to its element size.
   void vector(const char* name, const TensorView& t) const;
   /// `value` elements of `dtype` span a multiple of 16 bytes (dimensions the kernels split or tile by
@@ -97,7 +103,7 @@ class Rules {
   /// On the cuda backend, an extent the sm_90a kernels hold in a 32-bit integer (M, N, K, H) is at most
   /// 2147483647 (unsupported past it); the host backend takes any.
   void kernel_extent(const char* name, const char* symbol, int64_t value) const;
-  /// On the cuda backend, a matrix whose rows the sm_90a kernels address as contiguous (the dense ops' b,
+  /// On the cuda backend, a matrix whose rows the sm_90a kernels address as contiguous (the dense ops'
   /// bias) has stride(0) == its columns when it has more than one row (unsupported otherwise).
   void contiguous_rows_on_device(const char* name, const TensorView& t, const char* cols) const;
   /// An enum option within its values: `value` indexes `names` (count of them); otherwise invalid_argument
@@ -106,11 +112,15 @@ class Rules {
   /// Host pointer table (b.ptrs, w_ptrs on the host backend): every entry non-null and 16-byte aligned.
   void pointer_table(const char* name, const TensorView& t) const;
   /// No aliasing (docs/ops.md §0.2, rule 9): no placed output shares memory with a later output or with an
-  /// input (views_overlap: exact for the layouts the other rules admit); the first such pair in placement
+  /// input (views_overlap: exact for the outputs' layouts, a strided weight stack counted as its whole span);
+  /// the first such pair in placement
   /// order is named. Pointer rules only; run after them.
   void disjoint() const;
 
  private:
+  /// A matrix operand's data pointer: non-null and 16-byte aligned (the 16-byte rule).
+  void aligned_base(const char* name, const TensorView& t) const;
+
   const char* op_;
   Pointers pointers_;
   Device backend_ = Device::host;

@@ -19,6 +19,8 @@ ForwardProblem grouped_problem(const char* op, const Args& args) {
   f.b_layout = args.b.layout;
   if (args.b.dense.defined()) {
     f.b = args.b.dense.data;
+    f.b_row_stride = args.b.dense.stride(1);
+    f.b_expert_stride = args.b.dense.stride(0);
     f.n = args.b.layout == BLayout::nk ? args.b.dense.size(1) : args.b.dense.size(2);
   } else {
     f.b_ptrs = args.b.ptrs.template ptr<const int64_t>();
@@ -60,6 +62,7 @@ ForwardProblem dense_problem(const char* op, const TensorView& a, const TensorVi
   f.m = a.size(0);
   f.k = a.size(1);
   f.b = b.data;
+  f.b_row_stride = b.stride(0);
   f.b_layout = layout;
   f.n = layout == BLayout::nk ? b.size(0) : b.size(1);
   f.alpha_scalar = alpha;

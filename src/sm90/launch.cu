@@ -361,20 +361,19 @@ void launch_forward(const ForwardProblem& f, cudaStream_t stream) {
   const cuuint32_t a_box[2] = {64, 128};
   p.tma_a = make_map(f.a.data, 2, a_dims, a_strides, a_box, "a");
 
-  // B as a 3-D map (inner, outer, expert) so that N and K tails zero-fill inside each expert. Pointer-mode
-  // weights get one map per expert (expert extent 1), made on the device from a template.
+  // B as a 3-D map (inner, outer, expert) so that N and K tails zero-fill inside each expert. Dense weights
+  // are read at their own row and expert strides (padded rows, strided stacks); pointer-mode weights get one
+  // map per packed expert matrix (expert extent 1), made on the device from a template.
   const cuuint64_t e = f.b_ptrs ? 1 : static_cast<cuuint64_t>(f.num_experts);
   const void* b_base = f.b_ptrs ? f.workspace : f.b;  // the template's address is replaced per expert
   const cuuint32_t b_box[3] = {64, 64, 1};
-  if (f.b_layout == BLayout::nk) {
-    const cuuint64_t dims[3] = {static_cast<cuuint64_t>(f.k), static_cast<cuuint64_t>(f.n), e};
-    const cuuint64_t strides[2] = {static_cast<cuuint64_t>(f.k) * 2, static_cast<cuuint64_t>(f.n * f.k) * 2};
-    p.tma_b = make_map(b_base, 3, dims, strides, b_box, "b");
-  } else {
-    const cuuint64_t dims[3] = {static_cast<cuuint64_t>(f.n), static_cast<cuuint64_t>(f.k), e};
-    const cuuint64_t strides[2] = {static_cast<cuuint64_t>(f.n) * 2, static_cast<cuuint64_t>(f.n * f.k) * 2};
-    p.tma_b = make_map(b_base, 3, dims, strides, b_box, "b");
-  }
+  const int64_t b_cols = f.b_layout == BLayout::nk ? f.k : f.n, b_rows = f.b_layout == BLayout::nk ? f.n : f.k;
+  const cuuint64_t b_pitch = map_pitch(b_rows, f.b_ptrs ? b_cols : f.b_row_stride, b_cols, 2);
+  // A stride the map never steps (one expert) stays free in the contract: the packed one stands in for it.
+  const cuuint64_t expert_pitch = e > 1 ? static_cast<cuuint64_t>(f.b_expert_stride) * 2 : b_rows * b_pitch;
+  const cuuint64_t b_dims[3] = {static_cast<cuuint64_t>(b_cols), static_cast<cuuint64_t>(b_rows), e};
+  const cuuint64_t b_strides[2] = {b_pitch, expert_pitch};
+  p.tma_b = make_map(b_base, 3, b_dims, b_strides, b_box, "b");
   if (f.b_ptrs) p.b_maps = launch_expert_maps(p.tma_b, f.b_ptrs, p.num_experts, f.workspace, stream);
 
   const int64_t d_cols = f.d.size(1);

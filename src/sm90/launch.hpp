@@ -16,6 +16,7 @@ struct ForwardProblem {
   const char* op;
   TensorView a;             // (M, K) bf16
   const void* b = nullptr;        // dense weights, (E, N, K) for nk or (E, K, N) for kn
+  int64_t b_row_stride = 0, b_expert_stride = 0;  // their strides in elements (dims 1 and 0 of the stack)
   const int64_t* b_ptrs = nullptr;  // or (E,) device addresses of per-expert (N, K) / (K, N) matrices
   bool pointer_weights = false;      // b_ptrs given: sizes the workspace, whose query may carry a null table
   void* workspace = nullptr;      // workspace_bytes(problem) bytes

@@ -185,6 +185,25 @@ def test_moe_mlp_weight_grads_keep_the_weight_stride_order():
     assert_close(mt.moe_mlp(x, w_up, w_down, offsets), y_ref)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_moe_mlp_reads_strided_weight_stacks_in_place(device):
+    # every other expert of a wider stack (w_up, as a transposed view) and padded rows (w_down): outputs and
+    # gradients equal those of packed copies, bitwise, on both backends
+    m, h, i, e = 96, 32, 32, 4
+    offsets = offsets_of([30, 0, 40, 20], device)
+    w_up = randn(2 * e, 2 * i, h, seed=60, scale=0.2, device=device)[::2].mT  # (E, H, 2I), experts 2 apart
+    w_down = randn(e, i, h + 16, seed=61, scale=0.2, device=device)[:, :, :h]  # (E, I, H), rows of H + 16
+    x, dy = randn(m, h, seed=62, device=device), randn(m, h, seed=63, device=device)
+    results = []
+    for up, down in ((w_up, w_down), (w_up.mT.contiguous().mT, w_down.contiguous())):
+        leaves = [t.detach().requires_grad_() for t in (x, up, down)]
+        y = mt.moe_mlp(*leaves, offsets)
+        y.backward(dy)
+        results.append([y.detach()] + [t.grad for t in leaves])
+    for got, packed in zip(*results):
+        assert torch.equal(got, packed)
+
+
 def test_c05_two_iterations_with_dirty_allocator():
     sizes = [100, 0, 144, 200, 50, 0, 150, 100]  # offsets[-1] = 744 of M = 1000
     m, h, i = 1000, 64, 64
@@ -246,9 +265,11 @@ def test_ops_refuse_to_drop_gradients():
     ("x_misaligned", r"moe_mlp: x: expected a 16-byte aligned base address \(16-byte alignment rule\), got 0x"),
     ("x_f32_pitch", r"moe_mlp: x: expected a row stride that is a multiple of 16 bytes \(4 torch\.float32 "
                     r"elements: with a contiguous x, H % 4 == 0\), got stride\(0\)=6 with H=6"),
-    ("w_up_strided", r"moe_mlp: w_up: expected the experts' matrices packed one after another \(expert stride "
-                     r"1024\), got shape \(4, 32, 32\) with strides \(2048, 32, 1\)"),
-    ("w_down_strided", r"moe_mlp: w_down: expected the experts' matrices packed one after another"),
+    ("w_up_pitch", r"moe_mlp: w_up: expected a row stride stride\(1\) >= N=32 that is a multiple of 16 bytes "
+                   r"\(16-byte alignment rule\), got stride\(1\)=36 elements \(72 bytes\), shape \(4, 32, 32\) "
+                   r"with strides \(1152, 36, 1\)"),
+    ("w_down_expert_stride", r"moe_mlp: w_down: expected a positive expert stride that is a multiple of 16 bytes .*"
+                             r"got stride\(0\)=516 elements"),
     ("w_up_device", r"moe_mlp: w_up: expected a tensor on meta \(the device of x\), got one on cpu"),
     # Left to the ops, reported under the caller's names:
     ("too_many_experts", r"moe_mlp: offsets: expected 1 <= E <= 1024 experts, got E=1025 "
@@ -277,8 +298,8 @@ def test_moe_mlp_errors_name_its_own_operands(case, pattern):
         "x_transposed": dict(x=randn(32, 64).t()),
         "x_misaligned": dict(x=randn(64 * 32 + 1)[1:].view(64, 32)),
         "x_f32_pitch": dict(x=randn(64, 6).float(), w_up=randn(4, 6, 32).float(), w_down=randn(4, 16, 6).float()),
-        "w_up_strided": dict(w_up=randn(8, 32, 32, seed=1)[::2]),
-        "w_down_strided": dict(w_down=randn(8, 16, 32, seed=2)[::2]),
+        "w_up_pitch": dict(w_up=randn(4, 32, 36, seed=1)[:, :, :32]),
+        "w_down_expert_stride": dict(w_down=torch.as_strided(randn(4 * 516, seed=2), (4, 16, 32), (516, 32, 1))),
         "w_up_device": dict(x=x.to("meta")),
         "too_many_experts": dict(w_up=randn(1025, 32, 32, seed=3), w_down=randn(1025, 16, 32, seed=4),
                                  offsets=offsets_of([0] * 1024 + [64])),
@@ -441,10 +462,12 @@ def test_moe_mlp_module_checks_its_configuration_when_built():
         module(randn(16, 16), torch.tensor([5, 16]))
     with pytest.raises(ValueError, match=r"^MoEMLP: prob: expected shape \(M=16,\)"):
         module(randn(16, 16), offsets_of([8, 8]), randn(8, dtype=torch.float32))
-    # So do the weights' stride checks, made inside the autograd Function (experts interleaved here).
+    # So do the weights' stride checks, made inside the autograd Function (rows of 36 elements here, off the
+    # 16-byte rule).
     with torch.no_grad():
-        module.w_up = torch.nn.Parameter(randn(16, 2, 32).permute(1, 0, 2))
-    with pytest.raises(ValueError, match=r"^MoEMLP: w_up: expected the experts' matrices packed one after another"):
+        module.w_up = torch.nn.Parameter(randn(2, 16, 36)[:, :, :32])
+    with pytest.raises(ValueError, match=r"^MoEMLP: w_up: expected a row stride stride\(1\) >= N=32 that is a "
+                                         r"multiple of 16 bytes"):
         module(randn(16, 16), offsets_of([8, 8]))
     assert mt.MoEMLP(2, torch.tensor(16).item(), 16).w_up.shape == (2, 16, 32)
 

@@ -44,36 +44,58 @@ def test_2d_3d_matches_torch(device, strided, b_row_major, zero_size):
     offs = torch.arange(M, G * M + 1, M, dtype=torch.int32, device=device)
     if zero_size:
         offs[0] = offs[1]
-    if strided:
-        # every other expert of a bigger tensor: the kernels read packed expert stacks only, and a weight
-        # is never copied behind the caller's back, so this is refused with the operand named
-        with pytest.raises(ValueError, match="grouped_mm: b: expected the experts' matrices packed one after another"):
-            mt.grouped_mm(a, b, offs)
-        b = b.contiguous() if b_row_major is False else b.mT.contiguous().mT
     out = mt.grouped_mm(a, b, offs)
     ref = torch_grouped_mm(a, b, offs=offs)
     assert out.shape == ref.shape and out.dtype == ref.dtype
     assert_close(out, ref)
+    if strided:
+        # every other expert of a wider stack, with padded rows: read in place, exactly as its packed copy
+        packed = b.contiguous() if not b_row_major else b.mT.contiguous().mT
+        assert torch.equal(out, mt.grouped_mm(a, packed, offs))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("b_row_major", [False, True])
+def test_2d_3d_strided_weights_backward_matches_torch(device, b_row_major):
+    # every other expert with padded rows: dA reads the weight at its strides in the other layout, dB comes
+    # back at the caller's stride order, with torch._grouped_mm's values
+    a = randn(M * G, K, device=device, seed=40).requires_grad_(True)
+    b = make_b(True, b_row_major, device).detach().requires_grad_(True)
+    offs = offsets_of([M, 0, 2 * M, M - 3], device)
+    dy = randn(M * G, N, device=device, seed=41)
+    mt.grouped_mm(a, b, offs, zero_tail=True).backward(dy)
+    ours = (a.grad.clone(), b.grad.clone())
+    a.grad = b.grad = None
+    torch_grouped_mm(a, b, offs=offs).backward(dy)
+    end = int(offs[-1])
+    assert_close(ours[0][:end], a.grad[:end])
+    assert (ours[0][end:] == 0).all()
+    assert_close(ours[1], b.grad)
 
 
 @pytest.mark.parametrize("b_row_major", [False, True])
-def test_padded_weight_rows_are_refused_with_the_callers_strides(b_row_major):
-    # a slice of wider rows: each expert's matrix has a padded pitch, which the kernels do not read; the
-    # message gives the caller's own shape and strides, not those of the view the op would take
-    if b_row_major:
-        b = randn(G, N, 2 * K, seed=2)[:, :, :K].mT  # logical (G, K, N), a view of a padded (G, N, K)
-        dim, packed = -1, K
-    else:
-        b = randn(G, K, 2 * N, seed=2)[:, :, :N]
-        dim, packed = -2, N
+def test_weight_strides_off_the_16_byte_rule_are_refused_in_the_callers_dims(b_row_major):
+    # the ops see a transposed weight as its (E, N, K) view; the message gives the caller's dims and strides
     a = randn(M * G, K, seed=1)
     offs = torch.arange(M, G * M + 1, M, dtype=torch.int32)
-    pattern = (rf"grouped_mm: b: expected the experts' matrices packed one after another, without padding inside "
-               rf"a matrix \(stride\({dim}\) == {packed} here\), got shape \({G}, {K}, {N}\) with strides "
-               rf"\({', '.join(map(str, b.stride()))}\)")
+    if b_row_major:
+        b = randn(G, N, K + 4, seed=2)[:, :, :K].mT  # logical (G, K, N) over rows of K + 4 = 68 (136 bytes)
+        dim, what = 2, rf"a row stride stride\(2\) >= K={K}"
+    else:
+        b = randn(G, K, N + 4, seed=2)[:, :, :N]
+        dim, what = 1, rf"a row stride stride\(1\) >= N={N}"
+    pattern = (rf"grouped_mm: b: expected {what} that is a multiple of 16 bytes \(16-byte alignment rule\), got "
+               rf"stride\({dim}\)={b.stride(dim)} elements \({2 * b.stride(dim)} bytes\), shape \({G}, {K}, {N}\) "
+               rf"with strides \({', '.join(map(str, b.stride()))}\)")
     with pytest.raises(ValueError, match=pattern):
         mt.grouped_mm(a, b, offs)
-    assert_close(mt.grouped_mm(a, b.contiguous(), offs), torch_grouped_mm(a, b.contiguous(), offs=offs))
+    odd_experts = torch.as_strided(randn(G * (K * N + 4), seed=3), (G, K, N), (K * N + 4, N, 1))
+    with pytest.raises(ValueError, match=rf"grouped_mm: b: expected a positive expert stride that is a multiple of "
+                                         rf"16 bytes .*got stride\(0\)={K * N + 4} elements"):
+        mt.grouped_mm(a, odd_experts, offs)
+    broadcast = randn(1, K, N, seed=4).expand(G, K, N)
+    with pytest.raises(ValueError, match=r"grouped_mm: b: expected a positive expert stride .*got stride\(0\)=0"):
+        mt.grouped_mm(a, broadcast, offs)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -297,10 +319,11 @@ def test_c13_unusual_weight_stride_orders():
     with pytest.raises(ValueError, match=r"grouped_mm: b: expected an \(E, K, N\) weight whose N dim is contiguous.*"
                                          r"got shape \(4, 64, 32\) with strides \(1, 128, 4\)"):
         mt.grouped_mm(a, experts_inner, offs)
-    # experts interleaved inside a row: N contiguous, but an expert stride smaller than a matrix
+    # experts that share memory (an expert stride of 16 bytes, smaller than a matrix): an input, read as given,
+    # with the values of its packed copy
     overlap = torch.as_strided(randn(K * N + 64, seed=13), (G, K, N), (8, N, 1))
-    with pytest.raises(ValueError, match="b"):
-        mt.grouped_mm(a, overlap, offs)
+    assert torch.equal(mt.grouped_mm(a, overlap, offs), mt.grouped_mm(a, overlap.contiguous(), offs))
+    assert_close(mt.grouped_mm(a, overlap, offs), torch_grouped_mm(a, overlap.contiguous(), offs=offs))
     # a transposed view is honoured exactly (no copy): same values as its contiguous copy
     b_view = randn(G, N, K, seed=14).mT
     assert torch.equal(mt.grouped_mm(a, b_view, offs), mt.grouped_mm(a, b_view.contiguous(), offs))
@@ -394,11 +417,6 @@ def test_errors():
         mt.grouped_mm(a[:, :0], randn(G, K, N)[:, :0], offs)
     with pytest.raises(ValueError, match=r"grouped_mm: bias: expected shape \(E=4, N=32\) with E and N from b"):
         mt.grouped_mm(randn(G, M, K), b, bias=randn(3, N))
-    # A transposed view with strided experts: the caller's strides in the message.
-    with pytest.raises(ValueError, match=r"grouped_mm: b: expected the experts' matrices packed one after "
-                                         r"another \(expert stride 2048\), got shape \(4, 64, 32\) with strides "
-                                         r"\(4096, 1, 64\)"):
-        mt.grouped_mm(a, randn(2 * G, N, K)[::2].mT, offs)
     for name, args in (("a", ([[1.0]], b, offs)), ("b", (a, [[1.0]], offs)), ("offs", (a, b, [M] * G)),
                        ("bias", (a, b, offs, [[1.0]]))):
         with pytest.raises(TypeError, match=rf"grouped_mm: {name}: expected a torch\.Tensor, got list"):

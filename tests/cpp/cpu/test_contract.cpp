@@ -688,7 +688,8 @@ TEST(Contract, ExpertsInnermostWeightsAreRejected) {  // C13
   auto x = grouped_gemm_args(m);
   x.b.dense = TensorView::strided(x.b.dense.data, DType::bf16, {kE, kN, kK}, {1, kK * kE, kE}, Device::cuda);
   expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
-               {"grouped_gemm: b: expected a contiguous row-major tensor (experts outermost", "got strides (1, 512, 8)"});
+               {"grouped_gemm: b: expected unit stride in its last dim (stride(2) == 1: experts outermost",
+                "got strides (1, 512, 8)"});
   auto w = wgrad_args(m);
   w.w = TensorView::strided(w.w.data, DType::f32, {kE, 48, 80}, {1, 80 * kE, kE}, Device::cuda);
   expect_error([&] { contract::check(w); }, ErrorCode::invalid_argument,
@@ -827,6 +828,12 @@ TEST(Contract, ViewsOverlapOnlyWhereTheyShareAByte) {
   // Different row pitches: one start in common is an overlap; otherwise not established, taken as disjoint.
   EXPECT_TRUE(views_overlap(left, at(base, DType::bf16, {4, 8}, {32, 1})));
   EXPECT_FALSE(views_overlap(left, at(base + 16, DType::bf16, {4, 8}, {24, 1})));
+  // A strided stack (every other (2, 8) bf16 matrix of a buffer) counts as its whole span, gaps included.
+  const TensorView stack = at(base, DType::bf16, {3, 2, 8}, {32, 8, 1});  // [base, base + 160)
+  EXPECT_TRUE(views_overlap(stack, at(base + 32, DType::bf16, {8}, {1})));  // in the gap after matrix 0
+  EXPECT_TRUE(views_overlap(at(base + 158, DType::bf16, {4}, {1}), stack));
+  EXPECT_FALSE(views_overlap(stack, at(base + 160, DType::bf16, {4, 8}, {16, 1})));
+  EXPECT_FALSE(views_overlap(at(base - 64, DType::bf16, {2, 8}, {16, 1}), stack));
   // Views without elements or without data share nothing.
   EXPECT_FALSE(views_overlap(v, at(base, DType::f32, {0}, {1})));
   EXPECT_FALSE(views_overlap(v, TensorView{}));
@@ -1093,8 +1100,9 @@ TEST(Contract, OperandsSpanAtMostTwoToTheSixtyTwoBytes) {
   }
 }
 
-// The dense ops' b and the grouped ops' bias are read without a row stride by the sm_90a kernels: padded rows
-// are refused on the cuda backend (they would be read as contiguous), and computed on the host.
+// The grouped ops' bias is read without a row stride by the sm_90a kernels: padded rows are refused on the
+// cuda backend (they would be read as contiguous), and computed on the host. The dense ops' b is read through
+// a tensor map at its row stride, padded or not, on both.
 TEST(Contract, DeviceRowsReadWithoutAStrideMustBeContiguous) {
   for (Device dev : {Device::cuda, Device::host}) {
     Maker m{dev};
@@ -1102,18 +1110,61 @@ TEST(Contract, DeviceRowsReadWithoutAStrideMustBeContiguous) {
     s.a = m.t(DType::bf16, {kM, kK});
     s.b = TensorView::strided(m.memory(kN * (kK + 8) * 2), DType::bf16, {kN, kK}, {kK + 8, 1}, dev);
     s.d = m.t(DType::bf16, {kM, kN});
+    EXPECT_EQ(contract::check(s), dev);
     auto x = grouped_gemm_args(m);
     x.bias = TensorView::strided(m.memory(kE * (kN + 8) * 4), DType::f32, {kE, kN}, {kN + 8, 1}, dev);
     if (dev == Device::cuda) {
-      expect_error([&] { contract::check(s); }, ErrorCode::unsupported,
-                   {"gemm_srelu: b: expected contiguous rows on the cuda backend (stride(0) == K=64",
-                    "got stride(0)=72"});
       expect_error([&] { contract::check(x); }, ErrorCode::unsupported,
                    {"grouped_gemm: bias: expected contiguous rows on the cuda backend (stride(0) == N=128",
                     "got stride(0)=136"});
     } else {
-      EXPECT_EQ(contract::check(s), Device::host);
       EXPECT_EQ(contract::check(x), Device::host);
+    }
+  }
+}
+
+// Dense B is read through one 3-D tensor map at its own strides: padded rows and any positive expert stride
+// that keeps the 16-byte rule, on both backends; a broadcast (expert stride 0), overlapping rows and strides
+// off the rule are refused; strides past the tensor map's 2^40 bytes are unsupported on the cuda backend.
+TEST(Contract, StridedWeightStacks) {
+  for (Device dev : {Device::cuda, Device::host}) {
+    Maker m{dev};
+    auto x = grouped_gemm_args(m);
+    auto with_b = [&](std::initializer_list<int64_t> strides, int64_t elems) {
+      x.b.dense = TensorView::strided(m.memory(elems * 2), DType::bf16, {kE, kN, kK}, strides, dev);
+      return x;
+    };
+    const int64_t matrix = kN * kK;
+    EXPECT_EQ(contract::check(with_b({2 * matrix, kK, 1}, 2 * kE * matrix)), dev);  // every other expert
+    EXPECT_EQ(contract::check(with_b({kN * (kK + 8), kK + 8, 1}, kE * kN * (kK + 8))), dev);  // padded rows
+    EXPECT_EQ(contract::check(with_b({8, kK, 1}, kE * 8 + matrix)), dev);  // experts sharing memory (an input)
+    EXPECT_EQ(contract::check(with_b({kK, kE * kK, 1}, kE * matrix)), dev);  // experts inside each row
+    expect_error([&] { contract::check(with_b({0, kK, 1}, matrix)); }, ErrorCode::invalid_argument,
+                 {"grouped_gemm: b: expected a positive expert stride that is a multiple of 16 bytes",
+                  "got stride(0)=0 elements (0 bytes)"});
+    expect_error([&] { contract::check(with_b({matrix + 4, kK, 1}, kE * (matrix + 4))); }, ErrorCode::invalid_argument,
+                 {"grouped_gemm: b: expected a positive expert stride that is a multiple of 16 bytes",
+                  "got stride(0)=8196 elements (16392 bytes)"});
+    expect_error([&] { contract::check(with_b({kN * (kK + 4), kK + 4, 1}, kE * kN * (kK + 4))); },
+                 ErrorCode::invalid_argument,
+                 {"grouped_gemm: b: expected a positive row stride that is a multiple of 16 bytes",
+                  "got stride(1)=68 elements (136 bytes)"});
+    expect_error([&] { contract::check(with_b({matrix, kK - 8, 1}, kE * matrix)); }, ErrorCode::invalid_argument,
+                 {"grouped_gemm: b: expected row stride stride(1) >= K=64 (rows must not overlap)",
+                  "got strides (8192, 56, 1)"});
+    // One expert: its stride is never stepped, any value.
+    auto one = grouped_gemm_args(m);
+    one.offsets = m.t(DType::i32, {1});
+    one.alpha = one.bias = TensorView{};
+    one.b.dense = TensorView::strided(m.memory(matrix * 2), DType::bf16, {1, kN, kK}, {3, kK, 1}, dev);
+    EXPECT_EQ(contract::check(one), dev);
+    // A stride the tensor map cannot hold: a view of memory no device has (no pointer is read here).
+    const int64_t huge = int64_t{1} << 39;  // elements: 2^40 bytes
+    x.b.dense = TensorView::strided(m.memory(64), DType::bf16, {kE, kN, kK}, {huge, kK, 1}, dev);
+    if (dev == Device::cuda) {
+      expect_error([&] { contract::check(x, contract::Pointers::ignore); }, ErrorCode::unsupported,
+                   {"grouped_gemm: b: expected expert stride below 2^40 bytes on the cuda backend",
+                    "got stride(0)=549755813888 elements (1099511627776 bytes)"});
     }
   }
 }

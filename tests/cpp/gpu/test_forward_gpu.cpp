@@ -28,6 +28,10 @@ struct Forward {
   bool glu = false;
   GluParams glu_params;
   bool ptrs = false;  // weights as per-expert pointers (expert g reads slot (g * 5 + 3) % E of the stack)
+  // Dense weights at other strides: rows padded by b_row_pad elements (poisoned), and with b_experts_apart
+  // every other matrix of a stack twice as deep (the others hold random values).
+  int64_t b_row_pad = 0;
+  bool b_experts_apart = false;
   uint64_t seed = 1;
 };
 
@@ -41,8 +45,11 @@ struct Inputs {
                                             : static_cast<int64_t>(f.raw_offsets.size());
     a = random_tensor(DType::bf16, {f.m, f.k}, f.seed);
     const double bscale = 1.0 / std::sqrt(static_cast<double>(f.k));  // keeps outputs O(1)
-    b = f.layout == BLayout::nk ? random_tensor(DType::bf16, {e, f.n, f.k}, f.seed + 1, -bscale, bscale)
-                                : random_tensor(DType::bf16, {e, f.k, f.n}, f.seed + 1, -bscale, bscale);
+    const int64_t stack = f.b_experts_apart ? 2 * e : e;
+    b = f.layout == BLayout::nk ? HostTensor(DType::bf16, {stack, f.n, f.k}, f.b_row_pad)
+                                : HostTensor(DType::bf16, {stack, f.k, f.n}, f.b_row_pad);
+    poison(b);  // the row padding keeps it: a kernel that reads it gives NaN
+    fill_uniform(b, f.seed + 1, -bscale, bscale);
     offsets = f.raw_offsets.empty() ? offsets_from_sizes(f.sizes) : offsets_raw(f.raw_offsets);
     da = DeviceTensor(a);
     db = DeviceTensor(b);
@@ -85,6 +92,10 @@ void fill_common(Args& args, const Forward& f, const Inputs& in, bool device) {
     args.b.dtype = DType::bf16;
   } else {
     args.b.dense = device ? in.db.view() : in.b.view();
+    if (f.b_experts_apart) {
+      args.b.dense.shape[0] /= 2;
+      args.b.dense.strides[0] *= 2;
+    }
   }
   args.offsets = device ? in.doffsets.view() : in.offsets.view();
   if (f.alpha) args.alpha = device ? in.dalpha.view() : in.alpha.view();
@@ -375,6 +386,33 @@ TEST(ForwardGpu, PointerModeWeights) {
   }
 }
 
+TEST(ForwardGpu, StridedWeightStacks) {
+  // Dense weights read through the tensor map at their own strides: padded rows (poisoned padding), every
+  // other expert of a deeper stack, both; both layouts, the linear and the GLU epilogue.
+  REQUIRE_GPU();
+  int variant = 0;
+  for (bool glu : {false, true}) {
+    for (BLayout layout : {BLayout::nk, BLayout::kn}) {
+      for (int strides : {1, 2, 3}) {
+        Forward f;
+        f.name = std::string("strided weights ") + (glu ? "glu " : "") + (layout == BLayout::nk ? "nk" : "kn") +
+                 (strides & 1 ? " padded rows" : "") + (strides & 2 ? " experts apart" : "");
+        f.glu = glu;
+        f.m = 700;
+        f.n = 384;
+        f.k = 320;
+        f.sizes = {100, 0, 230, 1, 64, 200, 0, 105};
+        f.layout = layout;
+        f.b_row_pad = strides & 1 ? 24 : 0;
+        f.b_experts_apart = strides & 2;
+        f.generate_c = true;
+        f.seed = 900 + variant++;
+        check_forward(f);
+      }
+    }
+  }
+}
+
 TEST(ForwardGpu, HalfTilesForShortExpertTails) {
   REQUIRE_GPU();
   // Experts whose last tile has 1..64 rows run as half tiles; 65..127 as full ones.
@@ -539,7 +577,10 @@ TEST(ForwardGpu, GemmSwigluDense) {
   for (GluLayout pairing : {GluLayout::interleaved32_up_first, GluLayout::halves}) {
     const int64_t m = 1000, n = 1024, k = 512;
     HostTensor a = random_tensor(DType::bf16, {m, k}, 71);
-    HostTensor b = random_tensor(DType::bf16, {n, k}, 72, -0.05, 0.05);
+    // b's rows padded by 40 elements (80 bytes), poisoned: the op reads them at their row stride
+    HostTensor b(DType::bf16, {n, k}, 40);
+    poison(b);
+    fill_uniform(b, 72, -0.05, 0.05);
     auto run_dense = [&](bool device) {
       HostTensor ab12(DType::f32, {m, n}), c(DType::bf16, {m, n / 2});
       poison(ab12);
