@@ -24,9 +24,8 @@ import sys
 from pathlib import Path
 
 from peers import group_sizes, rotation
-from power import moegemm_pairs, selected_gemms, torch_with_moegemm, watch_pairs_switch
+from power import moegemm_pairs, parse_interleaved, torch_on_cuda, watch_pairs_switch
 
-HERE = Path(__file__).resolve().parent
 DEFAULT_ONLY = ("seed-16k", "mixtral-up", "mixtral-down", "dsv3-up", "dsv3-down", "qwen3-up", "qwen3-down")
 
 
@@ -36,22 +35,10 @@ def first(out):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--workloads", default=str(HERE / "workloads" / "moe_workloads.json"))
-    ap.add_argument("--only", nargs="+", default=list(DEFAULT_ONLY),
-                    help="GEMM names of the workloads file, or `all` (default: %(default)s)")
-    ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds (>= 1)")
-    ap.add_argument("--calls", type=int, default=6, help="calls per system and round (>= 1)")
-    ap.add_argument("--json", help="write the result here")
-    args = ap.parse_args(argv)
-    if args.rounds < 1 or args.calls < 1:
-        ap.error("--rounds and --calls must be >= 1")
-    gemms = selected_gemms(ap, args)
+    args, gemms = parse_interleaved(ap, argv, DEFAULT_ONLY)
     watch_pairs_switch()
-    torch = torch_with_moegemm("pairs.py")
+    torch = torch_on_cuda("pairs.py")
     if torch is None:
-        return 2
-    if not torch.cuda.is_available():
-        print("pairs.py: needs a CUDA GPU", file=sys.stderr)
         return 2
     bf16, rows, status = torch.bfloat16, [], 0
     l2_bytes = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20))

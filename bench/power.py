@@ -178,6 +178,26 @@ def measure(torch, op: str, g: dict, seconds: float, rounds: int, l2_bytes: int,
     return out
 
 
+def add_gemm_selection(ap: argparse.ArgumentParser, default_only) -> None:
+    """The options that pick GEMMs of the workloads file: --workloads (the file) and --only (names, or `all`)."""
+    ap.add_argument("--workloads", default=str(HERE / "workloads" / "moe_workloads.json"))
+    ap.add_argument("--only", nargs="+", default=list(default_only),
+                    help="GEMM names of the workloads file, or `all` (default: %(default)s)")
+
+
+def parse_interleaved(ap: argparse.ArgumentParser, argv, default_only) -> tuple[argparse.Namespace, dict]:
+    """(args, {name: GEMM}) of a benchmark that times systems in interleaved rounds: add_gemm_selection's
+    options, --rounds and --calls (each >= 1, through ap.error) and --json, added to `ap`'s own."""
+    add_gemm_selection(ap, default_only)
+    ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds (>= 1)")
+    ap.add_argument("--calls", type=int, default=6, help="calls per system and round (>= 1)")
+    ap.add_argument("--json", help="write the result here")
+    args = ap.parse_args(argv)
+    if args.rounds < 1 or args.calls < 1:
+        ap.error("--rounds and --calls must be >= 1")
+    return args, selected_gemms(ap, args)
+
+
 def selected_gemms(ap: argparse.ArgumentParser, args) -> dict:
     """The GEMMs of args.workloads by name; args.only (`all` for every one) checked against them, through
     ap.error (exit 2) for an unreadable file or an unknown name."""
@@ -203,12 +223,18 @@ def torch_with_moegemm(program: str):
         return None
     return torch
 
+def torch_on_cuda(program: str):
+    """torch_with_moegemm(program) where torch sees a CUDA GPU, else None (said on stderr)."""
+    torch = torch_with_moegemm(program)
+    if torch is not None and not torch.cuda.is_available():
+        print(f"{program}: needs a CUDA GPU", file=sys.stderr)
+        return None
+    return torch
+
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--workloads", default=str(HERE / "workloads" / "moe_workloads.json"))
-    ap.add_argument("--only", nargs="+", default=list(DEFAULT_ONLY),
-                    help="GEMM names of the workloads file, or `all` (default: %(default)s)")
+    add_gemm_selection(ap, DEFAULT_ONLY)
     ap.add_argument("--ops", nargs="+", choices=("forward", "wgrad"), default=["forward", "wgrad"])
     ap.add_argument("--seconds", type=float, default=3.0, help="timed seconds per system and round (> 0)")
     ap.add_argument("--rounds", type=int, default=2, help="rounds (>= 1)")

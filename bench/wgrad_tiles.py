@@ -27,10 +27,9 @@ import sys
 from pathlib import Path
 
 from peers import group_sizes, rotation
-from power import selected_gemms, torch_with_moegemm
+from power import parse_interleaved, torch_with_moegemm
 from timing import interleaved_us
 
-HERE = Path(__file__).resolve().parent
 # kernel -> MOEGEMM_WGRAD_SCHEDULE; "auto" leaves the launcher's choice
 KERNELS = {"default": "auto", "coop": "cooperative", "pingpong": "pingpong"}
 
@@ -46,18 +45,10 @@ def on_kernel(kernel: str, call):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--workloads", default=str(HERE / "workloads" / "moe_workloads.json"))
-    ap.add_argument("--only", nargs="+", default=["all"], help="GEMM names of the workloads file, or `all` (default)")
     ap.add_argument("--routing", nargs="+", default=["uniform", "zipf"], choices=["uniform", "zipf"])
     ap.add_argument("--kernels", nargs="+", default=list(KERNELS), choices=list(KERNELS))
-    ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds (>= 1)")
-    ap.add_argument("--calls", type=int, default=6, help="calls per system and round (>= 1)")
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
-    ap.add_argument("--json", help="write the result here")
-    args = ap.parse_args(argv)
-    if args.rounds < 1 or args.calls < 1:
-        ap.error("--rounds and --calls must be >= 1")
-    gemms = selected_gemms(ap, args)
+    args, gemms = parse_interleaved(ap, argv, ["all"])
     # Set before the first launch, so that the launcher reads it at every launch.
     os.environ["MOEGEMM_WGRAD_SCHEDULE"] = "auto"
     torch = torch_with_moegemm("wgrad_tiles.py")
