@@ -84,8 +84,9 @@ void grouped_gemm_wgrad_accumulate_op(const at::Tensor& x, const at::Tensor& dy,
                       ": w: expected memory that does not overlap ", name, ", got a w that shares memory with ",
                       name);
     TORCH_CHECK_VALUE(overlap != at::MemOverlapStatus::TooHard || !spans_intersect(w, *input), op,
-                      ": w: expected memory that does not overlap ", name, ", got a w inside the memory span of ",
-                      name, "'s elements (", name, " has strides ", shape_text(input->strides()), ")");
+                      ": w: expected memory outside the span of ", name, "'s elements (", name, " has strides ",
+                      shape_text(input->strides()), ": torch cannot tell which bytes inside it ", name,
+                      " uses), got a w inside that span");
   }
   DeviceContext context(x);
   args.w = view_of(w, op, "w");

@@ -34,8 +34,8 @@ class _MoEMLPFunction(torch.autograd.Function):
     def forward(ctx, x, w_up, w_down, offsets, prob, activation, glu_layout, limit, act_alpha, linear_offset,
                 zero_tail, validate, op):
         # `op` names the caller's entry point (moe_mlp or MoEMLP) in the errors raised here.
-        up, up_layout = weight_operand(w_up, op, "w_up")
-        down, down_layout = weight_operand(w_down, op, "w_down")
+        up, up_layout = weight_operand(w_up, op, "w_up", dims=("H", "2I"))
+        down, down_layout = weight_operand(w_down, op, "w_down", dims=("I", "H"))
         prob32 = _as_f32(prob)
         glu = dict(activation=activation, glu_layout=glu_layout, limit=limit, act_alpha=act_alpha,
                    linear_offset=linear_offset)

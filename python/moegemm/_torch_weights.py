@@ -7,39 +7,44 @@ import torch
 _FLIP = {"kn": "nk", "nk": "kn"}
 
 
-def weight_operand(w: torch.Tensor, op: str, name: str, shape: torch.Size | None = None) -> tuple[torch.Tensor, str]:
+def weight_operand(w: torch.Tensor, op: str, name: str, shape: torch.Size | None = None,
+                   dims: tuple[str, str] = ("K", "N")) -> tuple[torch.Tensor, str]:
     """The moegemm (b, b_layout) that computes ``A @ w[g]`` for a logical (E, K, N) weight ``w``.
 
     ``w`` whose N dim is contiguous (``w.stride(-1) == 1``) is passed as is with ``"kn"``; ``w`` that is a
     transposed view of an (E, N, K) tensor with K contiguous (``w.stride(-2) == 1``, e.g. ``weight.mT`` of an
-    ``nn.Linear``-style stack) is passed as that (E, N, K) tensor with ``"nk"``. Nothing is copied, and the
-    other two strides are the ops' to check (docs/ops.md §0.2, rules 5 and 6): padded rows (a slice
-    ``w[:, :, :N]`` of a wider stack) and any positive expert stride (``w[::2]``) are read in place, as
-    ``torch._grouped_mm`` reads them. Raises ValueError naming ``op: name`` with the caller's shape and
-    strides for a stride order with neither of the last two dims contiguous (experts innermost, case C13).
-    ``shape`` is ``w.shape`` when the caller has read it already (each read is a call into torch on the
-    eager path).
+    ``nn.Linear``-style stack) is passed as that (E, N, K) tensor with ``"nk"``. Nothing is copied: padded
+    rows (a slice ``w[:, :, :N]`` of a wider stack) and any positive expert stride (``w[::2]``) are read in
+    place, as ``torch._grouped_mm`` reads them (docs/ops.md §0.2, rules 5 and 6). Raises ValueError naming
+    ``op: name`` with the caller's shape and strides for a stride order with neither of the last two dims
+    contiguous (experts innermost, case C13), a row stride below its row or off the 16-byte rule, and an
+    expert stride of 0 or off the rule. ``shape`` is ``w.shape`` when the caller has read it already (each
+    read is a call into torch on the eager path); ``dims`` are the caller's names for K and N in messages
+    (``("H", "2I")`` for moe_mlp's w_up).
     """
     # One read of shape and strides: each accessor is a separate dispatcher-level call on the eager path.
+    k_name, n_name = dims
     shape = w.shape if shape is None else shape
     if len(shape) != 3:
-        raise ValueError(f"{op}: {name}: expected a 3-D (E, K, N) weight tensor, got shape {tuple(shape)}")
+        raise ValueError(f"{op}: {name}: expected a 3-D (E, {k_name}, {n_name}) weight tensor, got shape "
+                         f"{tuple(shape)}")
     e, rows, cols = shape
     strides = w.stride()
     # A dim of one element takes any stride (torch gives it 1 or its parent's): it never decides the layout.
     if strides[2] == 1 or cols <= 1:
-        layout, row_dim, row_len, n_rows = "kn", 1, ("N", cols), rows
+        layout, row_dim, row_len, n_rows = "kn", 1, (n_name, cols), rows
     elif strides[1] == 1 or rows <= 1:
-        layout, row_dim, row_len, n_rows = "nk", 2, ("K", rows), cols
+        layout, row_dim, row_len, n_rows = "nk", 2, (k_name, rows), cols
     else:
         raise ValueError(
-            f"{op}: {name}: expected an (E, K, N) weight whose N dim is contiguous (stride(-1) == 1) or a "
-            f"transposed view of an (E, N, K) tensor (stride(-2) == 1), got shape {tuple(shape)} with strides "
-            f"{tuple(strides)}; pass w.contiguous() to copy it")
+            f"{op}: {name}: expected an (E, {k_name}, {n_name}) weight whose {n_name} dim is contiguous "
+            f"(stride(-1) == 1) or a transposed view of an (E, {n_name}, {k_name}) tensor (stride(-2) == 1), got "
+            f"shape {tuple(shape)} with strides {tuple(strides)}; pass w.contiguous() to copy it")
     # The ops' stride rules (docs/ops.md §0.2, rules 5 and 6) in the caller's dims: for "nk" the ops see the
-    # (E, N, K) view and would name its dims. Strides no index steps are free, as there.
-    if e and rows and cols:
-        size = w.element_size()
+    # (E, N, K) view and would name its dims. Strides no index steps are free, as there. A row length off the
+    # 16-byte rule (N or K not a multiple of 8 in bf16) is left to the ops, which name that extent.
+    size = w.element_size()
+    if e and rows and cols and row_len[1] * size % 16 == 0:
         for dim, what, ok in ((row_dim, f"a row stride stride({row_dim}) >= {row_len[0]}={row_len[1]}",
                                n_rows <= 1 or strides[row_dim] >= row_len[1]),
                               (0, "a positive expert stride", e <= 1 or strides[0] > 0)):

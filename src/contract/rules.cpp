@@ -333,8 +333,8 @@ void Rules::expert_matrices(const char* name, const TensorView& t, const char* c
   };
   if (t.shape[2] > 1 && t.strides[2] != 1) {
     fail(ErrorCode::invalid_argument, name,
-         "unit stride in its last dim (stride(2) == 1: experts outermost, rows of " + std::string(cols) +
-             " contiguous elements; transposed or permuted views are not read)",
+         "unit stride in its last dim (stride(2) == 1: rows of " + std::string(cols) +
+             " contiguous elements; a view whose last dim is strided, such as experts innermost, is not read)",
          strides_text());
   }
   const int64_t multiple = 16 / static_cast<int64_t>(dtype_size(t.dtype));

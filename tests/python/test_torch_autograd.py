@@ -265,11 +265,16 @@ def test_ops_refuse_to_drop_gradients():
     ("x_misaligned", r"moe_mlp: x: expected a 16-byte aligned base address \(16-byte alignment rule\), got 0x"),
     ("x_f32_pitch", r"moe_mlp: x: expected a row stride that is a multiple of 16 bytes \(4 torch\.float32 "
                     r"elements: with a contiguous x, H % 4 == 0\), got stride\(0\)=6 with H=6"),
-    ("w_up_pitch", r"moe_mlp: w_up: expected a row stride stride\(1\) >= N=32 that is a multiple of 16 bytes "
+    ("w_up_pitch", r"moe_mlp: w_up: expected a row stride stride\(1\) >= 2I=32 that is a multiple of 16 bytes "
                    r"\(16-byte alignment rule\), got stride\(1\)=36 elements \(72 bytes\), shape \(4, 32, 32\) "
                    r"with strides \(1152, 36, 1\)"),
     ("w_down_expert_stride", r"moe_mlp: w_down: expected a positive expert stride that is a multiple of 16 bytes .*"
                              r"got stride\(0\)=516 elements"),
+    # In the caller's dims: w_down (E, I, H) as a transposed view reads rows of I.
+    ("w_down_pitch_transposed", r"moe_mlp: w_down: expected a row stride stride\(2\) >= I=16 that is a multiple of "
+                                r"16 bytes .*got stride\(2\)=20 elements"),
+    ("w_down_experts_innermost", r"moe_mlp: w_down: expected an \(E, I, H\) weight whose H dim is contiguous "
+                                 r"\(stride\(-1\) == 1\) or a transposed view of an \(E, H, I\) tensor"),
     ("w_up_device", r"moe_mlp: w_up: expected a tensor on meta \(the device of x\), got one on cpu"),
     # Left to the ops, reported under the caller's names:
     ("too_many_experts", r"moe_mlp: offsets: expected 1 <= E <= 1024 experts, got E=1025 "
@@ -300,6 +305,8 @@ def test_moe_mlp_errors_name_its_own_operands(case, pattern):
         "x_f32_pitch": dict(x=randn(64, 6).float(), w_up=randn(4, 6, 32).float(), w_down=randn(4, 16, 6).float()),
         "w_up_pitch": dict(w_up=randn(4, 32, 36, seed=1)[:, :, :32]),
         "w_down_expert_stride": dict(w_down=torch.as_strided(randn(4 * 516, seed=2), (4, 16, 32), (516, 32, 1))),
+        "w_down_pitch_transposed": dict(w_down=randn(4, 32, 20, seed=2)[:, :, :16].mT),
+        "w_down_experts_innermost": dict(w_down=randn(16, 32, 4, seed=2).permute(2, 0, 1)),
         "w_up_device": dict(x=x.to("meta")),
         "too_many_experts": dict(w_up=randn(1025, 32, 32, seed=3), w_down=randn(1025, 16, 32, seed=4),
                                  offsets=offsets_of([0] * 1024 + [64])),
@@ -466,7 +473,7 @@ def test_moe_mlp_module_checks_its_configuration_when_built():
     # 16-byte rule).
     with torch.no_grad():
         module.w_up = torch.nn.Parameter(randn(2, 16, 36)[:, :, :32])
-    with pytest.raises(ValueError, match=r"^MoEMLP: w_up: expected a row stride stride\(1\) >= N=32 that is a "
+    with pytest.raises(ValueError, match=r"^MoEMLP: w_up: expected a row stride stride\(1\) >= 2I=32 that is a "
                                          r"multiple of 16 bytes"):
         module(randn(16, 16), offsets_of([8, 8]))
     assert mt.MoEMLP(2, torch.tensor(16).item(), 16).w_up.shape == (2, 16, 32)

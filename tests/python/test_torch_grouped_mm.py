@@ -93,6 +93,13 @@ def test_weight_strides_off_the_16_byte_rule_are_refused_in_the_callers_dims(b_r
     with pytest.raises(ValueError, match=rf"grouped_mm: b: expected a positive expert stride that is a multiple of "
                                          rf"16 bytes .*got stride\(0\)={K * N + 4} elements"):
         mt.grouped_mm(a, odd_experts, offs)
+    # N or K off the 16-byte rule: the extent is named (as for a packed weight), not the row stride it implies.
+    with pytest.raises(ValueError, match=r"grouped_mm: b: expected N \* sizeof\(torch\.bfloat16\) a multiple of 16 "
+                                         r"bytes .*got N=33"):
+        mt.grouped_mm(a, randn(G, K, 33, seed=5), offs)
+    with pytest.raises(ValueError, match=r"grouped_mm: b: expected N \* sizeof\(torch\.bfloat16\) a multiple of 16 "
+                                         r"bytes .*got N=33"):
+        mt.grouped_mm(a, randn(G, 33, K, seed=5).mT, offs)
     broadcast = randn(1, K, N, seed=4).expand(G, K, N)
     with pytest.raises(ValueError, match=r"grouped_mm: b: expected a positive expert stride .*got stride\(0\)=0"):
         mt.grouped_mm(a, broadcast, offs)

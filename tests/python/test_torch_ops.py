@@ -193,24 +193,29 @@ def test_grouped_gemm_wgrad_accumulate_refuses_a_w_that_shares_memory_with_its_i
     offsets = offsets_of([8, 8])
     dy = randn(16, 8, dtype=torch.float32, seed=23)
 
-    def refused_as_x_and_as_dy(shared, w, reason):
+    def refused_as_x_and_as_dy(shared, w, message):
         before = w.clone()
         for name, args in (("x", (shared, dy)), ("dy", (dy, shared))):
-            with pytest.raises(ValueError, match=r"grouped_gemm_wgrad\.accumulate: w: expected memory that does not "
-                                                 rf"overlap {name}, got a w " + reason.format(name=name)):
+            with pytest.raises(ValueError, match=r"grouped_gemm_wgrad\.accumulate: w: expected memory " +
+                                                 message.format(name=name)):
                 ops.grouped_gemm_wgrad.accumulate(*args, offsets, w)
         assert torch.equal(w, before)
 
     buf = randn(2 * 8 * 8, dtype=torch.float32, seed=22)
-    refused_as_x_and_as_dy(buf.view(16, 8), buf.view(2, 8, 8), "that shares memory with {name}")
+    refused_as_x_and_as_dy(buf.view(16, 8), buf.view(2, 8, 8),
+                           "that does not overlap {name}, got a w that shares memory with {name}")
     # Inputs with padded rows (not dense) and a w of its own: no overlap, nothing refused.
     padded = randn(16, 12, dtype=torch.float32, seed=24)[:, :8]
     ops.grouped_gemm_wgrad.accumulate(padded, dy, offsets, torch.zeros(2, 8, 8))
     # A w over the storage of an x with padded rows, where torch's own overlap check cannot decide: refused
     # too (it used to run, and its sums read the w it was writing).
     storage = randn(16, 64, dtype=torch.float32, seed=25)
-    refused_as_x_and_as_dy(storage[:, :8], storage.view(-1)[:2 * 8 * 8].view(2, 8, 8),
-                           r"inside the memory span of {name}'s elements \({name} has strides \(64, 1\)\)")
+    span = (r"outside the span of {name}'s elements \({name} has strides \({pitch}, 1\): torch cannot tell which "
+            r"bytes inside it {name} uses\), got a w inside that span")
+    refused_as_x_and_as_dy(storage[:, :8], storage.view(-1)[:2 * 8 * 8].view(2, 8, 8), span.replace("{pitch}", "64"))
+    # The message says what is refused, the span: a w in the padding of row 0 shares no element, refused all the same.
+    wide = randn(16, 200, dtype=torch.float32, seed=26)
+    refused_as_x_and_as_dy(wide[:, :8], wide.view(-1)[8:8 + 2 * 8 * 8].view(2, 8, 8), span.replace("{pitch}", "200"))
 
 
 def test_grouped_gemm_wgrad_accumulate_bumps_the_version_of_w():

@@ -688,7 +688,8 @@ TEST(Contract, ExpertsInnermostWeightsAreRejected) {  // C13
   auto x = grouped_gemm_args(m);
   x.b.dense = TensorView::strided(x.b.dense.data, DType::bf16, {kE, kN, kK}, {1, kK * kE, kE}, Device::cuda);
   expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
-               {"grouped_gemm: b: expected unit stride in its last dim (stride(2) == 1: experts outermost",
+               {"grouped_gemm: b: expected unit stride in its last dim (stride(2) == 1: rows of K contiguous "
+                "elements; a view whose last dim is strided, such as experts innermost, is not read)",
                 "got strides (1, 512, 8)"});
   auto w = wgrad_args(m);
   w.w = TensorView::strided(w.w.data, DType::f32, {kE, 48, 80}, {1, 80 * kE, kE}, Device::cuda);
