@@ -113,8 +113,7 @@ class Rules {
   void pointer_table(const char* name, const TensorView& t) const;
   /// No aliasing (docs/ops.md §0.2, rule 9): no placed output shares memory with a later output or with an
   /// input (views_overlap: exact for the outputs' layouts, a strided weight stack counted as its whole span);
-  /// the first such pair in placement
-  /// order is named. Pointer rules only; run after them.
+  /// the first such pair in placement order is named. Pointer rules only; run after them.
   void disjoint() const;
 
  private:
