@@ -223,6 +223,7 @@ def torch_with_moegemm(program: str):
         return None
     return torch
 
+
 def torch_on_cuda(program: str):
     """torch_with_moegemm(program) where torch sees a CUDA GPU, else None (said on stderr)."""
     torch = torch_with_moegemm(program)
