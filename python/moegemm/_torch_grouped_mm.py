@@ -6,6 +6,7 @@ import torch
 
 from ._torch_errors import call_named, check_row_major, check_same_device
 from ._torch_first_order import first_order_only
+from ._torch_layouts import column_major, row_major, stacked_rows
 from ._torch_options import MAX_EXPERTS, MAX_OFFSET_ROWS, MAX_OPERAND_BYTES, check_flag
 from ._torch_weights import dense_grad, flipped, operand_view, weight_grad_like, weight_operand
 
@@ -23,10 +24,16 @@ _ROWS_NAMES = {("grouped_gemm", "a"): "a", ("grouped_gemm", "b"): "b", ("grouped
 _RAGGED_K_NAMES = {("grouped_gemm_wgrad", "x"): "a (read as a.t(), the (T, H) tensor it views)",
                    ("grouped_gemm_wgrad", "dy"): "b", ("grouped_gemm_wgrad", "offsets"): "offs",
                    ("grouped_gemm_wgrad", "w"): "out"}
+# The 3-D x 2-D mode runs the 2-D x 3-D product of the transposes: its (N, K) rows are b.t(), its weights a.mT.
+_RAGGED_N_NAMES = {("grouped_gemm", "a"): "b (read as b.t())",
+                   ("grouped_gemm", "b"): "a (read as a.transpose(-2, -1))", ("grouped_gemm", "offsets"): "offs",
+                   ("grouped_gemm", "d"): "out (written as out.t())"}
 # The offsets' entries, offsets[g] in the ops' messages (validate=True), are offs[g] in grouped_mm's.
 _ROWS_TERMS = {"offsets[": "offs["}
 # The ragged dimension, M in grouped_gemm_wgrad's messages (its rows), is T in the 2-D x 2-D mode's.
 _RAGGED_K_TERMS = {"expert end rows in [0, M=": "group ends along T in [0, T=", "each <= M": "each <= T", **_ROWS_TERMS}
+# The ragged dimension of the 3-D x 2-D mode is N, the columns of its output.
+_RAGGED_N_TERMS = {"expert end rows in [0, M=": "group ends along N in [0, N=", "each <= M": "each <= N", **_ROWS_TERMS}
 
 
 def _segment_column_sums(dout: torch.Tensor, offs: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -176,7 +183,7 @@ class _NoGroupsMM(torch.autograd.Function):
         return da, db, dbias, None, None
 
 
-def _rows_mm(a, b, offs, bias, out_dtype, zero_tail, validate=False):
+def _rows_mm(a, b, offs, bias, out_dtype, zero_tail, validate=False, names=_ROWS_NAMES, terms=_ROWS_TERMS):
     # Extents in the caller's terms (b may be a transposed view, which the op would report as (E, N, K)).
     a_shape, b_shape = a.shape, b.shape  # each read is a call into torch on the eager path
     if b_shape[1] != a_shape[1]:
@@ -188,17 +195,18 @@ def _rows_mm(a, b, offs, bias, out_dtype, zero_tail, validate=False):
     if b_shape[0] == 0:
         _check_no_groups(a, b, a.shape[1], b.shape[1], "b.shape[1]", b.shape[2], out_dtype, offs, bias,
                          out_rows=a_shape[0])
-        check_row_major(_OP, "a", a, "(M, K)")
-        _check_aligned_rows(a)
+        rows_name = names[("grouped_gemm", "a")]
+        check_row_major(_OP, rows_name, a, "(M, K)", "; a column-major one (stride(0) == 1) is copied to it")
+        _check_aligned_rows(a, rows_name)
         weight_operand(b, _OP, "b")  # its stride order, as with groups
         return _NoGroupsMM.apply(a, b, bias, out_dtype, zero_tail)
     needs_grad = torch.is_grad_enabled() and (
         a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad))
     if needs_grad:
-        return call_named(_OP, _ROWS_NAMES, _RaggedRowsMM.apply, a, b, offs, bias, out_dtype, zero_tail, validate,
-                          terms=_ROWS_TERMS)
+        return call_named(_OP, names, _RaggedRowsMM.apply, a, b, offs, bias, out_dtype, zero_tail, validate,
+                          terms=terms)
     b_op, layout = weight_operand(b, _OP, "b", b_shape)
-    out, _ = call_named(_OP, _ROWS_NAMES, _GROUPED_GEMM, a, b_op, offs, terms=_ROWS_TERMS,
+    out, _ = call_named(_OP, names, _GROUPED_GEMM, a, b_op, offs, terms=terms,
                         **_rows_options(layout, bias, out_dtype, zero_tail, validate))
     return out
 
@@ -250,18 +258,23 @@ class _NoGroupsRaggedKMM(torch.autograd.Function):
 
 
 def _ragged_k_mm(a, b, offs, out_dtype, zero_tail=False, validate=False):
-    # out[g] = a[:, rows_g] @ b[rows_g, :] = X[rows_g]^T @ dY[rows_g] with X = a.T (T, H), dY = b (T, N).
+    # out[g] = a[:, rows_g] @ b[rows_g, :] = X[rows_g]^T @ dY[rows_g] with X = a.T (T, H), dY = b (T, N). The
+    # kernels read both token-major (T the rows in memory); a row-major a or column-major b is copied to it.
+    if a.dim() == 2 and b.dim() == 2:
+        a, _ = column_major(a)
+        b, _ = row_major(b)
     if a.stride(0) != 1 and a.shape[0] > 1:
         raise ValueError(
-            f"{_OP}: a: the 2-D x 2-D mode reads a as the transpose of a row-major (T, H) tensor, i.e. "
-            f"a.stride(0) == 1 (pass x.t() for x of shape (T, H)); got shape {tuple(a.shape)} with strides "
-            f"{tuple(a.stride())}")
+            f"{_OP}: a: expected a row-major or column-major (H, T) tensor (stride(1) == 1 or stride(0) == 1, "
+            f"without overlapping rows or columns), got shape {tuple(a.shape)} with strides {tuple(a.stride())}")
     if b.shape[0] != a.shape[1]:
         raise ValueError(f"{_OP}: b: expected shape (T={a.shape[1]}, N) with T (the ragged dimension) from "
                          f"a.shape[1], got {tuple(b.shape)}")
     if b.dtype != a.dtype:
         raise ValueError(f"{_OP}: b: expected a's dtype {a.dtype}, got {b.dtype}")
-    check_row_major(_OP, "b", b, "(T, N)")
+    if b.shape[0] > 1 and b.shape[1] > 1 and b.stride(1) != 1:
+        raise ValueError(f"{_OP}: b: expected a row-major or column-major (T, N) tensor (stride(1) == 1 or "
+                         f"stride(0) == 1, without overlapping rows or columns), got strides {tuple(b.stride())}")
     if offs.dim() == 1 and offs.shape[0] == 0:  # no groups, no output (as torch._grouped_mm)
         _check_no_groups(a, b, a.shape[1], b.shape[0], "b.shape[0]", b.shape[1], out_dtype, offs, ragged_k=True)
         if a.shape[0] % (16 // a.element_size()):
@@ -281,6 +294,31 @@ def _ragged_k_op(a, b, offs, out_dtype, validate):
                       out_dtype=out_dtype or a.dtype, **options)
 
 
+def _ragged_n_mm(a, b, offs, out_dtype, zero_tail, validate):
+    """3-D x 2-D: out[:, cols_g] = a[g] @ b[:, cols_g], run as the 2-D x 3-D product of the transposes,
+    out.t()[cols_g] = b.t()[cols_g] @ a.mT[g]: the (N, M) row-major result, returned as its (M, N) view
+    (strides (1, M)). Checks what the inner product would name in its own terms first, in the caller's."""
+    g, m, k = a.shape
+    if tuple(b.shape)[:1] != (k,):
+        raise ValueError(f"{_OP}: b: expected shape (K={k}, N) with K from a.shape[2], got {tuple(b.shape)}")
+    if offs.shape[0] != g:
+        raise ValueError(f"{_OP}: offs: expected shape (G={g},) with G from a.shape[0], got {tuple(offs.shape)}")
+    if b.dtype != a.dtype:
+        raise ValueError(f"{_OP}: b: expected a's dtype {a.dtype}, got {b.dtype}")
+    for what, dtype in (("a", a.dtype), ("out", out_dtype or a.dtype)):
+        per_16_bytes = max(1, 16 // dtype.itemsize)
+        if m % per_16_bytes:
+            raise ValueError(f"{_OP}: {what}: expected M = a.shape[1] a multiple of {per_16_bytes} for {dtype} "
+                             f"in the 3-D x 2-D mode (it writes out.t(), (N, M) row-major, from a.mT, whose "
+                             f"rows must be 16-byte aligned), got M={m}")
+    weights = a.transpose(-2, -1)
+    weight_operand(weights, _OP, "a (read as a.transpose(-2, -1))", dims=("K", "M"))
+    rows, _ = row_major(b.t())  # the kernels read b.t() row-major: a row-major b is copied
+    out_t = _rows_mm(rows, weights, offs, None, out_dtype, zero_tail, validate, names=_RAGGED_N_NAMES,
+                     terms=_RAGGED_N_TERMS)
+    return out_t.t()
+
+
 def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = None, bias: torch.Tensor | None = None,
                out_dtype: torch.dtype | None = None, *, zero_tail: bool = False,
                validate: bool = False) -> torch.Tensor:
@@ -291,26 +329,43 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
 
     - 2-D x 3-D (ragged M): ``a`` (M, K), ``b`` (E, K, N) -> (M, N); rows [offs[g-1], offs[g]) of the
       output are ``a[rows] @ b[g] (+ bias[g])``. ``b`` may be row-major (N contiguous) or a transposed view
-      of an (E, N, K) tensor (``w.mT``); the layout is read from the strides and nothing is copied. Any
-      other stride order raises ValueError. Differentiable in ``a``, ``b`` and ``bias``
+      of an (E, N, K) tensor (``w.mT``), with padded rows and any positive expert stride; the layout is read
+      from the strides and ``b`` is not copied. Any other stride order raises ValueError. ``a`` is read in
+      place when row-major; a column-major ``a`` (``x.t()``) is copied to row-major first (see Layouts).
+      Differentiable in ``a``, ``b`` and ``bias``
       (dA via grouped_gemm with the transposed weight, dB via grouped_gemm_wgrad: empty groups get exact
       zeros). dA and dB read the incoming gradient rounded to ``a``'s dtype (the kernels take bf16
       operands), so an f32 gradient of an ``out_dtype=torch.float32`` call loses its low bits there; dbias
       sums it as it comes.
     - 2-D x 2-D (ragged K): ``a`` (H, T), ``b`` (T, N) -> (E, H, N) with ``out[g] = a[:, cols_g] @
-      b[cols_g, :]``; groups without columns give exact zeros. ``a`` must be the transposed view of a
-      row-major (T, H) tensor and ``b`` row-major (the token dimension is the rows of both in memory);
-      other orders raise ValueError. Differentiable in ``a`` and ``b``, through grouped_gemm over the same
+      b[cols_g, :]``; groups without columns give exact zeros. Read in place when the token dimension T is
+      the rows of both in memory: ``a`` the transposed view of a row-major (T, H) tensor, ``b`` row-major; a
+      row-major ``a`` or a column-major ``b`` is copied to that order first (see Layouts). Differentiable in
+      ``a`` and ``b``, through grouped_gemm over the same
       ranges of T (dA = (b @ dout[g]^T)^T, dB = a.t() @ dout[g]); their columns (dA) and rows (dB) at or past
       ``offs[-1]`` are in no group, not written, content unspecified, zeros with ``zero_tail=True``.
-    - 3-D x 3-D (batched): ``a`` (E, M, K), ``b`` (E, K, N), ``offs=None`` -> (E, M, N). ``a`` must be
-      viewable as (E*M, K), with E*M <= 2^31 - 1 (the groups' ends are int32 offsets).
-    - 3-D x 2-D: NotImplementedError.
+    - 3-D x 3-D (batched): ``a`` (E, M, K), ``b`` (E, K, N), ``offs=None`` -> (E, M, N), with E*M <= 2^31 - 1
+      (the groups' ends are int32 offsets). ``a`` is read in place when it is one row-major (E*M, K) matrix;
+      one whose groups are each row-major or column-major (a slice of a wider stack, ``x.mT``) is copied.
+    - 3-D x 2-D (ragged N): ``a`` (G, M, K), ``b`` (K, N) -> (M, N) with ``out[:, cols_g] = a[g] @ b[:,
+      cols_g]`` over the column ranges of ``offs``; run as the 2-D x 3-D product of the transposes,
+      ``out.t()[cols_g] = b.t()[cols_g] @ a.mT[g]``, so the result is the (M, N) view of an (N, M) row-major
+      tensor (strides (1, M); ``torch._grouped_mm`` returns it row-major). M must be a multiple of 8 for
+      16-bit types (the rows of ``out.t()`` and of ``a.mT``). ``a`` is read in place at any strides the
+      2-D x 3-D mode's ``b`` takes (as ``a.mT``), ``b`` in place when column-major (``w.t()`` of an (N, K)
+      tensor), copied when row-major. No ``bias``. Differentiable in ``a`` and ``b``; columns of ``out`` at or
+      past ``offs[-1]`` are the tail (``zero_tail``).
+
+    Layouts: ``torch._grouped_mm`` takes each 2-D operand row-major or column-major, and so does this
+    function, but the kernels read only one order of the 2-D operands: the other is copied to it before the
+    call (one read and one write of that operand, in its dtype; its gradient comes back through the copy).
+    Read in place: ``a`` row-major (2-D x 3-D), ``a`` column-major and ``b`` row-major (2-D x 2-D), ``b``
+    column-major (3-D x 2-D), and every 3-D weight.
 
     E = 0 (no groups) is accepted in every mode, as by ``torch._grouped_mm``: 2-D x 3-D gives (M, N) rows that
     are all past the last offset; the other modes give (0, ., .).
 
-    Rows at or past ``offs[-1]`` (2-D x 3-D): not written, content unspecified, as ``torch._grouped_mm``
+    Rows at or past ``offs[-1]`` (2-D x 3-D; columns for 3-D x 2-D): not written, content unspecified, as ``torch._grouped_mm``
     (whose output is an uninitialised ``empty`` there, on CPU and CUDA); ``zero_tail=True`` (an extension)
     writes zeros to exactly those rows, and to the same rows of dA in the backward (2-D x 2-D: to the
     gradients' entries of T at or past ``offs[-1]``).
@@ -324,7 +379,7 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
     bias). Errors: ValueError naming the operand for shapes, dtypes, devices, strides, alignment (N and K
     multiples of 8 for 16-bit types), also with no groups; TypeError for an operand that is not a tensor and
     for a ``zero_tail`` or ``validate`` that is not a bool (Python or NumPy);
-    NotImplementedError for f16/f32 inputs on CUDA and for unsupported modes.
+    NotImplementedError for f16/f32 inputs on CUDA.
     Formula source: docs/ops.md §1 and §5; ``torch._grouped_mm`` (torch/_meta_registrations.py).
     """
     tensor = torch.Tensor
@@ -343,6 +398,7 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
     if a_rank == 2 and b_rank == 3:
         if offs is None:
             raise ValueError(f"{_OP}: offs: required for 2-D x 3-D inputs (an (E,) torch.int32 tensor), got None")
+        a, _ = row_major(a)  # the kernels read a row-major: a column-major a is copied
         return _rows_mm(a, b, offs, bias, out_dtype, zero_tail, validate)
     if a_rank == 2 and b_rank == 2:
         if offs is None:
@@ -365,17 +421,20 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
         if bias is not None and tuple(bias.shape) != (e, b.shape[2]):
             raise ValueError(f"{_OP}: bias: expected shape (E={e}, N={b.shape[2]}) with E and N from b, got "
                              f"{tuple(bias.shape)}")
-        try:
-            rows = a.view(e * m, k)
-        except RuntimeError:
-            raise ValueError(f"{_OP}: a: expected a 3-D tensor viewable as (E*M, K), got strides "
-                             f"{tuple(a.stride())}") from None
+        rows = stacked_rows(a)
+        if rows is None:
+            raise ValueError(f"{_OP}: a: expected an (E, M, K) tensor whose K dim (stride(-1) == 1) or M dim "
+                             f"(stride(-2) == 1) is contiguous, got strides {tuple(a.stride())}")
         if e == 0:  # no groups, no output (as torch._grouped_mm)
             _check_no_groups(a, b, k, b.shape[1], "b.shape[1]", b.shape[2], out_dtype, bias=bias)
             return a.new_empty((0, m, b.shape[2]), dtype=out_dtype or a.dtype)
         ends = torch.arange(1, e + 1, device=a.device, dtype=torch.int32) * m
         out = _rows_mm(rows, b, ends, bias, out_dtype, zero_tail)
         return out.view(e, m, out.shape[-1])  # not -1: M = 0 gives 0 elements, which -1 cannot size
-    if a_rank in (2, 3) and b_rank in (2, 3):
-        raise NotImplementedError(f"{_OP}: the 3-D x 2-D mode is not supported by moegemm")
+    if a_rank == 3 and b_rank == 2:
+        if offs is None:
+            raise ValueError(f"{_OP}: offs: required for 3-D x 2-D inputs (a (G,) torch.int32 tensor), got None")
+        if bias is not None:
+            raise ValueError(f"{_OP}: bias: not supported in the 3-D x 2-D mode, got a tensor")
+        return _ragged_n_mm(a, b, offs, out_dtype, zero_tail, validate)
     raise ValueError(f"{_OP}: expected 2-D or 3-D operands, got a of rank {a_rank} and b of rank {b_rank}")

@@ -139,6 +139,27 @@ def test_compile_fullgraph_grouped_mm_without_groups(zero_tail):
         assert torch.equal(out, torch.zeros(16, 8, dtype=a.dtype))
 
 
+def test_compile_fullgraph_grouped_mm_every_mode_and_copied_layout():
+    """Each mode of grouped_mm with a layout the kernels read in place and one it copies (a column-major a
+    in 2-D x 3-D, a row-major a and column-major b in 2-D x 2-D, a transposed per-group a in 3-D x 3-D, a
+    row-major b in 3-D x 2-D) traces with fullgraph=True and gives the eager values and strides."""
+    g, m, k, n = 4, 16, 32, 24
+    offs_m, offs_k, offs_n = offsets_of([5, 0, 9, 2]), offsets_of([8, 16, 0, 8]), offsets_of([8, 0, 8, 8])
+    w = randn(g, k, n, seed=1)
+    calls = [
+        (randn(g * m, k, seed=2), w, offs_m), (randn(k, g * m, seed=3).t(), w, offs_m),
+        (randn(32, k, seed=4).t(), randn(32, n, seed=5), offs_k), (randn(k, 32, seed=6), randn(n, 32, seed=7).t(), offs_k),
+        (randn(g, m, k, seed=8), w, None), (randn(g, k, m, seed=9).mT, w, None),
+        (randn(g, m, k, seed=10), randn(24, k, seed=11).t(), offs_n), (randn(g, m, k, seed=12), randn(k, 24, seed=13), offs_n),
+    ]
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda a, b, o: mt.grouped_mm(a, b, o, zero_tail=True), fullgraph=True)
+    for a, b, offs in calls:
+        eager = mt.grouped_mm(a, b, offs, zero_tail=True)
+        traced = compiled(a, b, offs)
+        assert torch.equal(eager, traced) and eager.stride() == traced.stride()
+
+
 def test_compile_reports_a_fake_kernels_error_with_its_message():
     """Under torch.compile the fake kernel meets a bad shape first; Dynamo wraps its ValueError (docs/torch.md)."""
     x, dy, offsets = randn(64), randn(32, 48, seed=1), offsets_of([8, 8, 8, 8])

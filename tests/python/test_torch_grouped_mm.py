@@ -122,10 +122,191 @@ def test_2d_3d_backward_matches_torch(device):
     assert ours[1].stride() == b.stride()
 
 
-def test_2d_3d_column_major_a_is_rejected():
-    a = randn(K, M * G, seed=5).t()
-    with pytest.raises(ValueError, match="grouped_mm: a: .*row-major"):
-        mt.grouped_mm(a, make_b(False, True, "cpu"), offsets_of([M] * G))
+# PyTorch's four grouped_mm tests (test_grouped_gemm_2d_3d, _2d_2d, _3d_3d, _3d_2d) with every layout they
+# run: each 2-D operand row-major or column-major, each 3-D one per group either way, all of them also as
+# slices of wider or longer tensors (strided). Values and gradients against float64 autograd of the
+# per-group products, and against torch._grouped_mm; a copied layout gives bitwise what its packed copy gives.
+LAYOUTS = [(s, a_rm, b_rm) for s in (False, True) for a_rm in (False, True) for b_rm in (False, True)]
+
+
+def _float64_grads(fn, inputs, grad_out):
+    """fn on float64 copies of ``inputs`` (on the CPU) and the gradients of <fn(...), grad_out> for each."""
+    leaves = [t.detach().double().cpu().requires_grad_(True) for t in inputs]
+    out = fn(*leaves)
+    grads = torch.autograd.grad(out, leaves, grad_out.double().cpu())
+    return out.detach(), grads
+
+
+def _ours_and_torchs_grads(a, b, offs, grad_out):
+    """(out, a.grad, b.grad) of moegemm's grouped_mm and, where this torch build runs it, of torch._grouped_mm."""
+    results = []
+    for f in (mt.grouped_mm, torch._grouped_mm):
+        a.grad = b.grad = None
+        try:
+            out = f(a, b, offs=offs) if offs is not None else f(a, b)
+        except (RuntimeError, NotImplementedError):
+            assert f is torch._grouped_mm, "moegemm's grouped_mm raised"
+            results.append(None)
+            continue
+        out.backward(grad_out)
+        results.append((out.detach(), a.grad.clone(), b.grad.clone()))
+    return results
+
+
+def _check_against(ours, ref, theirs):
+    for got, want in zip(ours, ref):
+        assert_close(got, want)
+    if theirs is not None:
+        for got, want in zip(ours, theirs):
+            assert got.shape == want.shape
+            assert_close(got, want)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("strided, a_row_major, b_row_major", LAYOUTS)
+def test_pytorch_2d_3d_every_layout(device, strided, a_row_major, b_row_major):
+    s = int(strided)
+    if a_row_major:
+        a = randn(M * G, K * (1 + s), device=device, seed=70)[:, :K]
+    else:
+        a = randn(K, (M + 2 * s) * G, device=device, seed=70).t()[:M * G, :]
+    b = make_b(strided, b_row_major, device).detach()  # logical (G, K, N)
+    a.requires_grad_(True)
+    b.requires_grad_(True)
+    for zero_size in (False, True):
+        offs = torch.arange(M, G * M + 1, M, dtype=torch.int32, device=device)
+        if zero_size:
+            offs[0] = offs[1]
+        ends = [0] + offs.tolist()
+
+        def per_group(x, w):
+            return torch.cat([x[ends[g]:ends[g + 1]] @ w[g] for g in range(G)])
+
+        grad_out = randn(M * G, N, device=device, seed=71)
+        ours, theirs = _ours_and_torchs_grads(a, b, offs, grad_out)
+        ref_out, ref_grads = _float64_grads(per_group, (a, b), grad_out)
+        _check_against(ours, (ref_out, *ref_grads), theirs)
+        if not a_row_major:  # the copied layout: bitwise what the row-major copy gives
+            assert torch.equal(ours[0], mt.grouped_mm(a.detach().contiguous(), b.detach(), offs))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("strided, a_row_major, b_row_major", LAYOUTS)
+def test_pytorch_3d_2d_every_layout(device, strided, a_row_major, b_row_major):
+    # out[:, cols_g] = a[g] @ b[:, cols_g], run as the 2-D x 3-D product of the transposes
+    s = int(strided)
+    if a_row_major:
+        a = randn(G * (1 + s), M, K * (1 + s), device=device, seed=72)[::1 + s, :, :K]
+    else:
+        a = randn(G * (1 + s), K * (1 + s), M, device=device, seed=72).transpose(-2, -1)[::1 + s, :, :K]
+    if b_row_major:
+        b = randn(N * G, K * (1 + s), device=device, seed=73)[:, :K]
+    else:
+        b = randn(K, N * (G + s), device=device, seed=73).transpose(-2, -1)[:N * G, :]
+    b = b.transpose(-2, -1).detach()  # (K, N * G), as PyTorch's test passes it
+    a, b = a.detach().requires_grad_(True), b.requires_grad_(True)
+    for zero_size in (False, True):
+        offs = torch.arange(N, G * N + 1, N, dtype=torch.int32, device=device)
+        if zero_size:
+            offs[0] = offs[1]
+        ends = [0] + offs.tolist()
+
+        def per_group(x, w):
+            return torch.cat([x[g] @ w[:, ends[g]:ends[g + 1]] for g in range(G)], dim=1)
+
+        grad_out = randn(M, N * G, device=device, seed=74)
+        ours, theirs = _ours_and_torchs_grads(a, b, offs, grad_out)
+        ref_out, ref_grads = _float64_grads(per_group, (a, b), grad_out)
+        assert ours[0].shape == (M, N * G) and ours[0].stride() == (1, M)
+        _check_against(ours, (ref_out, *ref_grads), theirs)
+        if b_row_major is False:  # (K, N) row-major b: copied, bitwise what its column-major copy gives
+            assert torch.equal(ours[0], mt.grouped_mm(a.detach(), b.detach().t().contiguous().t(), offs))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("strided, a_row_major, b_row_major", LAYOUTS)
+def test_pytorch_3d_3d_every_layout(device, strided, a_row_major, b_row_major):
+    s = int(strided)
+    if a_row_major:
+        a = randn(G * (1 + s), M, K * (1 + s), device=device, seed=75)[::1 + s, :, :K]
+    else:
+        a = randn(G * (1 + s), K * (1 + s), M, device=device, seed=75).transpose(-2, -1)[::1 + s, :, :K]
+    b = make_b(strided, b_row_major, device).detach()
+    a, b = a.detach().requires_grad_(True), b.requires_grad_(True)
+    grad_out = randn(G, M, N, device=device, seed=76)
+    ours, theirs = _ours_and_torchs_grads(a, b, None, grad_out)
+    ref_out, ref_grads = _float64_grads(torch.bmm, (a, b), grad_out)
+    _check_against(ours, (ref_out, *ref_grads), theirs)
+    if strided or not a_row_major:  # a copied to (G*M, K) rows: bitwise what its packed copy gives
+        assert torch.equal(ours[0], mt.grouped_mm(a.detach().contiguous(), b.detach()))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("strided, a_row_major, b_row_major", LAYOUTS)
+def test_pytorch_2d_2d_every_layout(device, strided, a_row_major, b_row_major):
+    s = int(strided)
+    kt = K * G + K * s
+    if a_row_major:
+        a = randn(M, kt, device=device, seed=77)[:, :K * G]
+    else:
+        a = randn(kt, M, device=device, seed=77).t()[:, :K * G]
+    if b_row_major:
+        b = randn(N, kt, device=device, seed=78)[:, :K * G]
+    else:
+        b = randn(kt, N, device=device, seed=78).t()[:, :K * G]
+    b = b.t().detach()  # (T, N), as PyTorch's test passes it
+    a, b = a.detach().requires_grad_(True), b.requires_grad_(True)
+    for sizes in ([K] * G, [3, 0, 77, K * G - 80]):  # PyTorch's groups, then unaligned ones with an empty one
+        offs = offsets_of(sizes, device)
+        ends = [0] + offs.tolist()
+
+        def per_group(x, y):
+            return torch.stack([x[:, ends[g]:ends[g + 1]] @ y[ends[g]:ends[g + 1]] for g in range(G)])
+
+        grad_out = randn(G, M, N, device=device, seed=79)
+        ours, theirs = _ours_and_torchs_grads(a, b, offs, grad_out)
+        if _torch_ref_or_none(a.detach(), b.detach(), offs, sizes) is None:
+            theirs = None  # torch's kernel refuses these groups on the device (see _torch_ref_or_none)
+        ref_out, ref_grads = _float64_grads(per_group, (a, b), grad_out)
+        _check_against(ours, (ref_out, *ref_grads), theirs)
+        if 0 in sizes:
+            assert (ours[0][sizes.index(0)] == 0).all()
+        if a_row_major or b_row_major:  # copied to the token-major order: bitwise what those copies give
+            native = mt.grouped_mm(a.detach().t().contiguous().t(), b.detach().contiguous(), offs)
+            assert torch.equal(ours[0], native)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_3d_2d_tail_columns(device):
+    """3-D x 2-D: the columns of out at or past offs[-1] are the tail: zeros with zero_tail (written over
+    poisoned memory, as are the rows of the (N, M) product the mode runs), and no gradient reaches b there."""
+    a = randn(G, M, K, device=device, seed=87).requires_grad_(True)
+    b = randn(N * G, K, device=device, seed=88).t().detach().requires_grad_(True)  # (K, N*G), column-major
+    offs = offsets_of([N, 0, N, N - 5], device)
+    poison([N * G * M * 2], device)
+    out = mt.grouped_mm(a, b, offs, zero_tail=True)
+    end = int(offs[-1])
+    assert (out[:, end:] == 0).all()
+    ref = torch.cat([a[0] @ b[:, :N], a[2] @ b[:, N:2 * N], a[3] @ b[:, 2 * N:end]], dim=1)
+    assert_close(out[:, :end], ref)
+    out.backward(torch.ones_like(out))
+    assert (b.grad[:, end:] == 0).all() and (b.grad[:, N:N] == 0).all()
+    assert (a.grad[1] == 0).all()  # the empty group's weights get exact zeros
+
+
+def test_operand_layouts_that_are_neither_row_nor_column_major_are_refused():
+    offs = offsets_of([M] * G)
+    every_other_column = randn(M * G, 2 * K, seed=80)[:, ::2]  # strides (128, 2)
+    with pytest.raises(ValueError, match=r"grouped_mm: a: .*row-major"):
+        mt.grouped_mm(every_other_column, make_b(False, True, "cpu"), offs)
+    with pytest.raises(ValueError, match=r"grouped_mm: a: expected a row-major or column-major \(H, T\) tensor"):
+        mt.grouped_mm(randn(M, 2 * K * G, seed=81)[:, ::2], randn(K * G, N, seed=82), offs)
+    with pytest.raises(ValueError, match=r"grouped_mm: b: expected a row-major or column-major \(T, N\) tensor"):
+        mt.grouped_mm(randn(M * G, M, seed=83).t(), randn(M * G, 2 * N, seed=84)[:, ::2], offs)
+    with pytest.raises(ValueError, match=r"grouped_mm: a: expected an \(E, M, K\) tensor whose K dim"):
+        mt.grouped_mm(randn(2 * G, M, 2 * K, seed=85)[::2, :, ::2], make_b(False, True, "cpu"))
+    with pytest.raises(ValueError, match=r"grouped_mm: a: expected a row-major matrix .*got strides \(256, 2\)"):
+        mt.grouped_mm(randn(G, 2 * M, 2 * K, seed=86)[:, ::2, ::2], make_b(False, True, "cpu"))  # one (E*M, K) view
 
 
 def _torch_ref_or_none(a, b, offs, sizes):
@@ -269,12 +450,6 @@ def test_weights_with_no_columns_are_refused_as_empty_not_as_padded():
         mt.grouped_mm(randn(G, M, K, seed=66), randn(G, K, 0, seed=67))
 
 
-def test_2d_2d_row_major_a_is_rejected():
-    a = randn(M, K * G, seed=8)
-    with pytest.raises(ValueError, match="grouped_mm: a: .*stride\\(0\\) == 1"):
-        mt.grouped_mm(a, randn(K * G, N, seed=9), offsets_of([K] * G))
-
-
 @pytest.mark.parametrize("device", DEVICES)
 def test_3d_3d_matches_torch(device):
     a = randn(G, M, K, device=device, seed=10)
@@ -394,8 +569,26 @@ def test_errors():
         mt.grouped_mm(a, b)
     with pytest.raises(ValueError, match="offs: must be None"):
         mt.grouped_mm(randn(G, M, K), b, offs)
-    with pytest.raises(NotImplementedError, match="3-D x 2-D"):
-        mt.grouped_mm(randn(G, M, K), randn(K, N * G), offsets_of([N] * G))
+    # 3-D x 2-D, in the caller's terms (the op runs on the transposes).
+    a3, b2, offs_n = randn(G, M, K), randn(K, N * G), offsets_of([N] * G)
+    with pytest.raises(ValueError, match=r"grouped_mm: a: expected M = a.shape\[1\] a multiple of 8 for "
+                                         r"torch\.bfloat16 in the 3-D x 2-D mode .*got M=12"):
+        mt.grouped_mm(randn(G, 12, K), b2, offs_n)
+    with pytest.raises(ValueError, match=r"grouped_mm: b: expected shape \(K=64, N\) with K from a.shape\[2\], "
+                                         r"got \(32, 128\)"):
+        mt.grouped_mm(a3, randn(32, N * G), offs_n)
+    with pytest.raises(ValueError, match=r"grouped_mm: offs: expected shape \(G=4,\) with G from a.shape\[0\]"):
+        mt.grouped_mm(a3, b2, offsets_of([N] * 3))
+    with pytest.raises(ValueError, match=r"grouped_mm: bias: not supported in the 3-D x 2-D mode"):
+        mt.grouped_mm(a3, b2, offs_n, bias=randn(G, M))
+    with pytest.raises(ValueError, match=r"grouped_mm: offs: required for 3-D x 2-D inputs"):
+        mt.grouped_mm(a3, b2)
+    with pytest.raises(ValueError, match=r"grouped_mm: a \(read as a.transpose\(-2, -1\)\): expected an "
+                                         r"\(E, K, M\) weight whose M dim is contiguous"):
+        mt.grouped_mm(randn(G, 2 * M, 2 * K)[:, ::2, ::2], b2, offs_n)
+    with pytest.raises(ValueError, match=r"grouped_mm: offs: .*group ends along N in \[0, N=128\].*"
+                                         r"\(checked as grouped_gemm's offsets\)"):
+        mt.grouped_mm(a3, b2, offsets_of([N, N, N, N + 1]), validate=True)
     # Shapes as the caller wrote them: a transposed view of an (E, N, K) weight is reported as (E, K, N).
     with pytest.raises(ValueError, match=r"grouped_mm: b: expected shape \(E, K=64, N\) with K from a.shape\[1\], "
                                          r"got \(4, 32, 32\)"):
@@ -406,8 +599,8 @@ def test_errors():
         mt.grouped_mm(a, b, offs, bias=randn(G, 16))
     # 2-D x 2-D: b is the (T, N) operand of the op's dy.
     x, dy = randn(M * G, K), randn(M * G, N)
-    with pytest.raises(ValueError, match=r"grouped_mm: b: expected a row-major \(T, N\) tensor \(stride\(1\) == 1\)"):
-        mt.grouped_mm(x.t(), randn(N, M * G).t(), offs)
+    with pytest.raises(ValueError, match=r"grouped_mm: b: expected a row-major or column-major \(T, N\) tensor"):
+        mt.grouped_mm(x.t(), randn(M * G, 2 * N)[:, ::2], offs)
     with pytest.raises(ValueError, match=r"grouped_mm: b: expected a's dtype torch\.bfloat16, got torch\.float16"):
         mt.grouped_mm(x.t(), dy.half(), offs)
     # 3-D x 3-D has no offs to blame.
@@ -506,10 +699,13 @@ def test_zero_groups_check_their_operands():
     f64 = torch.float64  # an f64 bias is the CPU backend's, with groups or without
     assert mt.grouped_mm(randn(M, K, dtype=f64), randn(0, K, N, dtype=f64), no_offs,
                          bias=torch.zeros(0, N, dtype=f64)).shape == (M, N)
+    # Layouts that are neither row- nor column-major (a column-major one is copied, with groups or without).
     with pytest.raises(ValueError, match=r"grouped_mm: a: expected a row-major \(M, K\) tensor"):
-        mt.grouped_mm(randn(K, M).t(), randn(0, K, N), no_offs)
-    with pytest.raises(ValueError, match=r"grouped_mm: b: expected a row-major \(T, N\) tensor"):
-        mt.grouped_mm(randn(32, K).t(), randn(N, 32).t(), no_offs)
+        mt.grouped_mm(randn(M, 2 * K)[:, ::2], randn(0, K, N), no_offs)
+    assert mt.grouped_mm(randn(K, M).t(), randn(0, K, N), no_offs, zero_tail=True).eq(0).all()
+    with pytest.raises(ValueError, match=r"grouped_mm: b: expected a row-major or column-major \(T, N\) tensor"):
+        mt.grouped_mm(randn(32, K).t(), randn(32, 2 * N)[:, ::2], no_offs)
+    assert mt.grouped_mm(randn(32, K).t(), randn(N, 32).t(), no_offs).shape == (0, K, N)
     # Rows that overlap: refused as with groups (an expanded a of 2^40 rows used to reach the allocator), and
     # the 2-D x 2-D mode's x = a.t() gets the rules on its rows too. Each message is the one a call with a group
     # gives.
