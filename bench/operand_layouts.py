@@ -1,0 +1,101 @@
+"""`moegemm.torch.grouped_mm` and `torch._grouped_mm` on the 2-D operand layouts the kernels do not read in place.
+
+`torch._grouped_mm` takes each 2-D operand row-major or column-major. The moegemm kernels read the 2-D x 3-D
+mode's `a` row-major and the 2-D x 2-D mode's operands token-major; `grouped_mm` copies an operand in the
+other order first (docs/torch.md, "Layouts"). For each selected GEMM of the workloads file (uniform routing,
+bench/peers.py's group sizes, rounded to multiples of 16 rows for the 2-D x 2-D mode) this checks that
+moegemm's output on the copied layout is bitwise its output on the native one, then times both systems on
+both layouts interleaved, per mode:
+- rows (2-D x 3-D, the forward): `a` (M, K) row-major (native) and column-major (copied);
+- ragged_k (2-D x 2-D, the weight gradient X^T dY): `a` = X.t() and `b` = dY token-major (native), and
+  `a` row-major with `b` column-major (both copied).
+--rounds rounds of --calls calls each, every round behind a sleep kernel (bench/timing.py's interleaved_us),
+median µs per call. Ratios: other layout / native for each system (the copy's cost for moegemm, torch's own
+cost of the layout), torch / moegemm per layout.
+
+Usage: PYTHONPATH=build/python python3 bench/operand_layouts.py [--only qwen3-down dsv3-down | --only all]
+                                                               [--rounds 7] [--calls 6] [--json out.json]
+Needs torch with a CUDA GPU and the moegemm torch ops; exits 2 without them, 1 when an output differs from
+the native layout's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from peers import group_sizes
+from power import parse_interleaved, torch_on_cuda
+from timing import interleaved_us
+
+DEFAULT_ONLY = ("seed-8k", "dsv3-down", "qwen3-up", "qwen3-down", "gptoss-up")
+
+
+def operands(torch, m: int, n: int, k: int, e: int) -> dict:
+    """{mode: {layout: (a, b)}}: the same values in each layout of a mode."""
+    bf16 = dict(device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(m, k, **bf16)
+    w = torch.randn(e, k, n, **bf16) * 0.05
+    dy = torch.randn(m, n, **bf16)
+    return {
+        "rows": {"native": (x, w), "a column-major": (x.t().contiguous().t(), w)},
+        "ragged_k": {"native": (x.t(), dy), "a row-major, b column-major": (x.t().contiguous(),
+                                                                            dy.t().contiguous().t())},
+    }
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    args, gemms = parse_interleaved(ap, argv, DEFAULT_ONLY)
+    torch = torch_on_cuda("operand_layouts.py")
+    if torch is None:
+        return 2
+    import moegemm.torch as mt
+
+    rows, status = [], 0
+    print(f"{'workload':>13} {'mode':>8} {'layout':>28} {'equal':>5} {'torch us':>9} {'moegemm us':>10} "
+          f"{'torch/moegemm':>13} {'moegemm/native':>14} {'torch/native':>12}")
+    for name in args.only:
+        g = gemms[name]
+        m, n, k, e = g["M"], g["N"], g["K"], g["E"]
+        sizes = group_sizes("uniform", m, e, 0)
+        # The ragged-K mode's groups in whole multiples of 16 rows (the remainder to the last group):
+        # torch._grouped_mm checks its ragged dimension on the device, and a refused group would be a
+        # device-side assert that ends the process (tests/python/test_torch_grouped_mm.py).
+        aligned = sizes // 16 * 16
+        aligned[-1] += m - aligned.sum()
+        for mode, layouts in operands(torch, m, n, k, e).items():
+            offs = torch.tensor(sizes if mode == "rows" else aligned, device="cuda").cumsum(0).to(torch.int32)
+            native = mt.grouped_mm(*layouts["native"], offs)
+            equal = {lay: bool(torch.equal(mt.grouped_mm(a, b, offs), native)) for lay, (a, b) in layouts.items()}
+            status |= 0 if all(equal.values()) else 1
+            systems = {}
+            for lay, (a, b) in layouts.items():
+                systems[f"moegemm {lay}"] = [lambda a=a, b=b: mt.grouped_mm(a, b, offs)]
+                systems[f"torch {lay}"] = [lambda a=a, b=b: torch._grouped_mm(a, b, offs=offs)]
+            us = interleaved_us(torch, "cuda", systems, warmup=2, iters=args.rounds * args.calls,
+                                rounds=args.rounds)
+            for lay in layouts:
+                row = {"workload": name, "mode": mode, "layout": lay, "M": m, "N": n, "K": k, "E": e,
+                       "bitwise_equal_to_native": equal[lay], "torch_us": us[f"torch {lay}"],
+                       "moegemm_us": us[f"moegemm {lay}"],
+                       "torch_over_moegemm": us[f"torch {lay}"] / us[f"moegemm {lay}"],
+                       "moegemm_over_native": us[f"moegemm {lay}"] / us["moegemm native"],
+                       "torch_over_native": us[f"torch {lay}"] / us["torch native"]}
+                rows.append(row)
+                print(f"{name:>13} {mode:>8} {lay:>28} {str(equal[lay]):>5} {row['torch_us']:9.1f} "
+                      f"{row['moegemm_us']:10.1f} {row['torch_over_moegemm']:13.3f} "
+                      f"{row['moegemm_over_native']:14.3f} {row['torch_over_native']:12.3f}", flush=True)
+            del native, systems, layouts
+        torch.cuda.empty_cache()
+    if args.json:
+        out = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "rounds": args.rounds,
+               "calls": args.calls, "rows": rows}
+        Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
