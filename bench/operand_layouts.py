@@ -3,7 +3,7 @@
 `torch._grouped_mm` takes each 2-D operand row-major or column-major. The moegemm kernels read the 2-D x 3-D
 mode's `a` row-major and the 2-D x 2-D mode's operands token-major; `grouped_mm` copies an operand in the
 other order first (docs/torch.md, "Layouts"). For each selected GEMM of the workloads file (uniform routing,
-bench/peers.py's group sizes, rounded to multiples of 16 rows for the 2-D x 2-D mode) this checks that
+bench/peers.py's group sizes rounded down to multiples of 16 rows, for torch) this checks that
 moegemm's output on the copied layout is bitwise its output on the native one, then times both systems on
 both layouts interleaved, per mode:
 - rows (2-D x 3-D, the forward): `a` (M, K) row-major (native) and column-major (copied);
@@ -60,14 +60,13 @@ def main(argv=None) -> int:
     for name in args.only:
         g = gemms[name]
         m, n, k, e = g["M"], g["N"], g["K"], g["E"]
-        sizes = group_sizes("uniform", m, e, 0)
-        # The ragged-K mode's groups in whole multiples of 16 rows (the remainder to the last group):
-        # torch._grouped_mm checks its ragged dimension on the device, and a refused group would be a
-        # device-side assert that ends the process (tests/python/test_torch_grouped_mm.py).
-        aligned = sizes // 16 * 16
-        aligned[-1] += m - aligned.sum()
+        # Groups in whole multiples of 16 rows (the remainder to the last group): on a column-major a or a
+        # ragged K, torch._grouped_mm checks each group's extent on the device (16-byte multiples), and a
+        # refused group is a device-side assert that ends the process.
+        sizes = group_sizes("uniform", m, e, 0) // 16 * 16
+        sizes[-1] += m - sizes.sum()
+        offs = torch.tensor(sizes, device="cuda").cumsum(0).to(torch.int32)
         for mode, layouts in operands(torch, m, n, k, e).items():
-            offs = torch.tensor(sizes if mode == "rows" else aligned, device="cuda").cumsum(0).to(torch.int32)
             native = mt.grouped_mm(*layouts["native"], offs)
             equal = {lay: bool(torch.equal(mt.grouped_mm(a, b, offs), native)) for lay, (a, b) in layouts.items()}
             status |= 0 if all(equal.values()) else 1

@@ -48,10 +48,8 @@ def stacked_rows(a: torch.Tensor) -> torch.Tensor | None:
     when each group is row-major or column-major (a slice of a wider or longer stack, a transposed view);
     None for any other layout."""
     e, m, k = a.shape
-    try:
-        return a.view(e * m, k)
-    except RuntimeError:
-        pass
-    if m <= 1 or k <= 1 or a.stride(-1) == 1 or a.stride(-2) == 1:
-        return a.reshape(e * m, k)
+    # Decided from the strides (a failed view raises another error type while torch.compile traces).
+    stacked = e <= 1 or m <= 1 or a.stride(0) == m * a.stride(1)
+    if stacked or k <= 1 or a.stride(-1) == 1 or a.stride(-2) == 1:
+        return a.reshape(e * m, k)  # a view where the strides allow one
     return None
