@@ -1,17 +1,17 @@
-"""`moegemm.torch.grouped_mm` and `torch._grouped_mm` on both orders of each 2-D operand.
+"""`moegemm.torch.grouped_mm` and `torch._grouped_mm` on the 2-D operand layouts the kernels do not read in place.
 
 `torch._grouped_mm` takes each 2-D operand row-major or column-major. The moegemm kernels read the 2-D x 3-D
-mode's `a` in either order (a column-major `a` through M-major A tiles), but the 2-D x 2-D mode's operands
-token-major only: `grouped_mm` copies a row-major `a` or column-major `b` there first (docs/torch.md,
-"Layouts"). For each selected GEMM of the workloads file (uniform routing, bench/peers.py's group sizes
-rounded down to multiples of 16 rows, for torch) this checks that moegemm's output on the other layout is
-bitwise its output on the first one, then times both systems on both layouts interleaved, per mode:
-- rows (2-D x 3-D, the forward): `a` (M, K) row-major and column-major (read in place);
+mode's `a` row-major and the 2-D x 2-D mode's operands token-major; `grouped_mm` copies an operand in the
+other order first (docs/torch.md, "Layouts"). For each selected GEMM of the workloads file (uniform routing,
+bench/peers.py's group sizes rounded down to multiples of 16 rows, for torch) this checks that
+moegemm's output on the copied layout is bitwise its output on the native one, then times both systems on
+both layouts interleaved, per mode:
+- rows (2-D x 3-D, the forward): `a` (M, K) row-major (native) and column-major (copied);
 - ragged_k (2-D x 2-D, the weight gradient X^T dY): `a` = X.t() and `b` = dY token-major (native), and
   `a` row-major with `b` column-major (both copied).
 --rounds rounds of --calls calls each, every round behind a sleep kernel (bench/timing.py's interleaved_us),
-median µs per call. Ratios: other layout / native for each system (what the other order costs: M-major
-tiles or a copy for moegemm), torch / moegemm per layout.
+median µs per call. Ratios: other layout / native for each system (the copy's cost for moegemm, torch's own
+cost of the layout), torch / moegemm per layout.
 
 Usage: PYTHONPATH=build/python python3 bench/operand_layouts.py [--only qwen3-down dsv3-down | --only all]
                                                                [--rounds 7] [--calls 6] [--json out.json]

@@ -1,10 +1,9 @@
 """The 2-D operand layouts ``torch._grouped_mm`` takes that the kernels do not read in place, and their copies.
 
-The kernels read the ragged-M product's activations row-major or column-major, but the ragged-K product's
-two operands only token-major (the ragged dimension T is their rows in memory). ``torch._grouped_mm`` also
-takes the other order of those (PyTorch's own tests run all four combinations): ``grouped_mm`` copies such
-an operand to the order the kernels read (one read and one write of it, in its dtype) and says so in its
-docstring.
+The kernels read the ragged-M product's activations row-major (K contiguous) and the ragged-K product's two
+operands token-major (the ragged dimension T is their rows in memory). ``torch._grouped_mm`` also takes the
+other order of each (PyTorch's own tests run all four combinations): ``grouped_mm`` copies such an operand
+to the order the kernels read (one read and one write of it, in its dtype) and says so in its docstring.
 """
 
 from __future__ import annotations
@@ -25,12 +24,6 @@ def _unit_stride_dim(t: torch.Tensor) -> int | None:
     if s0 == 1 and s1 >= rows:
         return 0
     return None
-
-
-def is_column_major(t: torch.Tensor) -> bool:
-    """Whether a 2-D ``t`` with more than one row and column is column-major (its first dim contiguous, its
-    columns not overlapping)."""
-    return _unit_stride_dim(t) == 0
 
 
 def row_major(t: torch.Tensor) -> tuple[torch.Tensor, bool]:

@@ -125,8 +125,7 @@ def test_2d_3d_backward_matches_torch(device):
 # PyTorch's four grouped_mm tests (test_grouped_gemm_2d_3d, _2d_2d, _3d_3d, _3d_2d) with every layout they
 # run: each 2-D operand row-major or column-major, each 3-D one per group either way, all of them also as
 # slices of wider or longer tensors (strided). Values and gradients against float64 autograd of the
-# per-group products, and against torch._grouped_mm; the other layout of an operand (read in place or
-# copied) gives bitwise what the kernels' first order gives.
+# per-group products, and against torch._grouped_mm; a copied layout gives bitwise what its packed copy gives.
 LAYOUTS = [(s, a_rm, b_rm) for s in (False, True) for a_rm in (False, True) for b_rm in (False, True)]
 
 
@@ -188,7 +187,7 @@ def test_pytorch_2d_3d_every_layout(device, strided, a_row_major, b_row_major):
         ours, theirs = _ours_and_torchs_grads(a, b, offs, grad_out)
         ref_out, ref_grads = _float64_grads(per_group, (a, b), grad_out)
         _check_against(ours, (ref_out, *ref_grads), theirs)
-        if not a_row_major:  # read in place (M-major A tiles): bitwise what its row-major copy gives
+        if not a_row_major:  # the copied layout: bitwise what the row-major copy gives
             assert torch.equal(ours[0], mt.grouped_mm(a.detach().contiguous(), b.detach(), offs))
 
 
@@ -221,7 +220,7 @@ def test_pytorch_3d_2d_every_layout(device, strided, a_row_major, b_row_major):
         ref_out, ref_grads = _float64_grads(per_group, (a, b), grad_out)
         assert ours[0].shape == (M, N * G) and ours[0].stride() == (1, M)
         _check_against(ours, (ref_out, *ref_grads), theirs)
-        if b_row_major is False:  # (K, N) row-major b, b.t() read M-major: bitwise what its copy gives
+        if b_row_major is False:  # (K, N) row-major b: copied, bitwise what its column-major copy gives
             assert torch.equal(ours[0], mt.grouped_mm(a.detach(), b.detach().t().contiguous().t(), offs))
 
 
@@ -702,8 +701,8 @@ def test_zero_groups_check_their_operands():
     f64 = torch.float64  # an f64 bias is the CPU backend's, with groups or without
     assert mt.grouped_mm(randn(M, K, dtype=f64), randn(0, K, N, dtype=f64), no_offs,
                          bias=torch.zeros(0, N, dtype=f64)).shape == (M, N)
-    # Layouts that are neither row- nor column-major (a column-major one is read, with groups or without).
-    with pytest.raises(ValueError, match=r"grouped_mm: a: expected a row-major or column-major \(M, K\) tensor"):
+    # Layouts that are neither row- nor column-major (a column-major one is copied, with groups or without).
+    with pytest.raises(ValueError, match=r"grouped_mm: a: expected a row-major \(M, K\) tensor"):
         mt.grouped_mm(randn(M, 2 * K)[:, ::2], randn(0, K, N), no_offs)
     assert mt.grouped_mm(randn(K, M).t(), randn(0, K, N), no_offs, zero_tail=True).eq(0).all()
     with pytest.raises(ValueError, match=r"grouped_mm: b: expected a row-major or column-major \(T, N\) tensor"):
