@@ -260,9 +260,7 @@ class _NoGroupsRaggedKMM(torch.autograd.Function):
 def _ragged_k_mm(a, b, offs, out_dtype, zero_tail=False, validate=False):
     # out[g] = a[:, rows_g] @ b[rows_g, :] = X[rows_g]^T @ dY[rows_g] with X = a.T (T, H), dY = b (T, N). The
     # kernels read both token-major (T the rows in memory); a row-major a or column-major b is copied to it.
-    if a.dim() == 2 and b.dim() == 2:
-        a, _ = column_major(a)
-        b, _ = row_major(b)
+    a, b = column_major(a), row_major(b)
     if a.stride(0) != 1 and a.shape[0] > 1:
         raise ValueError(
             f"{_OP}: a: expected a row-major or column-major (H, T) tensor (stride(1) == 1 or stride(0) == 1, "
@@ -313,7 +311,7 @@ def _ragged_n_mm(a, b, offs, out_dtype, zero_tail, validate):
                              f"rows must be 16-byte aligned), got M={m}")
     weights = a.transpose(-2, -1)
     weight_operand(weights, _OP, "a (read as a.transpose(-2, -1))", dims=("K", "M"))
-    rows, _ = row_major(b.t())  # the kernels read b.t() row-major: a row-major b is copied
+    rows = row_major(b.t())  # the kernels read b.t() row-major: a row-major b is copied
     out_t = _rows_mm(rows, weights, offs, None, out_dtype, zero_tail, validate, names=_RAGGED_N_NAMES,
                      terms=_RAGGED_N_TERMS)
     return out_t.t()
@@ -365,10 +363,10 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
     E = 0 (no groups) is accepted in every mode, as by ``torch._grouped_mm``: 2-D x 3-D gives (M, N) rows that
     are all past the last offset; the other modes give (0, ., .).
 
-    Rows at or past ``offs[-1]`` (2-D x 3-D; columns for 3-D x 2-D): not written, content unspecified, as ``torch._grouped_mm``
-    (whose output is an uninitialised ``empty`` there, on CPU and CUDA); ``zero_tail=True`` (an extension)
-    writes zeros to exactly those rows, and to the same rows of dA in the backward (2-D x 2-D: to the
-    gradients' entries of T at or past ``offs[-1]``).
+    Rows at or past ``offs[-1]`` (2-D x 3-D; columns for 3-D x 2-D): not written, content unspecified, as
+    ``torch._grouped_mm`` (whose output is an uninitialised ``empty`` there, on CPU and CUDA);
+    ``zero_tail=True`` (an extension) writes zeros to exactly those rows, and to the same rows of dA in the
+    backward (2-D x 2-D: to the gradients' entries of T at or past ``offs[-1]``).
 
     ``validate=True`` (an extension; docs/ops.md §0) checks ``offs`` on the host first (a copy and a sync) and
     raises ValueError naming offs at the first offset that is negative, decreasing or past the ragged
@@ -398,7 +396,7 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
     if a_rank == 2 and b_rank == 3:
         if offs is None:
             raise ValueError(f"{_OP}: offs: required for 2-D x 3-D inputs (an (E,) torch.int32 tensor), got None")
-        a, _ = row_major(a)  # the kernels read a row-major: a column-major a is copied
+        a = row_major(a)  # the kernels read a row-major: a column-major a is copied
         return _rows_mm(a, b, offs, bias, out_dtype, zero_tail, validate)
     if a_rank == 2 and b_rank == 2:
         if offs is None:

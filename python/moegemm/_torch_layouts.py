@@ -26,21 +26,17 @@ def _unit_stride_dim(t: torch.Tensor) -> int | None:
     return None
 
 
-def row_major(t: torch.Tensor) -> tuple[torch.Tensor, bool]:
-    """``t`` itself unless it is column-major (its first dim contiguous), else its row-major copy; and whether
-    it was copied. A layout that is neither is returned as it is, for the ops to refuse by name."""
-    if _unit_stride_dim(t) == 0:
-        return t.contiguous(), True
-    return t, False
+def row_major(t: torch.Tensor) -> torch.Tensor:
+    """``t`` itself unless it is column-major (its first dim contiguous), else its row-major copy. A layout
+    that is neither is returned as it is, for the ops to refuse by name."""
+    return t.contiguous() if _unit_stride_dim(t) == 0 else t
 
 
-def column_major(t: torch.Tensor) -> tuple[torch.Tensor, bool]:
+def column_major(t: torch.Tensor) -> torch.Tensor:
     """``t`` itself unless it is row-major (its last dim contiguous, more than one row and column), else a
-    column-major copy (``t.t().contiguous().t()``); and whether it was copied."""
+    column-major copy (``t.t().contiguous().t()``)."""
     rows, cols = t.shape
-    if rows > 1 and cols > 1 and _unit_stride_dim(t) == 1:
-        return t.t().contiguous().t(), True
-    return t, False
+    return t.t().contiguous().t() if rows > 1 and cols > 1 and _unit_stride_dim(t) == 1 else t
 
 
 def stacked_rows(a: torch.Tensor) -> torch.Tensor | None:

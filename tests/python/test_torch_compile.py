@@ -146,11 +146,15 @@ def test_compile_fullgraph_grouped_mm_every_mode_and_copied_layout():
     g, m, k, n = 4, 16, 32, 24
     offs_m, offs_k, offs_n = offsets_of([5, 0, 9, 2]), offsets_of([8, 16, 0, 8]), offsets_of([8, 0, 8, 8])
     w = randn(g, k, n, seed=1)
-    calls = [
-        (randn(g * m, k, seed=2), w, offs_m), (randn(k, g * m, seed=3).t(), w, offs_m),
-        (randn(32, k, seed=4).t(), randn(32, n, seed=5), offs_k), (randn(k, 32, seed=6), randn(n, 32, seed=7).t(), offs_k),
-        (randn(g, m, k, seed=8), w, None), (randn(g, k, m, seed=9).mT, w, None),
-        (randn(g, m, k, seed=10), randn(24, k, seed=11).t(), offs_n), (randn(g, m, k, seed=12), randn(k, 24, seed=13), offs_n),
+    calls = [  # (a, b, offs): each mode's native layout, then the one it copies
+        (randn(g * m, k, seed=2), w, offs_m),
+        (randn(k, g * m, seed=3).t(), w, offs_m),
+        (randn(32, k, seed=4).t(), randn(32, n, seed=5), offs_k),
+        (randn(k, 32, seed=6), randn(n, 32, seed=7).t(), offs_k),
+        (randn(g, m, k, seed=8), w, None),
+        (randn(g, k, m, seed=9).mT, w, None),
+        (randn(g, m, k, seed=10), randn(24, k, seed=11).t(), offs_n),
+        (randn(g, m, k, seed=12), randn(k, 24, seed=13), offs_n),
     ]
     torch._dynamo.reset()
     compiled = torch.compile(lambda a, b, o: mt.grouped_mm(a, b, o, zero_tail=True), fullgraph=True)
