@@ -273,6 +273,8 @@ def _ragged_k_mm(a, b, offs, out_dtype, zero_tail=False, validate=False):
     if b.shape[0] > 1 and b.shape[1] > 1 and b.stride(1) != 1:
         raise ValueError(f"{_OP}: b: expected a row-major or column-major (T, N) tensor (stride(1) == 1 or "
                          f"stride(0) == 1, without overlapping rows or columns), got strides {tuple(b.stride())}")
+    if a.shape[0] == 0 and offs.dim() == 1 and offs.dtype == torch.int32:  # H = 0: the empty (E, 0, N) product
+        return (a @ b).unsqueeze(0).expand(offs.shape[0], 0, b.shape[1]).to(out_dtype or a.dtype)
     if offs.dim() == 1 and offs.shape[0] == 0:  # no groups, no output (as torch._grouped_mm)
         _check_no_groups(a, b, a.shape[1], b.shape[0], "b.shape[0]", b.shape[1], out_dtype, offs, ragged_k=True)
         if a.shape[0] % (16 // a.element_size()):
@@ -303,6 +305,8 @@ def _ragged_n_mm(a, b, offs, out_dtype, zero_tail, validate):
         raise ValueError(f"{_OP}: offs: expected shape (G={g},) with G from a.shape[0], got {tuple(offs.shape)}")
     if b.dtype != a.dtype:
         raise ValueError(f"{_OP}: b: expected a's dtype {a.dtype}, got {b.dtype}")
+    if m == 0 and offs.dtype == torch.int32:  # no output rows, as torch._grouped_mm: the empty product
+        return (a.reshape(0, k) @ b).to(out_dtype or a.dtype)
     for what, dtype in (("a", a.dtype), ("out", out_dtype or a.dtype)):
         per_16_bytes = max(1, 16 // dtype.itemsize)
         if m % per_16_bytes:
@@ -361,7 +365,8 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
     column-major (3-D x 2-D), and every 3-D weight.
 
     E = 0 (no groups) is accepted in every mode, as by ``torch._grouped_mm``: 2-D x 3-D gives (M, N) rows that
-    are all past the last offset; the other modes give (0, ., .).
+    are all past the last offset, 3-D x 2-D (M, N) columns that are; the other modes give (0, ., .). An empty
+    output extent (M = 0, or H = 0 in 2-D x 2-D) gives the empty output.
 
     Rows at or past ``offs[-1]`` (2-D x 3-D; columns for 3-D x 2-D): not written, content unspecified, as
     ``torch._grouped_mm`` (whose output is an uninitialised ``empty`` there, on CPU and CUDA);
@@ -392,6 +397,9 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
     if out_dtype is not None and out_dtype not in _OUT_DTYPES:
         raise ValueError(f"{_OP}: out_dtype: expected None, torch.bfloat16, torch.float16 or torch.float32, "
                          f"got {out_dtype!r}")
+    if a.dtype not in _IN_DTYPES:  # in every mode, before an inner op would name its own operands
+        raise ValueError(f"{_OP}: a: expected dtype torch.bfloat16 (torch.float16, torch.float32 or torch.float64 "
+                         f"on CPU), got {a.dtype}")
     a_rank, b_rank = a.dim(), b.dim()
     if a_rank == 2 and b_rank == 3:
         if offs is None:
@@ -423,9 +431,10 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
         if rows is None:
             raise ValueError(f"{_OP}: a: expected an (E, M, K) tensor whose K dim (stride(-1) == 1) or M dim "
                              f"(stride(-2) == 1) is contiguous, got strides {tuple(a.stride())}")
-        if e == 0:  # no groups, no output (as torch._grouped_mm)
+        if e == 0:  # no groups, no output (as torch._grouped_mm); the empty product keeps the autograd graph
             _check_no_groups(a, b, k, b.shape[1], "b.shape[1]", b.shape[2], out_dtype, bias=bias)
-            return a.new_empty((0, m, b.shape[2]), dtype=out_dtype or a.dtype)
+            out = torch.matmul(a, b).to(out_dtype or a.dtype)
+            return out if bias is None else out + bias.unsqueeze(1).to(out.dtype)
         ends = torch.arange(1, e + 1, device=a.device, dtype=torch.int32) * m
         out = _rows_mm(rows, b, ends, bias, out_dtype, zero_tail)
         return out.view(e, m, out.shape[-1])  # not -1: M = 0 gives 0 elements, which -1 cannot size

@@ -11,41 +11,33 @@ from __future__ import annotations
 import torch
 
 
-def _unit_stride_dim(t: torch.Tensor) -> int | None:
-    """0 or 1: the dim of a 2-D ``t`` along which its elements are contiguous with the other dim's stride
-    at least that dim's extent (its rows or columns do not overlap); None for any other layout. A tensor with
-    one row or one column is row-major (1) whatever its strides."""
+def _rows_readable(t: torch.Tensor) -> bool:
+    """Whether a 2-D ``t`` is row-major as the ops read it: a unit column stride (or one column) and rows that
+    do not overlap (or one row)."""
     rows, cols = t.shape
-    if rows <= 1 or cols <= 1:
-        return 1
-    s0, s1 = t.stride()
-    if s1 == 1 and s0 >= cols:
-        return 1
-    if s0 == 1 and s1 >= rows:
-        return 0
-    return None
+    return (cols <= 1 or t.stride(1) == 1) and (rows <= 1 or t.stride(0) >= cols)
 
 
 def row_major(t: torch.Tensor) -> torch.Tensor:
-    """``t`` itself unless it is column-major (its first dim contiguous), else its row-major copy. A layout
-    that is neither is returned as it is, for the ops to refuse by name."""
-    return t.contiguous() if _unit_stride_dim(t) == 0 else t
+    """``t`` itself where the ops read it row-major, its row-major copy where it is column-major (its first
+    dim contiguous, or one row at any column stride), else ``t`` as it is, for the ops to refuse by name."""
+    if _rows_readable(t):
+        return t
+    return t.contiguous() if _rows_readable(t.t()) else t
 
 
 def column_major(t: torch.Tensor) -> torch.Tensor:
-    """``t`` itself unless it is row-major (its last dim contiguous, more than one row and column), else a
-    column-major copy (``t.t().contiguous().t()``)."""
-    rows, cols = t.shape
-    return t.t().contiguous().t() if rows > 1 and cols > 1 and _unit_stride_dim(t) == 1 else t
+    """``t`` itself where its transpose is row-major as the ops read it, else a column-major copy of a
+    row-major ``t`` (``t.t().contiguous().t()``); a layout that is neither is returned as it is."""
+    return row_major(t.t()).t()
 
 
 def stacked_rows(a: torch.Tensor) -> torch.Tensor | None:
-    """An (E, M, K) ``a`` as one (E*M, K) row-major matrix: a view where its strides allow one, else a copy
-    when each group is row-major or column-major (a slice of a wider or longer stack, a transposed view);
-    None for any other layout."""
+    """An (E, M, K) ``a`` as one (E*M, K) matrix the ops read row-major: a view where its strides allow one,
+    else a copy, when each group is row-major or column-major (a slice of a wider or longer stack, a
+    transposed view); None for any other layout."""
     e, m, k = a.shape
-    # Decided from the strides (a failed view raises another error type while torch.compile traces).
-    stacked = e <= 1 or m <= 1 or a.stride(0) == m * a.stride(1)
-    if stacked or k <= 1 or a.stride(-1) == 1 or a.stride(-2) == 1:
-        return a.reshape(e * m, k)  # a view where the strides allow one
-    return None
+    if not (m <= 1 or k <= 1 or a.stride(-1) == 1 or a.stride(-2) == 1):
+        return None
+    rows = a.reshape(e * m, k)  # a view where the strides allow one (decided from them: no failed view)
+    return rows if _rows_readable(rows) else rows.contiguous()

@@ -296,6 +296,64 @@ def test_3d_2d_tail_columns(device):
     assert (a.grad[1] == 0).all()  # the empty group's weights get exact zeros
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_layouts_with_a_dim_of_one_and_single_column_major_groups(device):
+    """Operands with a dim of one at any stride, and a 3-D a whose one group (or rows of one) is column-major,
+    run forward and backward as torch._grouped_mm runs them (they used to be refused, or crash in dB)."""
+    bf, on = torch.bfloat16, dict(device=device)
+    cases = [  # (a, b, offs)
+        (randn(8, 16, **on).t()[:1], randn(1, 8, 8, **on), offsets_of([1], device)),  # 2-D x 3-D, M = 1
+        (randn(8, 16, **on)[:, :1], randn(1, 8, **on), offsets_of([1], device)),  # 2-D x 2-D, T = 1
+        (randn(1, 8, 8, **on), randn(8, 16, **on)[:, :1], offsets_of([1], device)),  # 3-D x 2-D, N = 1
+        (randn(2, 8, 16, **on).mT[:, :1], randn(2, 8, 8, **on), None),  # 3-D x 3-D, M = 1
+        (randn(1, 16, 8, **on).mT, randn(1, 16, 24, **on), None),  # 3-D x 3-D, one column-major group
+    ]
+    for a, b, offs in cases:
+        a, b = a.detach().requires_grad_(True), b.detach().requires_grad_(True)
+        assert a.dtype == b.dtype == bf
+        ref_a, ref_b = a.detach().double().cpu().requires_grad_(True), b.detach().double().cpu().requires_grad_(True)
+        if offs is None:
+            out, ref = mt.grouped_mm(a, b), torch.matmul(ref_a, ref_b)
+        elif a.dim() == 2 and b.dim() == 3:
+            out, ref = mt.grouped_mm(a, b, offs), ref_a @ ref_b[0]
+        else:
+            out, ref = mt.grouped_mm(a, b, offs), (ref_a @ ref_b if a.dim() == 2 else ref_a[0] @ ref_b)
+            ref = ref.unsqueeze(0) if a.dim() == 2 else ref
+        assert out.shape == ref.shape
+        assert_close(out, ref)
+        grad = randn(*out.shape, device=device, seed=89)
+        out.backward(grad)
+        ref.backward(grad.double().cpu())
+        assert_close(a.grad, ref_a.grad)
+        assert_close(b.grad, ref_b.grad)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_empty_outputs_keep_the_autograd_graph(device):
+    """No groups in 3-D x 3-D, M = 0 in 3-D x 2-D and H = 0 in 2-D x 2-D give torch._grouped_mm's empty outputs,
+    connected to the inputs (a backward through them gives zero gradients)."""
+    on = dict(device=device)
+    calls = [(randn(0, 16, 16, **on), randn(0, 16, 24, **on), None, (0, 16, 24)),
+             (randn(3, 0, 16, **on), randn(16, 24, **on), offsets_of([8, 16, 0], device), (0, 24)),
+             (randn(0, 24, **on), randn(24, 16, **on), offsets_of([8, 8, 8], device), (3, 0, 16))]
+    for a, b, offs, shape in calls:
+        a, b = a.requires_grad_(True), b.requires_grad_(True)
+        out = mt.grouped_mm(a, b) if offs is None else mt.grouped_mm(a, b, offs)
+        assert out.shape == shape and out.requires_grad
+        out.sum().backward()
+        assert a.grad.shape == a.shape and (b.grad == 0).all()
+
+
+def test_unsupported_input_dtypes_are_named_in_every_mode():
+    offs = offsets_of([M] * G)
+    for a, b in ((randn(M * G, K), randn(G, K, N)), (randn(K, M * G).t(), randn(M * G, N)),
+                 (randn(G, M, K), randn(G, K, N)), (randn(G, M, K), randn(K, N * G))):
+        bad_a, bad_b = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn)
+        with pytest.raises(ValueError, match=r"^grouped_mm: a: expected dtype torch\.bfloat16 \(torch\.float16, "
+                                             r"torch\.float32 or torch\.float64 on CPU\), got torch\.float8_e4m3fn$"):
+            mt.grouped_mm(bad_a, bad_b, None if a.dim() == 3 and b.dim() == 3 else offs)
+
+
 def test_operand_layouts_that_are_neither_row_nor_column_major_are_refused():
     offs = offsets_of([M] * G)
     every_other_column = randn(M * G, 2 * K, seed=80)[:, ::2]  # strides (128, 2)
@@ -307,8 +365,9 @@ def test_operand_layouts_that_are_neither_row_nor_column_major_are_refused():
         mt.grouped_mm(randn(M * G, M, seed=83).t(), randn(M * G, 2 * N, seed=84)[:, ::2], offs)
     with pytest.raises(ValueError, match=r"grouped_mm: a: expected an \(E, M, K\) tensor whose K dim"):
         mt.grouped_mm(randn(2 * G, M, 2 * K, seed=85)[::2, :, ::2], make_b(False, True, "cpu"))
-    with pytest.raises(ValueError, match=r"grouped_mm: a: expected a row-major matrix .*got strides \(256, 2\)"):
-        mt.grouped_mm(randn(G, 2 * M, 2 * K, seed=86)[:, ::2, ::2], make_b(False, True, "cpu"))  # one (E*M, K) view
+    with pytest.raises(ValueError, match=r"grouped_mm: a: expected an \(E, M, K\) tensor whose K dim .*got strides "
+                                         r"\(4096, 256, 2\)"):  # one (E*M, K) view exists, with the caller's strides
+        mt.grouped_mm(randn(G, 2 * M, 2 * K, seed=86)[:, ::2, ::2], make_b(False, True, "cpu"))
 
 
 def _torch_ref_or_none(a, b, offs, sizes):
