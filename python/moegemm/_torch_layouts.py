@@ -21,7 +21,7 @@ def _rows_readable(t: torch.Tensor) -> bool:
 def row_major(t: torch.Tensor) -> torch.Tensor:
     """``t`` itself where the ops read it row-major, its row-major copy where it is column-major (its first
     dim contiguous, or one row at any column stride), else ``t`` as it is, for the ops to refuse by name."""
-    if _rows_readable(t):
+    if t.is_contiguous() or _rows_readable(t):  # one call into torch on the usual eager path
         return t
     return t.contiguous() if _rows_readable(t.t()) else t
 
