@@ -27,8 +27,7 @@ import sys
 from pathlib import Path
 
 from peers import group_sizes
-from power import parse_interleaved, torch_on_cuda
-from timing import interleaved_us
+from power import grouped_mm_variants, parse_interleaved, torch_on_cuda
 
 DEFAULT_ONLY = ("seed-8k", "dsv3-down", "qwen3-up", "qwen3-down", "gptoss-up")
 
@@ -52,7 +51,6 @@ def main(argv=None) -> int:
     torch = torch_on_cuda("operand_layouts.py")
     if torch is None:
         return 2
-    import moegemm.torch as mt
 
     rows, status = [], 0
     print(f"{'workload':>13} {'mode':>8} {'layout':>28} {'equal':>5} {'torch us':>9} {'moegemm us':>10} "
@@ -67,15 +65,8 @@ def main(argv=None) -> int:
         sizes[-1] += m - sizes.sum()
         offs = torch.tensor(sizes, device="cuda").cumsum(0).to(torch.int32)
         for mode, layouts in operands(torch, m, n, k, e).items():
-            native = mt.grouped_mm(*layouts["native"], offs)
-            equal = {lay: bool(torch.equal(mt.grouped_mm(a, b, offs), native)) for lay, (a, b) in layouts.items()}
+            equal, us = grouped_mm_variants(torch, layouts, offs, args)
             status |= 0 if all(equal.values()) else 1
-            systems = {}
-            for lay, (a, b) in layouts.items():
-                systems[f"moegemm {lay}"] = [lambda a=a, b=b: mt.grouped_mm(a, b, offs)]
-                systems[f"torch {lay}"] = [lambda a=a, b=b: torch._grouped_mm(a, b, offs=offs)]
-            us = interleaved_us(torch, "cuda", systems, warmup=2, iters=args.rounds * args.calls,
-                                rounds=args.rounds)
             for lay in layouts:
                 row = {"workload": name, "mode": mode, "layout": lay, "M": m, "N": n, "K": k, "E": e,
                        "bitwise_equal_to_native": equal[lay], "torch_us": us[f"torch {lay}"],
@@ -87,7 +78,7 @@ def main(argv=None) -> int:
                 print(f"{name:>13} {mode:>8} {lay:>28} {str(equal[lay]):>5} {row['torch_us']:9.1f} "
                       f"{row['moegemm_us']:10.1f} {row['torch_over_moegemm']:13.3f} "
                       f"{row['moegemm_over_native']:14.3f} {row['torch_over_native']:12.3f}", flush=True)
-            del native, systems, layouts
+            del layouts
         torch.cuda.empty_cache()
     if args.json:
         out = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "rounds": args.rounds,

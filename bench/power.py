@@ -42,7 +42,7 @@ from datetime import datetime
 from pathlib import Path
 
 from peers import group_sizes, rotation
-from timing import rotated
+from timing import interleaved_us, rotated
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_ONLY = ("seed-16k", "qwen3-down", "dsv3-up")
@@ -222,6 +222,25 @@ def torch_with_moegemm(program: str):
         print(f"{program}: needs torch and the moegemm torch ops: {err}", file=sys.stderr)
         return None
     return torch
+
+
+def grouped_mm_variants(torch, variants: dict, offs, args) -> tuple[dict, dict]:
+    """moegemm.torch.grouped_mm and torch._grouped_mm on each operand variant {name: (a, b)}, the first the
+    reference: ({name: whether moegemm's output is bitwise its output on the first}, {"moegemm <name>" and
+    "torch <name>": median µs per call}), timed interleaved in args.rounds rounds of args.calls calls each
+    (timing.interleaved_us, every round behind a sleep kernel)."""
+    import moegemm.torch as mt
+
+    outputs = {name: mt.grouped_mm(a, b, offs) for name, (a, b) in variants.items()}
+    first = next(iter(outputs.values()))
+    equal = {name: bool(torch.equal(out, first)) for name, out in outputs.items()}
+    del outputs, first
+    systems = {}
+    for name, (a, b) in variants.items():
+        systems[f"moegemm {name}"] = [lambda a=a, b=b: mt.grouped_mm(a, b, offs)]
+        systems[f"torch {name}"] = [lambda a=a, b=b: torch._grouped_mm(a, b, offs=offs)]
+    device = offs.device.type
+    return equal, interleaved_us(torch, device, systems, warmup=2, iters=args.rounds * args.calls, rounds=args.rounds)
 
 
 def torch_on_cuda(program: str):

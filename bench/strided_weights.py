@@ -24,8 +24,7 @@ import sys
 from pathlib import Path
 
 from peers import group_sizes
-from power import parse_interleaved, torch_on_cuda
-from timing import interleaved_us
+from power import grouped_mm_variants, parse_interleaved, torch_on_cuda
 
 DEFAULT_ONLY = ("seed-8k", "mixtral-down", "dsv3-down", "qwen3-up", "qwen3-down", "gptoss-up")
 PAD = 64  # elements past each row of the padded weight (128 bytes)
@@ -48,7 +47,6 @@ def main(argv=None) -> int:
     torch = torch_on_cuda("strided_weights.py")
     if torch is None:
         return 2
-    import moegemm.torch as mt
 
     rows, status = [], 0
     print(f"{'workload':>13} {'weight':>14} {'equal':>5} {'torch us':>9} {'moegemm us':>10} {'torch/moegemm':>13} "
@@ -59,14 +57,8 @@ def main(argv=None) -> int:
         offs = torch.tensor(group_sizes("uniform", m, e, 0), device="cuda").cumsum(0).to(torch.int32)
         a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         ws = weights(torch, e, k, n)
-        reference = mt.grouped_mm(a, ws["packed"], offs)
-        equal = {w: bool(torch.equal(mt.grouped_mm(a, b, offs), reference)) for w, b in ws.items()}
+        equal, us = grouped_mm_variants(torch, {w: (a, b) for w, b in ws.items()}, offs, args)
         status |= 0 if all(equal.values()) else 1
-        systems = {}
-        for w, b in ws.items():
-            systems[f"moegemm {w}"] = [lambda b=b: mt.grouped_mm(a, b, offs)]
-            systems[f"torch {w}"] = [lambda b=b: torch._grouped_mm(a, b, offs=offs)]
-        us = interleaved_us(torch, "cuda", systems, warmup=2, iters=args.rounds * args.calls, rounds=args.rounds)
         for w in ws:
             row = {"workload": name, "weight": w, "M": m, "N": n, "K": k, "E": e, "bitwise_equal_to_packed": equal[w],
                    "torch_us": us[f"torch {w}"], "moegemm_us": us[f"moegemm {w}"],
@@ -77,7 +69,7 @@ def main(argv=None) -> int:
             print(f"{name:>13} {w:>14} {str(equal[w]):>5} {row['torch_us']:9.1f} {row['moegemm_us']:10.1f} "
                   f"{row['torch_over_moegemm']:13.3f} {row['moegemm_over_packed']:14.3f} "
                   f"{row['torch_over_packed']:12.3f}", flush=True)
-        del a, ws, reference, systems
+        del a, ws
         torch.cuda.empty_cache()
     if args.json:
         out = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "rounds": args.rounds,
