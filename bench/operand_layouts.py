@@ -1,17 +1,20 @@
-"""`moegemm.torch.grouped_mm` and `torch._grouped_mm` on the 2-D operand layouts the kernels do not read in place.
+"""`moegemm.torch.grouped_mm` and `torch._grouped_mm` on both orders of each 2-D operand.
 
 `torch._grouped_mm` takes each 2-D operand row-major or column-major. The moegemm kernels read the 2-D x 3-D
-mode's `a` row-major and the 2-D x 2-D mode's operands token-major; `grouped_mm` copies an operand in the
-other order first (docs/torch.md, "Layouts"). For each selected GEMM of the workloads file (uniform routing,
-bench/peers.py's group sizes rounded down to multiples of 16 rows, for torch) this checks that
-moegemm's output on the copied layout is bitwise its output on the native one, then times both systems on
-both layouts interleaved, per mode:
-- rows (2-D x 3-D, the forward): `a` (M, K) row-major (native) and column-major (copied);
+mode's `a` in either order (a column-major `a` through M-major A tiles), but the 2-D x 2-D mode's operands
+token-major only: `grouped_mm` copies a row-major `a` or column-major `b` there first (docs/torch.md,
+"Layouts"). For each selected GEMM of the workloads file (uniform routing, bench/peers.py's group sizes
+rounded down to multiples of 16 rows, for torch) this checks that moegemm's output on the other layout is
+bitwise its output on the first one, then times both systems on both layouts interleaved, per mode:
+- rows (2-D x 3-D, the forward): `a` (M, K) row-major and column-major (read in place);
+- rows_any_start: the same with bench/peers.py's group sizes as they are (experts starting at any row, where
+  a column-major `a`'s tiles start 8-row aligned), moegemm on both layouts, torch on the row-major one only
+  (torch._grouped_mm refuses such groups on a column-major `a`);
 - ragged_k (2-D x 2-D, the weight gradient X^T dY): `a` = X.t() and `b` = dY token-major (native), and
   `a` row-major with `b` column-major (both copied).
 --rounds rounds of --calls calls each, every round behind a sleep kernel (bench/timing.py's interleaved_us),
-median µs per call. Ratios: other layout / native for each system (the copy's cost for moegemm, torch's own
-cost of the layout), torch / moegemm per layout.
+median µs per call. Ratios: other layout / native for each system (what the other order costs: M-major
+tiles or a copy for moegemm), torch / moegemm per layout.
 
 Usage: PYTHONPATH=build/python python3 bench/operand_layouts.py [--only qwen3-down dsv3-down | --only all]
                                                                [--rounds 7] [--calls 6] [--json out.json]
@@ -53,7 +56,7 @@ def main(argv=None) -> int:
         return 2
 
     rows, status = [], 0
-    print(f"{'workload':>13} {'mode':>8} {'layout':>28} {'equal':>5} {'torch us':>9} {'moegemm us':>10} "
+    print(f"{'workload':>13} {'mode':>14} {'layout':>28} {'equal':>5} {'torch us':>9} {'moegemm us':>10} "
           f"{'torch/moegemm':>13} {'moegemm/native':>14} {'torch/native':>12}")
     for name in args.only:
         g = gemms[name]
@@ -61,23 +64,31 @@ def main(argv=None) -> int:
         # Groups in whole multiples of 16 rows (the remainder to the last group): on a column-major a or a
         # ragged K, torch._grouped_mm checks each group's extent on the device (16-byte multiples), and a
         # refused group is a device-side assert that ends the process.
-        sizes = group_sizes("uniform", m, e, 0) // 16 * 16
+        any_sizes = group_sizes("uniform", m, e, 0)
+        sizes = any_sizes // 16 * 16
         sizes[-1] += m - sizes.sum()
         offs = torch.tensor(sizes, device="cuda").cumsum(0).to(torch.int32)
-        for mode, layouts in operands(torch, m, n, k, e).items():
-            equal, us = grouped_mm_variants(torch, layouts, offs, args)
+        any_offs = torch.tensor(any_sizes, device="cuda").cumsum(0).to(torch.int32)
+        modes = operands(torch, m, n, k, e)
+        modes["rows_any_start"] = modes["rows"]
+        for mode, layouts in modes.items():
+            any_start = mode == "rows_any_start"
+            equal, us = grouped_mm_variants(torch, layouts, any_offs if any_start else offs, args,
+                                            torch_variants=("native",) if any_start else None)
             status |= 0 if all(equal.values()) else 1
             for lay in layouts:
+                torch_us = us.get(f"torch {lay}")
                 row = {"workload": name, "mode": mode, "layout": lay, "M": m, "N": n, "K": k, "E": e,
-                       "bitwise_equal_to_native": equal[lay], "torch_us": us[f"torch {lay}"],
+                       "bitwise_equal_to_native": equal[lay], "torch_us": torch_us,
                        "moegemm_us": us[f"moegemm {lay}"],
-                       "torch_over_moegemm": us[f"torch {lay}"] / us[f"moegemm {lay}"],
+                       "torch_over_moegemm": torch_us and torch_us / us[f"moegemm {lay}"],
                        "moegemm_over_native": us[f"moegemm {lay}"] / us["moegemm native"],
-                       "torch_over_native": us[f"torch {lay}"] / us["torch native"]}
+                       "torch_over_native": torch_us and torch_us / us["torch native"]}
                 rows.append(row)
-                print(f"{name:>13} {mode:>8} {lay:>28} {str(equal[lay]):>5} {row['torch_us']:9.1f} "
-                      f"{row['moegemm_us']:10.1f} {row['torch_over_moegemm']:13.3f} "
-                      f"{row['moegemm_over_native']:14.3f} {row['torch_over_native']:12.3f}", flush=True)
+                fmt = lambda v, w, d: f"{v:{w}.{d}f}" if v is not None else f"{'-':>{w}}"
+                print(f"{name:>13} {mode:>14} {lay:>28} {str(equal[lay]):>5} {fmt(torch_us, 9, 1)} "
+                      f"{row['moegemm_us']:10.1f} {fmt(row['torch_over_moegemm'], 13, 3)} "
+                      f"{row['moegemm_over_native']:14.3f} {fmt(row['torch_over_native'], 12, 3)}", flush=True)
             del layouts
         torch.cuda.empty_cache()
     if args.json:

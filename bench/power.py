@@ -224,11 +224,12 @@ def torch_with_moegemm(program: str):
     return torch
 
 
-def grouped_mm_variants(torch, variants: dict, offs, args) -> tuple[dict, dict]:
+def grouped_mm_variants(torch, variants: dict, offs, args, torch_variants=None) -> tuple[dict, dict]:
     """moegemm.torch.grouped_mm and torch._grouped_mm on each operand variant {name: (a, b)}, the first the
     reference: ({name: whether moegemm's output is bitwise its output on the first}, {"moegemm <name>" and
     "torch <name>": median µs per call}), timed interleaved in args.rounds rounds of args.calls calls each
-    (timing.interleaved_us, every round behind a sleep kernel)."""
+    (timing.interleaved_us, every round behind a sleep kernel). torch runs on the variants named in
+    `torch_variants` only (default: all of them)."""
     import moegemm.torch as mt
 
     outputs = {name: mt.grouped_mm(a, b, offs) for name, (a, b) in variants.items()}
@@ -238,7 +239,8 @@ def grouped_mm_variants(torch, variants: dict, offs, args) -> tuple[dict, dict]:
     systems = {}
     for name, (a, b) in variants.items():
         systems[f"moegemm {name}"] = [lambda a=a, b=b: mt.grouped_mm(a, b, offs)]
-        systems[f"torch {name}"] = [lambda a=a, b=b: torch._grouped_mm(a, b, offs=offs)]
+        if torch_variants is None or name in torch_variants:
+            systems[f"torch {name}"] = [lambda a=a, b=b: torch._grouped_mm(a, b, offs=offs)]
     device = offs.device.type
     return equal, interleaved_us(torch, device, systems, warmup=2, iters=args.rounds * args.calls, rounds=args.rounds)
 

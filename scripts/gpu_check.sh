@@ -99,7 +99,7 @@ for stage in "${stages[@]}"; do
       ;;
     sanitize)
       note "compute-sanitizer"
-      SAN_FWD='ForwardGpu.GarbageOffsets*:ForwardGpu.CasesC03C04C07:ForwardGpu.StridedWeightStacks'
+      SAN_FWD='ForwardGpu.GarbageOffsets*:ForwardGpu.CasesC03C04C07:ForwardGpu.StridedWeightStacks:ForwardGpu.ColumnMajorA'
       SAN_SMALL='ForwardGpu.CasesC03C04C07:BackwardGpu.DgluReductionsAndWgradSmall'
       sanitize sanitize_memcheck memcheck memcheck \
         "$SAN_FWD:ForwardGpu.GroupSizeEdgeCases:BackwardGpu.GarbageOffsets*:BackwardGpu.GroupSizeEdgeCases:BackwardGpu.CasesC03C12EmptyExperts"

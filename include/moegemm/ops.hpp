@@ -71,7 +71,7 @@ struct ExpertWeights {
 
 /// §1 grouped_gemm. G[r,:] = alpha[g] * A[r,:] @ B_g^T + bias[g,:];  D = prob[r] * G;  C = G.
 struct GroupedGemmArgs {
-  TensorView a;        ///< (M, K) row-major, bf16/f16
+  TensorView a;        ///< (M, K) row-major or column-major (stride(0) == 1; docs/ops.md §1), bf16/f16
   ExpertWeights b;     ///< N columns
   TensorView offsets;  ///< (E,) int32
   TensorView alpha;    ///< optional (E,) f32, default 1

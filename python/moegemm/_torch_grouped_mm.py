@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from ._torch_errors import call_named, check_row_major, check_same_device
+from ._torch_errors import call_named, check_same_device
 from ._torch_first_order import first_order_only
-from ._torch_layouts import column_major, row_major, stacked_rows
+from ._torch_layouts import column_major, is_column_major, row_major, rows_or_columns, stacked_rows
 from ._torch_options import MAX_EXPERTS, MAX_OFFSET_ROWS, MAX_OPERAND_BYTES, check_flag
 from ._torch_weights import dense_grad, flipped, operand_view, weight_grad_like, weight_operand
 
@@ -98,7 +98,8 @@ class _RaggedRowsMM(torch.autograd.Function):
             da, _ = _GROUPED_GEMM(dout, b_op, offs, b_layout=flipped(ctx.layout), zero_tail=ctx.zero_tail)
         if ctx.needs_input_grad[1]:
             transpose, fix = weight_grad_like(ctx.layout)
-            db = fix(_WGRAD(a, dout, offs, transpose_output=transpose, out_dtype=ctx.b_dtype))
+            x = row_major(a)  # the weight gradient reads x token-major: a column-major a is copied here
+            db = fix(_WGRAD(x, dout, offs, transpose_output=transpose, out_dtype=ctx.b_dtype))
         return da, db, None, dbias, None, None, None
 
 
@@ -196,8 +197,11 @@ def _rows_mm(a, b, offs, bias, out_dtype, zero_tail, validate=False, names=_ROWS
         _check_no_groups(a, b, a.shape[1], b.shape[1], "b.shape[1]", b.shape[2], out_dtype, offs, bias,
                          out_rows=a_shape[0])
         rows_name = names[("grouped_gemm", "a")]
-        check_row_major(_OP, rows_name, a, "(M, K)", "; a column-major one (stride(0) == 1) is copied to it")
-        _check_aligned_rows(a, rows_name)
+        if not is_column_major(a):  # a column-major a meets the op's rules on that order, with groups
+            if a.shape[0] > 1 and a.shape[1] > 1 and a.stride(1) != 1:
+                raise ValueError(f"{_OP}: {rows_name}: expected a row-major or column-major (M, K) tensor "
+                                 f"(stride(1) == 1 or stride(0) == 1), got strides {tuple(a.stride())}")
+            _check_aligned_rows(a, rows_name)
         weight_operand(b, _OP, "b")  # its stride order, as with groups
         return _NoGroupsMM.apply(a, b, bias, out_dtype, zero_tail)
     needs_grad = torch.is_grad_enabled() and (
@@ -315,7 +319,7 @@ def _ragged_n_mm(a, b, offs, out_dtype, zero_tail, validate):
                              f"rows must be 16-byte aligned), got M={m}")
     weights = a.transpose(-2, -1)
     weight_operand(weights, _OP, "a (read as a.transpose(-2, -1))", dims=("K", "M"))
-    rows = row_major(b.t())  # the kernels read b.t() row-major: a row-major b is copied
+    rows = rows_or_columns(b.t())  # b.t() is read in place either way (b column-major: M-major A tiles)
     out_t = _rows_mm(rows, weights, offs, None, out_dtype, zero_tail, validate, names=_RAGGED_N_NAMES,
                      terms=_RAGGED_N_TERMS)
     return out_t.t()
@@ -333,10 +337,11 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
       output are ``a[rows] @ b[g] (+ bias[g])``. ``b`` may be row-major (N contiguous) or a transposed view
       of an (E, N, K) tensor (``w.mT``), with padded rows and any positive expert stride; the layout is read
       from the strides and ``b`` is not copied. Any other stride order raises ValueError. ``a`` is read in
-      place when row-major; a column-major ``a`` (``x.t()``) is copied to row-major first (see Layouts).
-      Differentiable in ``a``, ``b`` and ``bias``
-      (dA via grouped_gemm with the transposed weight, dB via grouped_gemm_wgrad: empty groups get exact
-      zeros). dA and dB read the incoming gradient rounded to ``a``'s dtype (the kernels take bf16
+      place row-major or column-major (``x.t()``, with a column stride a multiple of 16 bytes: M-major A
+      tiles, each expert's first tile starting at a row that is a multiple of 8; other column strides are
+      copied). Differentiable in ``a``, ``b`` and ``bias`` (dA via grouped_gemm with the transposed weight,
+      dB via grouped_gemm_wgrad, which reads a column-major ``a`` through a row-major copy: empty groups get
+      exact zeros). dA and dB read the incoming gradient rounded to ``a``'s dtype (the kernels take bf16
       operands), so an f32 gradient of an ``out_dtype=torch.float32`` call loses its low bits there; dbias
       sums it as it comes.
     - 2-D x 2-D (ragged K): ``a`` (H, T), ``b`` (T, N) -> (E, H, N) with ``out[g] = a[:, cols_g] @
@@ -354,15 +359,17 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
       ``out.t()[cols_g] = b.t()[cols_g] @ a.mT[g]``, so the result is the (M, N) view of an (N, M) row-major
       tensor (strides (1, M); ``torch._grouped_mm`` returns it row-major). M must be a multiple of 8 for
       16-bit types (the rows of ``out.t()`` and of ``a.mT``). ``a`` is read in place at any strides the
-      2-D x 3-D mode's ``b`` takes (as ``a.mT``), ``b`` in place when column-major (``w.t()`` of an (N, K)
-      tensor), copied when row-major. No ``bias``. Differentiable in ``a`` and ``b``; columns of ``out`` at or
-      past ``offs[-1]`` are the tail (``zero_tail``).
+      2-D x 3-D mode's ``b`` takes (as ``a.mT``), ``b`` in place either way (as ``b.t()``, as the 2-D x 3-D
+      mode reads ``a``; the backward's ``a`` gradient copies a row-major ``b`` first). No ``bias``.
+      Differentiable in ``a`` and ``b``; columns of ``out`` at or past ``offs[-1]`` are the tail
+      (``zero_tail``).
 
     Layouts: ``torch._grouped_mm`` takes each 2-D operand row-major or column-major, and so does this
-    function, but the kernels read only one order of the 2-D operands: the other is copied to it before the
-    call (one read and one write of that operand, in its dtype; its gradient comes back through the copy).
-    Read in place: ``a`` row-major (2-D x 3-D), ``a`` column-major and ``b`` row-major (2-D x 2-D), ``b``
-    column-major (3-D x 2-D), and every 3-D weight.
+    function. The ragged-M kernels read both orders of ``a`` (2-D x 3-D; ``b`` of 3-D x 2-D); the ragged-K
+    (weight gradient) kernels read their two operands token-major only, so the 2-D x 2-D mode copies a
+    row-major ``a`` or column-major ``b`` to that order first, and the backward of the ragged-M modes
+    copies a column-major operand before its weight gradient (one read and one write of that operand, in
+    its dtype; its gradient comes back through the copy). 3-D weights are never copied.
 
     E = 0 (no groups) is accepted in every mode, as by ``torch._grouped_mm``: 2-D x 3-D gives (M, N) rows that
     are all past the last offset, 3-D x 2-D (M, N) columns that are; the other modes give (0, ., .). An empty
@@ -404,7 +411,7 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
     if a_rank == 2 and b_rank == 3:
         if offs is None:
             raise ValueError(f"{_OP}: offs: required for 2-D x 3-D inputs (an (E,) torch.int32 tensor), got None")
-        a = row_major(a)  # the kernels read a row-major: a column-major a is copied
+        a = rows_or_columns(a)  # read in place row-major or column-major (M-major A tiles)
         return _rows_mm(a, b, offs, bias, out_dtype, zero_tail, validate)
     if a_rank == 2 and b_rank == 2:
         if offs is None:

@@ -1,9 +1,10 @@
 """The 2-D operand layouts ``torch._grouped_mm`` takes that the kernels do not read in place, and their copies.
 
-The kernels read the ragged-M product's activations row-major (K contiguous) and the ragged-K product's two
-operands token-major (the ragged dimension T is their rows in memory). ``torch._grouped_mm`` also takes the
-other order of each (PyTorch's own tests run all four combinations): ``grouped_mm`` copies such an operand
-to the order the kernels read (one read and one write of it, in its dtype) and says so in its docstring.
+The kernels read the ragged-M product's activations row-major or column-major, but the ragged-K product's
+two operands only token-major (the ragged dimension T is their rows in memory). ``torch._grouped_mm`` also
+takes the other order of those (PyTorch's own tests run all four combinations): ``grouped_mm`` copies such
+an operand to the order the kernels read (one read and one write of it, in its dtype) and says so in its
+docstring.
 """
 
 from __future__ import annotations
@@ -18,12 +19,28 @@ def _rows_readable(t: torch.Tensor) -> bool:
     return (cols <= 1 or t.stride(1) == 1) and (rows <= 1 or t.stride(0) >= cols)
 
 
+def is_column_major(t: torch.Tensor) -> bool:
+    """Whether a 2-D ``t`` with more than one row and column is column-major as the ops read it: its first dim
+    contiguous and its columns not overlapping."""
+    rows, cols = t.shape
+    return rows > 1 and cols > 1 and t.stride(0) == 1 and t.stride(1) >= rows
+
+
 def row_major(t: torch.Tensor) -> torch.Tensor:
     """``t`` itself where the ops read it row-major, its row-major copy where it is column-major (its first
     dim contiguous, or one row at any column stride), else ``t`` as it is, for the ops to refuse by name."""
     if t.is_contiguous() or _rows_readable(t):  # one call into torch on the usual eager path
         return t
     return t.contiguous() if _rows_readable(t.t()) else t
+
+
+def rows_or_columns(t: torch.Tensor) -> torch.Tensor:
+    """``t`` itself where the ragged-M kernels read it in place: row-major as ``row_major`` reads it, or
+    column-major with a column stride that is a multiple of 16 bytes (M-major A tiles); else ``row_major(t)``
+    (a column-major ``t`` at another stride is copied)."""
+    if is_column_major(t) and t.stride(1) * t.element_size() % 16 == 0:
+        return t
+    return row_major(t)
 
 
 def column_major(t: torch.Tensor) -> torch.Tensor:

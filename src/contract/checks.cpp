@@ -3,6 +3,7 @@
 #include <cmath>
 #include <initializer_list>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "contract/checks_pointers.hpp"
@@ -44,15 +45,17 @@ int64_t check_offsets(Rules& r, const TensorView& offsets) {
   return E;
 }
 
-/// A (M, K): the rows and the contraction of every GEMM.
-void check_a(Rules& r, const TensorView& a, Problem& p) {
+/// A (M, K): the rows and the contraction of every GEMM; row-major, or either order where `either_order`
+/// (grouped_gemm).
+void check_a(Rules& r, const TensorView& a, Problem& p, bool either_order = false) {
   r.shape("a", a, {{"M"}, {"K"}});
   r.input_dtype("a", a.dtype);
   p.M = a.shape[0];
   p.K = a.shape[1];
   p.input = a.dtype;
   r.positive("a", "K", p.K);
-  r.matrix("a", a, "K");
+  if (either_order) r.matrix_either_order("a", a, "M", "K");
+  else r.matrix("a", a, "K");
   r.kernel_extent("a", "M", p.M);
   r.kernel_extent("a", "K", p.K);
 }
@@ -228,10 +231,10 @@ void check_glu_params(Rules& r, const GluParams& glu) {
 
 /// The GEMM operands of every grouped op but wgrad: offsets, A, the expert weights and alpha.
 Problem check_grouped_gemm(Rules& r, const TensorView& a, const ExpertWeights& b, const TensorView& offsets,
-                           const TensorView& alpha) {
+                           const TensorView& alpha, bool a_either_order = false) {
   Problem p;
   p.E = check_offsets(r, offsets);
-  check_a(r, a, p);
+  check_a(r, a, p, a_either_order);
   check_weights(r, b, p);
   check_per_expert(r, "alpha", alpha, p);
   return p;
@@ -244,7 +247,8 @@ Problem check_grouped_forward(Rules& r, const Args& x) {
            {"bias", &x.bias, kIn}, {"d", &x.d, kOut}, {"c", &x.c, kOut}, {"b", &x.b.dense, kIn},
            {"b.ptrs", &x.b.ptrs, kIn}});
   r.settle();
-  Problem p = check_grouped_gemm(r, x.a, x.b, x.offsets, x.alpha);
+  // grouped_gemm reads a column-major A too (M-major A tiles); the other ops read it row-major.
+  Problem p = check_grouped_gemm(r, x.a, x.b, x.offsets, x.alpha, std::is_same_v<Args, GroupedGemmArgs>);
   check_per_row(r, "prob", x.prob, p);
   check_bias(r, x.bias, p);
   return p;

@@ -26,6 +26,9 @@ std::optional<Footprint> footprint(const TensorView& t) {
   if (t.rank == 2 && t.strides[1] == 1 && t.strides[0] >= t.shape[1]) {
     return Footprint{base, t.strides[0] * size, t.shape[0], t.shape[1] * size};
   }
+  if (t.rank == 2 && t.strides[0] == 1 && t.strides[1] >= t.shape[0]) {  // column-major: columns as the rows
+    return Footprint{base, t.strides[1] * size, t.shape[1], t.shape[0] * size};
+  }
   // Any other view (a strided stack of weights): the bytes from its first element to its last, a superset of
   // what it touches. Strides the rules admit are non-negative; a span past int64 (no such memory) is cut.
   int64_t last = 0;

@@ -303,6 +303,23 @@ void Rules::matrix(const char* name, const TensorView& t, const char* cols) cons
   aligned_base(name, t);
 }
 
+void Rules::matrix_either_order(const char* name, const TensorView& t, const char* rows, const char* cols) const {
+  const int64_t nrows = t.shape[0], ncols = t.shape[1];
+  if (nrows <= 1 || ncols <= 1 || t.strides[1] == 1 || t.strides[0] != 1) return matrix(name, t, cols);
+  if (t.strides[1] < nrows) {
+    fail(ErrorCode::invalid_argument, name,
+         "column stride stride(1) >= " + std::string(rows) + "=" + std::to_string(nrows) +
+             " for a column-major matrix (columns must not overlap)",
+         "stride(1)=" + std::to_string(t.strides[1]));
+  }
+  if (t.strides[1] % (16 / static_cast<int64_t>(dtype_size(t.dtype))) != 0) {
+    fail(ErrorCode::invalid_argument, name,
+         "a column stride that is a multiple of 16 bytes for a column-major matrix (16-byte alignment rule)",
+         "stride(1)=" + std::to_string(t.strides[1]) + " elements" + bytes_text(t.strides[1], t.dtype));
+  }
+  if (reads_pointer(t)) aligned_base(name, t);
+}
+
 bool Rules::reads_pointer(const TensorView& t) const {
   if (pointers_ != Pointers::given) return pointers_ == Pointers::check;
   if (t.data != nullptr) return true;

@@ -87,6 +87,10 @@ class Rules {
   /// 2-D operand: stride(1) == 1, stride(0) >= columns, and the 16-byte rule (base address, row length
   /// and row stride in bytes multiples of 16). `cols` names the column dimension for messages.
   void matrix(const char* name, const TensorView& t, const char* cols) const;
+  /// 2-D operand row-major (as `matrix`) or column-major: stride(0) == 1 with more than one row and column,
+  /// stride(1) >= the rows and a multiple of 16 bytes, 16-byte aligned (grouped_gemm's A, the transposed view
+  /// of a row-major (K, M) tensor). `rows` and `cols` name the dimensions for messages.
+  void matrix_either_order(const char* name, const TensorView& t, const char* rows, const char* cols) const;
   /// 3-D output (dense wgrad W): contiguous, 16-byte aligned, rows a multiple of 16 bytes.
   void stacked_matrices(const char* name, const TensorView& t, const char* cols) const;
   /// 3-D input read through one tensor map (dense B): unit stride in the last dim; a row stride >= the

@@ -18,6 +18,8 @@ enum class Schedule : uint8_t { cooperative, pingpong };
 /// m-grouped kernels (tiles over each expert's rows); block_n is 128 or 256 (dglu: 256 only with a saved tile;
 /// ping-pong: 128).
 void launch_linear(const KernelParams& p, int block_n, BLayout layout, int grid, cudaStream_t stream);
+/// The linear epilogue's cooperative kernel with M-major A tiles (a column-major A: p.tma_a is 3-D {M, K, 1}).
+void launch_linear_m_major_a(const KernelParams& p, int block_n, BLayout layout, int grid, cudaStream_t stream);
 /// The linear epilogue's cooperative kernel in cluster pairs that share B by TMA multicast (256-row tiles,
 /// no half tiles, static order: the caller sets p.half_tiles = false and no tile counter).
 void launch_linear_pairs(const KernelParams& p, int block_n, BLayout layout, int grid, cudaStream_t stream);

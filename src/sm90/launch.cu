@@ -336,7 +336,12 @@ void launch_forward(const ForwardProblem& f, cudaStream_t stream) {
                  p.preact.ld % 8 == 0 && reinterpret_cast<uintptr_t>(p.preact.ptr) % 16 == 0;
   // 128 columns per tile on the ping-pong kernel and for a dGLU without a saved tile; else the width the
   // heuristic picks (a 256-column dGLU tile takes two 128-column passes through the staging area).
-  const Schedule schedule = m_grouped_schedule(f, p.saved_tile, sms);
+  if (f.a_column_major && f.epilogue != EpilogueKind::linear) {  // the contract admits it for grouped_gemm only
+    throw Error(ErrorCode::internal, std::string(f.op) + ": a: a column-major A reached a kernel without M-major "
+                                                         "A tiles");
+  }
+  // A column-major A runs on the cooperative kernel only (the ping-pong and pair kernels read A K-major).
+  const Schedule schedule = f.a_column_major ? Schedule::cooperative : m_grouped_schedule(f, p.saved_tile, sms);
   const bool fixed_128 = schedule == Schedule::pingpong || (f.epilogue == EpilogueKind::dglu && !p.saved_tile);
   const int block_n = fixed_128            ? 128
                       : block_n_override() ? block_n_override()
@@ -356,10 +361,23 @@ void launch_forward(const ForwardProblem& f, cudaStream_t stream) {
     else p.red.dprob_partials = dprob_partials;
   }
 
-  const cuuint64_t a_dims[2] = {static_cast<cuuint64_t>(f.k), static_cast<cuuint64_t>(f.m)};
-  const cuuint64_t a_strides[1] = {map_pitch(f.m, f.a.stride(0), f.k, 2)};
-  const cuuint32_t a_box[2] = {64, 128};
-  p.tma_a = make_map(f.a.data, 2, a_dims, a_strides, a_box, "a");
+  if (f.a_column_major) {
+    // M contiguous: a 3-D map {M, K, 1}, each stage's 128 rows loaded as two 64 x 64 boxes (M-major tiles,
+    // as the weight gradient's X). Rows past M and columns past K zero-fill. A box must start at a 16-byte
+    // multiple along M (an unaligned start faults), so each expert's first tile starts at its first row
+    // rounded down to a multiple of 8, and the epilogue writes none of the rows before it.
+    p.tile_row_align = 8;
+    const cuuint64_t a_dims[3] = {static_cast<cuuint64_t>(f.m), static_cast<cuuint64_t>(f.k), 1};
+    const cuuint64_t pitch = static_cast<cuuint64_t>(f.a.stride(1)) * 2;
+    const cuuint64_t a_strides[2] = {pitch, pitch * static_cast<cuuint64_t>(f.k)};
+    const cuuint32_t a_box[3] = {64, 64, 1};
+    p.tma_a = make_map(f.a.data, 3, a_dims, a_strides, a_box, "a");
+  } else {
+    const cuuint64_t a_dims[2] = {static_cast<cuuint64_t>(f.k), static_cast<cuuint64_t>(f.m)};
+    const cuuint64_t a_strides[1] = {map_pitch(f.m, f.a.stride(0), f.k, 2)};
+    const cuuint32_t a_box[2] = {64, 128};
+    p.tma_a = make_map(f.a.data, 2, a_dims, a_strides, a_box, "a");
+  }
 
   // B as a 3-D map (inner, outer, expert) so that N and K tails zero-fill inside each expert. Dense weights
   // are read at their own row and expert strides (padded rows, strided stacks); pointer-mode weights get one
@@ -385,7 +403,8 @@ void launch_forward(const ForwardProblem& f, cudaStream_t stream) {
   // than half of it, since each CTA runs two tiles at a time).
   const int64_t max_tiles = ((f.m + 127) / 128 + std::min<int64_t>(f.num_experts, f.m)) * p.n_tiles;
   const int grid = persistent_grid(sms, schedule == Schedule::pingpong ? (max_tiles + 1) / 2 : max_tiles);
-  if (f.epilogue == EpilogueKind::linear && schedule == Schedule::cooperative && pairs_override()) {
+  if (f.epilogue == EpilogueKind::linear && schedule == Schedule::cooperative && pairs_override() &&
+      !f.a_column_major) {
     p.half_tiles = false;
     launch_linear_pairs(p, block_n, f.b_layout, grid, stream);
   } else {
@@ -393,7 +412,8 @@ void launch_forward(const ForwardProblem& f, cudaStream_t stream) {
       check_cuda(cudaMemsetAsync(tile_counter, 0, 4, stream), "cudaMemsetAsync(tile counter)");
       p.tile_counter = tile_counter;
     }
-    launch_m_grouped(f.epilogue, p, block_n, schedule, f.b_layout, grid, stream);
+    if (f.a_column_major) launch_linear_m_major_a(p, block_n, f.b_layout, grid, stream);
+    else launch_m_grouped(f.epilogue, p, block_n, schedule, f.b_layout, grid, stream);
   }
 
   if (p.red.dprob_partials) {

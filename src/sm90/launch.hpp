@@ -14,7 +14,8 @@ namespace moegemm::sm90 {
 /// rows. For the backward epilogues A is the incoming gradient and B the weights seen from the backward.
 struct ForwardProblem {
   const char* op;
-  TensorView a;             // (M, K) bf16
+  TensorView a;             // (M, K) bf16, row-major or (a_column_major) column-major
+  bool a_column_major = false;  // stride(0) == 1: M-major A tiles (grouped_gemm only, the linear epilogue)
   const void* b = nullptr;        // dense weights, (E, N, K) for nk or (E, K, N) for kn
   int64_t b_row_stride = 0, b_expert_stride = 0;  // their strides in elements (dims 1 and 0 of the stack)
   const int64_t* b_ptrs = nullptr;  // or (E,) device addresses of per-expert (N, K) / (K, N) matrices

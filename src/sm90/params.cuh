@@ -42,6 +42,10 @@ struct KernelParams {
   int n_tiles;   // tiles along N per expert
   int k_blocks;  // ceil(K / 64)
   bool half_tiles;  // an expert's last <= 64 rows run as a half tile (both warpgroups, half the columns each)
+  // m-grouped: an expert's first tile starts at its first row rounded down to a multiple of this (a power of
+  // two); 8 for M-major A, whose TMA boxes start at 16-byte multiples along M (the rows before the expert's
+  // are loaded and computed, not written)
+  int tile_row_align = 1;
   int* tile_counter;  // zeroed device counter of the dynamic tile order (tile_order.cuh), or nullptr: static
   const float* alpha;  // (E,) or nullptr -> alpha_scalar
   float alpha_scalar;

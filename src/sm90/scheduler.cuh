@@ -1,8 +1,9 @@
 // Tile scheduler over experts (m-grouped): which (expert, m-tile, n-tile) a persistent CTA computes next.
 //
 // Every CTA derives the same table from the (E,) device offsets at kernel start: clamped expert row
-// ranges and the exclusive prefix sum of each expert's tile count. Tiles never straddle experts: an
-// expert's tiles start at its own first row and its last tile is bounded by its end. Offsets are clamped,
+// ranges and the exclusive prefix sum of each expert's tile count. Tiles never write across experts: an
+// expert's tiles start at its own first row (or, with a row alignment, at that row rounded down, the rows
+// before it masked in the epilogue) and its last tile is bounded by its end. Offsets are clamped,
 // end_g = min(M, max(0, offsets[0..g])), which equals the running clamp of each end into
 // [previous end, M], so garbage offsets cannot address rows outside [0, M).
 #pragma once
@@ -18,8 +19,10 @@ namespace moegemm::sm90 {
 /// One output tile as a scheduler hands it out.
 struct WorkTile {
   int expert;
-  int row0;     // first output row of the tile
-  int row_end;  // end of the rows the tile may write (exclusive): rows [row0, min(row0 + BM, row_end))
+  int row0;       // first row of the tile (A's rows it loads)
+  int row_first;  // the rows the tile may write: [max(row0, row_first), min(row0 + BM, row_end)); row_first
+                  // exceeds row0 only in an expert's first tile under a row alignment (M-major A)
+  int row_end;
   int n_tile;
   int k_blocks;  // 64-wide k-blocks to accumulate (0: the tile is zero); -1 for m-grouped tiles, which all
                  // run KernelParams::k_blocks
@@ -43,12 +46,14 @@ struct ExpertTileScheduler {
   int num_experts;
   int n_tiles;
   int block_m;
+  int row_mask;  // ~(row alignment - 1): an expert's first tile starts at (first row & row_mask)
 
   /// Builds the table; every thread of the CTA must call it (it ends with __syncthreads).
-  /// offsets == nullptr means one group of M rows (dense ops).
+  /// offsets == nullptr means one group of M rows (dense ops). `row_align` (a power of two) rounds each
+  /// expert's first tile row down to a multiple of it.
   __device__ ExpertTileScheduler(Storage& storage, const int* offsets, int E, int M, int n_tiles_per_expert,
-                                 int bm)
-      : s(storage), num_experts(E), n_tiles(n_tiles_per_expert), block_m(bm) {
+                                 int bm, int row_align = 1)
+      : s(storage), num_experts(E), n_tiles(n_tiles_per_expert), block_m(bm), row_mask(-row_align) {
     int ends[kItems];
     const int base = threadIdx.x * kItems;
 #pragma unroll
@@ -65,7 +70,7 @@ struct ExpertTileScheduler {
       const int start = min(M, prefix_max[i]);
       const int end = min(M, max(prefix_max[i], ends[i]));
       const int g = base + i;
-      tiles[i] = g < E ? ((end - start + bm - 1) / bm) * n_tiles : 0;
+      tiles[i] = g < E && end > start ? ((end - (start & row_mask) + bm - 1) / bm) * n_tiles : 0;
       if (g < E) s.row_start[g] = start;
       if (g == E - 1) s.row_start[E] = end;
     }
@@ -83,7 +88,7 @@ struct ExpertTileScheduler {
 
   /// The kernel's table: tiles of 128 rows over the expert's rows, every one over all K.
   __device__ ExpertTileScheduler(Storage& storage, const KernelParams& p)
-      : ExpertTileScheduler(storage, p.offsets, p.num_experts, p.m, p.n_tiles, 128) {}
+      : ExpertTileScheduler(storage, p.offsets, p.num_experts, p.m, p.n_tiles, 128, p.tile_row_align) {}
 
   __device__ int total_tiles() const { return s.tile_start[num_experts]; }
 
@@ -97,7 +102,8 @@ struct ExpertTileScheduler {
     }
     const int g = lo;
     const int local = t - s.tile_start[g];
-    const int row_begin = s.row_start[g];
+    const int row_first = s.row_start[g];
+    const int row_begin = row_first & row_mask;  // g has tiles, so it has rows
     const int row_end = s.row_start[g + 1];
     const int m_tiles = (row_end - row_begin + block_m - 1) / block_m;
     const int group_span = kGroupM * n_tiles;
@@ -109,6 +115,7 @@ struct ExpertTileScheduler {
     tl.expert = g;
     const int m_local = m_first + within % group_m;
     tl.row0 = row_begin + m_local * block_m;
+    tl.row_first = row_first;
     tl.row_end = row_end;
     tl.n_tile = within / group_m;
     tl.k_blocks = -1;  // uniform: every tile runs KernelParams::k_blocks (kUniformK)

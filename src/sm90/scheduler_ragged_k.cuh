@@ -72,6 +72,7 @@ struct RaggedKScheduler {
     WorkTile tl;
     tl.expert = g;
     tl.row0 = (m_first + within % group_m) * 128;
+    tl.row_first = 0;
     tl.row_end = m;
     tl.n_tile = within / group_m;
     tl.k_blocks = k_blocks(g);

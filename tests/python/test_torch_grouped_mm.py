@@ -125,7 +125,8 @@ def test_2d_3d_backward_matches_torch(device):
 # PyTorch's four grouped_mm tests (test_grouped_gemm_2d_3d, _2d_2d, _3d_3d, _3d_2d) with every layout they
 # run: each 2-D operand row-major or column-major, each 3-D one per group either way, all of them also as
 # slices of wider or longer tensors (strided). Values and gradients against float64 autograd of the
-# per-group products, and against torch._grouped_mm; a copied layout gives bitwise what its packed copy gives.
+# per-group products, and against torch._grouped_mm; the other layout of an operand (read in place or
+# copied) gives bitwise what the kernels' first order gives.
 LAYOUTS = [(s, a_rm, b_rm) for s in (False, True) for a_rm in (False, True) for b_rm in (False, True)]
 
 
@@ -187,7 +188,7 @@ def test_pytorch_2d_3d_every_layout(device, strided, a_row_major, b_row_major):
         ours, theirs = _ours_and_torchs_grads(a, b, offs, grad_out)
         ref_out, ref_grads = _float64_grads(per_group, (a, b), grad_out)
         _check_against(ours, (ref_out, *ref_grads), theirs)
-        if not a_row_major:  # the copied layout: bitwise what the row-major copy gives
+        if not a_row_major:  # read in place (M-major A tiles): bitwise what its row-major copy gives
             assert torch.equal(ours[0], mt.grouped_mm(a.detach().contiguous(), b.detach(), offs))
 
 
@@ -220,7 +221,7 @@ def test_pytorch_3d_2d_every_layout(device, strided, a_row_major, b_row_major):
         ref_out, ref_grads = _float64_grads(per_group, (a, b), grad_out)
         assert ours[0].shape == (M, N * G) and ours[0].stride() == (1, M)
         _check_against(ours, (ref_out, *ref_grads), theirs)
-        if b_row_major is False:  # (K, N) row-major b: copied, bitwise what its column-major copy gives
+        if b_row_major is False:  # (K, N) row-major b, b.t() read M-major: bitwise what its copy gives
             assert torch.equal(ours[0], mt.grouped_mm(a.detach(), b.detach().t().contiguous().t(), offs))
 
 
@@ -276,6 +277,40 @@ def test_pytorch_2d_2d_every_layout(device, strided, a_row_major, b_row_major):
         if a_row_major or b_row_major:  # copied to the token-major order: bitwise what those copies give
             native = mt.grouped_mm(a.detach().t().contiguous().t(), b.detach().contiguous(), offs)
             assert torch.equal(ours[0], native)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_column_major_a_with_experts_from_any_row(device):
+    """A column-major ``a`` is read in place (M-major A tiles, each expert's first tile starting at its first
+    row rounded down to a multiple of 8): experts that start at odd rows, of one row or none give the
+    per-expert products and bitwise the row-major call's rows; rows past offs[-1] keep the poison of the
+    output's memory unless zero_tail. The same for the 3-D x 2-D mode's row-major ``b`` (read as ``b.t()``)."""
+    from moegemm._torch_layouts import rows_or_columns
+
+    m, k, n = 1000, 136, 192
+    sizes = [3, 5, 1, 0, 130, 7, 256, 61, 1, 300, 9]  # 773 rows: 227 past offs[-1]
+    offs = offsets_of(sizes, device)
+    end = sum(sizes)
+    x = randn(k, m, device=device, seed=31).t()  # (M, K) column-major, column stride M (2000 bytes)
+    assert rows_or_columns(x) is x  # read in place
+    assert rows_or_columns(randn(k, m + 4, device=device)[:, :m].t()).stride(1) == 1  # 2008 bytes: copied
+    w = randn(len(sizes), k, n, device=device, seed=32)
+    rows = torch.cat([x[r0:r0 + c].double().cpu() @ w[g].double().cpu()
+                      for g, (r0, c) in enumerate(zip(np.cumsum([0] + sizes[:-1]).tolist(), sizes))])
+    for zero_tail in (False, True):
+        poisoned = poison([m * n * 2], device)
+        got = mt.grouped_mm(x, w, offs, zero_tail=zero_tail)
+        assert torch.equal(got[:end], mt.grouped_mm(x.contiguous(), w, offs)[:end])
+        assert_close(got[:end], rows.to(got.device))
+        if zero_tail:
+            assert got[end:].eq(0).all()
+        elif poisoned:
+            assert got[end:].isnan().all()
+    # 3-D x 2-D: out[:, cols_g] = a[g] @ b[:, cols_g]; a row-major (K, N) b is read as the column-major b.t()
+    a3 = randn(len(sizes), 64, k, device=device, seed=33)
+    b2 = randn(k, m, device=device, seed=34)
+    out = mt.grouped_mm(a3, b2, offs)
+    assert torch.equal(out[:, :end], mt.grouped_mm(a3, b2.t().contiguous().t(), offs)[:, :end])
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -760,8 +795,8 @@ def test_zero_groups_check_their_operands():
     f64 = torch.float64  # an f64 bias is the CPU backend's, with groups or without
     assert mt.grouped_mm(randn(M, K, dtype=f64), randn(0, K, N, dtype=f64), no_offs,
                          bias=torch.zeros(0, N, dtype=f64)).shape == (M, N)
-    # Layouts that are neither row- nor column-major (a column-major one is copied, with groups or without).
-    with pytest.raises(ValueError, match=r"grouped_mm: a: expected a row-major \(M, K\) tensor"):
+    # Layouts that are neither row- nor column-major (a column-major one is read, with groups or without).
+    with pytest.raises(ValueError, match=r"grouped_mm: a: expected a row-major or column-major \(M, K\) tensor"):
         mt.grouped_mm(randn(M, 2 * K)[:, ::2], randn(0, K, N), no_offs)
     assert mt.grouped_mm(randn(K, M).t(), randn(0, K, N), no_offs, zero_tail=True).eq(0).all()
     with pytest.raises(ValueError, match=r"grouped_mm: b: expected a row-major or column-major \(T, N\) tensor"):

@@ -18,14 +18,17 @@ struct LinearEpilogue {
     return m;
   }
 
-  /// `acc` is this warpgroup's 64 x kBN slice; `cmap` its columns; rows [row0, row0 + 64).
+  /// `acc` is this warpgroup's 64 x kBN slice; `cmap` its columns; rows [row0, row0 + 64), of which it writes
+  /// those in [tile.row_first, tile.row_end).
   template <int kBN, int kRegs>
   __device__ static void apply(float (&acc)[kRegs], const KernelParams& p, const WorkTile& tile,
                                const ColumnMap& cmap, int /*d_col0*/, int64_t row0, const Staging<kBN>& st) {
     const int rows_valid = rows_in_warpgroup(row0, tile.row_end);
-    const bool use_tma = rows_valid == 64;  // columns are clipped by the tensor width alone
+    // Rows of the expert before this one in an aligned first tile (M-major A) are computed, not written.
+    const int rows_first = rows_in_warpgroup(row0, tile.row_first);
+    const bool use_tma = rows_valid == 64 && rows_first == 0;  // columns are clipped by the tensor width alone
     apply_alpha_bias<kBN>(acc, p, tile.expert, cmap, st.quad());
-    if (p.c.ptr) st.store_tile(acc, p.c, &p.tma_c, cmap, row0, rows_valid, use_tma);
+    if (p.c.ptr) st.store_tile(acc, p.c, &p.tma_c, cmap, row0, rows_valid, use_tma, rows_first);
     if (p.red.amax) {
       const int ra = st.row_a(), q = st.quad();
       float m = 0.f;
@@ -34,7 +37,8 @@ struct LinearEpilogue {
         const bool col_ok = cmap.base[i / 8] + (8 * i) % 64 + 2 * q < cmap.limit[i / 8];
 #pragma unroll
         for (int x = 0; x < 4; ++x) {
-          if (col_ok && ra + 8 * (x >> 1) < rows_valid) m = abs_max(m, acc[4 * i + x]);
+          const int r = ra + 8 * (x >> 1);
+          if (col_ok && r >= rows_first && r < rows_valid) m = abs_max(m, acc[4 * i + x]);
         }
       }
       warp_amax(p.red.amax, m);
@@ -49,7 +53,7 @@ struct LinearEpilogue {
         acc[4 * i + 3] *= pr.y;
       }
     }
-    st.store_tile(acc, p.d, &p.tma_d, cmap, row0, rows_valid, use_tma);
+    st.store_tile(acc, p.d, &p.tma_d, cmap, row0, rows_valid, use_tma, rows_first);
   }
 };
 

@@ -102,10 +102,10 @@ struct Staging {
   }
 
   /// Publishes the staged columns [col_begin, col_begin + cols) of the tile and stores them to rows
-  /// [row0, row0 + rows_valid) of `out`: by TMA when `use_tma` (whole 64-row slice, columns clipped only
-  /// by the tensor's width), else by bounds-checked 16-byte stores.
+  /// [row0 + rows_first, row0 + rows_valid) of `out`: by TMA when `use_tma` (whole 64-row slice, columns
+  /// clipped only by the tensor's width), else by bounds-checked 16-byte stores.
   __device__ void store(const OutMatrix& out, const CUtensorMap* map, const ColumnMap& cmap, int col_begin,
-                        int cols, int64_t row0, int rows_valid, bool use_tma) const {
+                        int cols, int64_t row0, int rows_valid, bool use_tma, int rows_first = 0) const {
     cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);  // generic-proxy writes -> TMA reads
     named_barrier_sync(barrier_id, 128);
     const int esize = out_elem_bytes(out.type);
@@ -125,11 +125,12 @@ struct Staging {
     }
     const int chunk_cols = 16 / esize;
     const int chunks_per_row = cols / chunk_cols;
-    const int total = rows_valid * chunks_per_row;
+    const int total = (rows_valid - rows_first) * chunks_per_row;
     uint8_t* base = static_cast<uint8_t*>(out.ptr);
     for (int idx = tid; idx < total; idx += 128) {
-      const int r = idx / chunks_per_row;
-      const int c = idx - r * chunks_per_row;
+      const int i = idx / chunks_per_row;
+      const int r = rows_first + i;
+      const int c = idx - i * chunks_per_row;
       const int sc = col_begin + c * chunk_cols;
       const int seg = sc >> 6;
       const int gcol = pick(cmap.base, seg) + (sc & 63);
@@ -183,19 +184,21 @@ struct Staging {
     }
   }
 
-  /// Stages every register of `acc` (2 kRegs columns, at most kBN) at its own column and stores the slice:
+  /// Stages every register of `acc` (2 kRegs columns, at most kBN) at its own column and stores the slice's
+  /// rows [rows_first, rows_valid):
   /// 16-bit outputs in one pass, f32 in one pass where the staging is twice the slice's width (a wide
   /// staging area, see WgradEpilogue) and else in two.
   template <int kRegs>
   __device__ void store_tile(const float (&acc)[kRegs], const OutMatrix& out, const CUtensorMap* map,
-                             const ColumnMap& cmap, int64_t row0, int rows_valid, bool use_tma) const {
+                             const ColumnMap& cmap, int64_t row0, int rows_valid, bool use_tma,
+                             int rows_first = 0) const {
     constexpr int kCols = 2 * kRegs;
     static_assert(kCols <= kBN, "the accumulator slice fits the staging width");
     if (out.type != OutType::f32) {  // one pass, by stmatrix
       acquire();
       if (out.type == OutType::bf16) stage_16bit<OutType::bf16>(acc);
       else stage_16bit<OutType::f16>(acc);
-      store(out, map, cmap, 0, kCols, row0, rows_valid, use_tma);
+      store(out, map, cmap, 0, kCols, row0, rows_valid, use_tma, rows_first);
       return;
     }
     constexpr int kPassCols = kRowBytes / 4 < kCols ? kRowBytes / 4 : kCols;
@@ -209,7 +212,7 @@ struct Staging {
         write_pair(ra, col - begin, OutType::f32, acc[4 * i], acc[4 * i + 1]);
         write_pair(ra + 8, col - begin, OutType::f32, acc[4 * i + 2], acc[4 * i + 3]);
       }
-      store(out, map, cmap, begin, kPassCols, row0, rows_valid, use_tma);
+      store(out, map, cmap, begin, kPassCols, row0, rows_valid, use_tma, rows_first);
     }
   }
 };

@@ -620,12 +620,13 @@ TEST(Contract, HostPointerTableEntriesAreCheckedOnHost) {
 // ---- layout (C13) ------------------------------------------------------------------------------------------
 
 TEST(Contract, TransposedViewsAreRejected) {
+  // Outputs, and A of every op but grouped_gemm (Contract.ColumnMajorA).
   Maker m{Device::cuda};
+  auto glu = glu_args(m);
+  glu.a = TensorView::strided(glu.a.data, DType::bf16, {kM, kK}, {1, kM}, Device::cuda);
+  expect_error([&] { contract::check(glu); }, ErrorCode::invalid_argument,
+               {"grouped_gemm_glu: a: expected a row-major matrix with unit column stride", "got strides (1, 96)"});
   auto x = grouped_gemm_args(m);
-  x.a = TensorView::strided(x.a.data, DType::bf16, {kM, kK}, {1, kM}, Device::cuda);
-  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
-               {"grouped_gemm: a: expected a row-major matrix with unit column stride", "got strides (1, 96)"});
-  x = grouped_gemm_args(m);
   x.d = TensorView::strided(x.d.data, DType::bf16, {kM, kN}, {1, kM}, Device::cuda);
   expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
                {"grouped_gemm: d: expected a row-major matrix", "got strides (1, 96)"});
@@ -1168,6 +1169,50 @@ TEST(Contract, StridedWeightStacks) {
                     "got stride(0)=549755813888 elements (1099511627776 bytes)"});
     }
   }
+}
+
+TEST(Contract, ColumnMajorA) {
+  // grouped_gemm reads a column-major A (the transposed view of a row-major (K, M) tensor, padded or not); the
+  // other ops read A row-major only. An output inside A's padding is not aliasing.
+  for (Device dev : {Device::cuda, Device::host}) {
+    Maker m{dev};
+    auto x = grouped_gemm_args(m);
+    auto column_major = [&](int64_t ld) {
+      return TensorView::strided(m.memory(static_cast<std::size_t>(kK * ld * 2)), DType::bf16, {kM, kK}, {1, ld}, dev);
+    };
+    x.a = column_major(kM);
+    EXPECT_EQ(contract::check(x), dev);
+    x.a = column_major(kM + 8);
+    EXPECT_EQ(contract::check(x), dev);
+    x.a = column_major(kM + 4);
+    expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+                 {"grouped_gemm: a: expected a column stride that is a multiple of 16 bytes for a column-major matrix",
+                  "got stride(1)=100 elements (200 bytes)"});
+    x.a = TensorView::strided(m.memory(static_cast<std::size_t>(kK * kM * 2)), DType::bf16, {kM, kK}, {1, kM - 8}, dev);
+    expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+                 {"grouped_gemm: a: expected column stride stride(1) >= M=96 for a column-major matrix",
+                  "got stride(1)=88"});
+    x.a = TensorView::strided(m.memory(static_cast<std::size_t>(kM * kK * 4)), DType::bf16, {kM, kK}, {2 * kK, 2}, dev);
+    expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+                 {"grouped_gemm: a: expected a row-major matrix with unit column stride", "got strides (128, 2)"});
+    auto glu = glu_args(m);
+    glu.a = column_major(kM);
+    expect_error([&] { contract::check(glu); }, ErrorCode::invalid_argument,
+                 {"grouped_gemm_glu: a: expected a row-major matrix with unit column stride", "got strides (1, 96)"});
+  }
+  // The gaps between a column-major A's columns may hold an output (the aliasing rule is exact for this
+  // layout): A's columns of 96 elements at a pitch of 224, d's rows of 128 elements in between.
+  Maker m{Device::cuda};
+  auto x = grouped_gemm_args(m);
+  constexpr int64_t ld = kM + kN;
+  char* base = static_cast<char*>(m.memory(static_cast<std::size_t>((kM + 1) * ld * 2)));
+  x.a = TensorView::strided(base, DType::bf16, {kM, kK}, {1, ld}, Device::cuda);
+  x.c = TensorView{};
+  x.d = TensorView::strided(base + kM * 2, DType::bf16, {kM, kN}, {ld, 1}, Device::cuda);
+  EXPECT_EQ(contract::check(x), Device::cuda);
+  x.d = TensorView::strided(base + kM * 2 + 16, DType::bf16, {kM, kN}, {ld, 1}, Device::cuda);
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: d: expected memory that no other operand of the call uses", "memory overlapping a"});
 }
 
 TEST(Contract, DenseOps) {

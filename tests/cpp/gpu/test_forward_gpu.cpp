@@ -6,6 +6,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/clamp_edge.hpp"
@@ -32,18 +33,28 @@ struct Forward {
   // every other matrix of a stack twice as deep (the others hold random values).
   int64_t b_row_pad = 0;
   bool b_experts_apart = false;
+  // A column-major: the transposed view of a (K, M + a_col_pad) row-major tensor (padding poisoned).
+  bool a_column_major = false;
+  int64_t a_col_pad = 0;
   uint64_t seed = 1;
 };
 
 /// Host inputs of a problem, and device mirrors.
 struct Inputs {
-  HostTensor a, b, offsets, alpha, prob, bias, host_ptrs, device_ptrs;
+  HostTensor a, a_t, b, offsets, alpha, prob, bias, host_ptrs, device_ptrs;
   DeviceTensor da, db, doffsets, dalpha, dprob, dbias, dptrs;
 
   explicit Inputs(const Forward& f) {
     const int64_t e = f.raw_offsets.empty() ? static_cast<int64_t>(f.sizes.size())
                                             : static_cast<int64_t>(f.raw_offsets.size());
     a = random_tensor(DType::bf16, {f.m, f.k}, f.seed);
+    if (f.a_column_major) {  // the same values, stored column-major; `da` mirrors this storage
+      a_t = HostTensor(DType::bf16, {f.k, f.m}, f.a_col_pad);
+      poison(a_t);
+      for (int64_t r = 0; r < f.m; ++r) {
+        for (int64_t c = 0; c < f.k; ++c) a_t.set_at(a_t.offset({c, r}), a.get_at(a.offset({r, c})));
+      }
+    }
     const double bscale = 1.0 / std::sqrt(static_cast<double>(f.k));  // keeps outputs O(1)
     const int64_t stack = f.b_experts_apart ? 2 * e : e;
     b = f.layout == BLayout::nk ? HostTensor(DType::bf16, {stack, f.n, f.k}, f.b_row_pad)
@@ -51,7 +62,7 @@ struct Inputs {
     poison(b);  // the row padding keeps it: a kernel that reads it gives NaN
     fill_uniform(b, f.seed + 1, -bscale, bscale);
     offsets = f.raw_offsets.empty() ? offsets_from_sizes(f.sizes) : offsets_raw(f.raw_offsets);
-    da = DeviceTensor(a);
+    da = DeviceTensor(f.a_column_major ? a_t : a);
     db = DeviceTensor(b);
     doffsets = DeviceTensor(offsets);
     if (f.alpha) {
@@ -85,6 +96,11 @@ struct Inputs {
 template <class Args>
 void fill_common(Args& args, const Forward& f, const Inputs& in, bool device) {
   args.a = device ? in.da.view() : in.a.view();
+  if (f.a_column_major) {  // (M, K) over the (K, M + pad) storage, on both backends
+    args.a = device ? in.da.view() : in.a_t.view();
+    std::swap(args.a.shape[0], args.a.shape[1]);
+    std::swap(args.a.strides[0], args.a.strides[1]);
+  }
   args.b.layout = f.layout;
   if (f.ptrs) {
     args.b.ptrs = device ? in.dptrs.view() : in.host_ptrs.view();
@@ -410,6 +426,75 @@ TEST(ForwardGpu, StridedWeightStacks) {
         check_forward(f);
       }
     }
+  }
+}
+
+TEST(ForwardGpu, ColumnMajorA) {
+  // grouped_gemm with A column-major (M-major A tiles): packed and with poisoned padding past M, both weight
+  // layouts, both tile widths, half tiles, unaligned and empty experts, rows past the last offset (zero_tail
+  // or untouched), bias, prob and alpha; against the CPU reference on the same column-major A.
+  REQUIRE_GPU();
+  int variant = 0;
+  for (BLayout layout : {BLayout::nk, BLayout::kn}) {
+    for (int64_t n : {128, 768}) {
+      for (int64_t pad : {0, 40}) {
+        Forward f;
+        f.name = std::string("column-major a ") + (layout == BLayout::nk ? "nk" : "kn") + " N=" +
+                 std::to_string(n) + " pad=" + std::to_string(pad);
+        f.a_column_major = true;
+        f.a_col_pad = pad;
+        f.m = 1000;
+        f.n = n;
+        f.k = 200;
+        f.sizes = {100, 0, 230, 1, 64, 300, 0, 150, 37};
+        f.layout = layout;
+        f.prob = variant % 2;
+        f.alpha = variant % 3 == 0;
+        f.bias = variant % 3;
+        f.zero_tail = variant % 2 == 0;
+        f.generate_c = variant % 4 == 1;
+        f.out = variant % 4 == 3 ? DType::f32 : DType::bf16;
+        f.seed = 1300 + variant++;
+        check_forward(f);
+      }
+    }
+  }
+  // Experts that start at any row: an expert's first tile starts at its first row rounded down to a multiple
+  // of 8 and must write none of the rows before it (they hold the expert before's results). One-row experts,
+  // many experts, and M and the column stride not multiples of 64.
+  const std::vector<std::pair<int64_t, std::vector<int64_t>>> starts = {
+      {1000, {1, 1, 1, 1, 1, 1, 1, 993}},
+      {997, {3, 5, 7, 9, 11, 13, 900, 2}},
+      {1500, random_group_sizes(64, 1450, 77, 0.2)},
+  };
+  for (const auto& [m, sizes] : starts) {
+    Forward f;
+    f.name = "column-major a, experts from any row, M=" + std::to_string(m) + " E=" + std::to_string(sizes.size());
+    f.a_column_major = true;
+    f.a_col_pad = 8 - m % 8 + 8;  // column stride a 16-byte multiple, with poisoned padding
+    f.m = m;
+    f.n = 192;
+    f.k = 136;
+    f.sizes = sizes;
+    f.prob = true;
+    f.generate_c = true;
+    f.zero_tail = variant % 2 == 0;
+    f.seed = 1300 + variant++;
+    check_forward(f);
+  }
+  // Garbage offsets, clamped on the device: no A row outside [0, M) is read (compute-sanitizer runs this).
+  for (const std::vector<int32_t>& raw : {std::vector<int32_t>{500, 200, 900, 100},
+                                          std::vector<int32_t>{-2147483647 - 1, 0, 3, 1 << 30}}) {
+    Forward f;
+    f.name = "column-major a, garbage offsets " + std::to_string(variant);
+    f.a_column_major = true;
+    f.a_col_pad = 8;
+    f.m = 800;
+    f.n = 256;
+    f.k = 64;
+    f.raw_offsets = raw;
+    f.zero_tail = variant++ % 2 == 0;
+    check_forward(f);
   }
 }
 
