@@ -38,6 +38,8 @@ def rows_or_columns(t: torch.Tensor) -> torch.Tensor:
     """``t`` itself where the ragged-M kernels read it in place: row-major as ``row_major`` reads it, or
     column-major with a column stride that is a multiple of 16 bytes (M-major A tiles); else ``row_major(t)``
     (a column-major ``t`` at another stride is copied)."""
+    if t.is_contiguous():  # one call into torch on the usual eager path
+        return t
     if is_column_major(t) and t.stride(1) * t.element_size() % 16 == 0:
         return t
     return row_major(t)
