@@ -33,7 +33,8 @@ _ROWS_TERMS = {"offsets[": "offs["}
 # The ragged dimension, M in grouped_gemm_wgrad's messages (its rows), is T in the 2-D x 2-D mode's.
 _RAGGED_K_TERMS = {"expert end rows in [0, M=": "group ends along T in [0, T=", "each <= M": "each <= T", **_ROWS_TERMS}
 # The ragged dimension of the 3-D x 2-D mode is N, the columns of its output.
-_RAGGED_N_TERMS = {"expert end rows in [0, M=": "group ends along N in [0, N=", "each <= M": "each <= N", **_ROWS_TERMS}
+_RAGGED_N_TERMS = {"expert end rows in [0, M=": "group ends along N in [0, N=", "each <= M": "each <= N",
+                   "stride(1) >= M=": "stride(1) >= N=", **_ROWS_TERMS}
 
 
 def _segment_column_sums(dout: torch.Tensor, offs: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -157,6 +158,11 @@ def _check_aligned_rows(t, name="a", cols="K"):
     if rows > 1 and stride_bytes % 16:
         raise ValueError(f"{_OP}: {name}: expected a row stride that is a multiple of 16 bytes (16-byte alignment "
                          f"rule), got stride(0)={t.stride(0)} elements ({stride_bytes} bytes)")
+    _check_aligned_base(t, name)
+
+
+def _check_aligned_base(t, name):
+    """The 16-byte rule on the base address of an operand the ops read, named ``name``."""
     if t.numel() and not torch.compiler.is_compiling() and t.data_ptr() % 16:  # traced tensors have no address
         raise ValueError(f"{_OP}: {name}: expected a 16-byte aligned base address (16-byte alignment rule), got "
                          f"{t.data_ptr():#x}")
@@ -197,7 +203,9 @@ def _rows_mm(a, b, offs, bias, out_dtype, zero_tail, validate=False, names=_ROWS
         _check_no_groups(a, b, a.shape[1], b.shape[1], "b.shape[1]", b.shape[2], out_dtype, offs, bias,
                          out_rows=a_shape[0])
         rows_name = names[("grouped_gemm", "a")]
-        if not is_column_major(a):  # a column-major a meets the op's rules on that order, with groups
+        if is_column_major(a):  # rows_or_columns passed it: its column stride meets the 16-byte rule
+            _check_aligned_base(a, rows_name)
+        else:
             if a.shape[0] > 1 and a.shape[1] > 1 and a.stride(1) != 1:
                 raise ValueError(f"{_OP}: {rows_name}: expected a row-major or column-major (M, K) tensor "
                                  f"(stride(1) == 1 or stride(0) == 1), got strides {tuple(a.stride())}")
@@ -337,9 +345,9 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
       output are ``a[rows] @ b[g] (+ bias[g])``. ``b`` may be row-major (N contiguous) or a transposed view
       of an (E, N, K) tensor (``w.mT``), with padded rows and any positive expert stride; the layout is read
       from the strides and ``b`` is not copied. Any other stride order raises ValueError. ``a`` is read in
-      place row-major or column-major (``x.t()``, with a column stride a multiple of 16 bytes: M-major A
-      tiles, each expert's first tile starting at a row that is a multiple of 8; other column strides are
-      copied). Differentiable in ``a``, ``b`` and ``bias`` (dA via grouped_gemm with the transposed weight,
+      place row-major or column-major (``x.t()``, with a column stride and a start that are multiples of 16
+      bytes: M-major A tiles, each expert's first tile starting at a row that is a multiple of 8; a
+      column-major ``a`` off those is copied). Differentiable in ``a``, ``b`` and ``bias`` (dA via grouped_gemm with the transposed weight,
       dB via grouped_gemm_wgrad, which reads a column-major ``a`` through a row-major copy: empty groups get
       exact zeros). dA and dB read the incoming gradient rounded to ``a``'s dtype (the kernels take bf16
       operands), so an f32 gradient of an ``out_dtype=torch.float32`` call loses its low bits there; dbias

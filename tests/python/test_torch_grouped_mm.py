@@ -294,7 +294,9 @@ def test_column_major_a_with_experts_from_any_row(device):
     x = randn(k, m, device=device, seed=31).t()  # (M, K) column-major, column stride M (2000 bytes)
     assert rows_or_columns(x) is x  # read in place
     assert rows_or_columns(randn(k, m + 4, device=device)[:, :m].t()).stride(1) == 1  # 2008 bytes: copied
+    assert rows_or_columns(x[3:]).stride(1) == 1  # a slice of rows starting 6 bytes in: copied
     w = randn(len(sizes), k, n, device=device, seed=32)
+    assert torch.equal(mt.grouped_mm(x[3:], w, offs)[:end], mt.grouped_mm(x[3:].contiguous(), w, offs)[:end])
     rows = torch.cat([x[r0:r0 + c].double().cpu() @ w[g].double().cpu()
                       for g, (r0, c) in enumerate(zip(np.cumsum([0] + sizes[:-1]).tolist(), sizes))])
     for zero_tail in (False, True):
@@ -679,6 +681,13 @@ def test_errors():
         mt.grouped_mm(a3, b2, offs_n, bias=randn(G, M))
     with pytest.raises(ValueError, match=r"grouped_mm: offs: required for 3-D x 2-D inputs"):
         mt.grouped_mm(a3, b2)
+    with pytest.raises(ValueError, match=r"grouped_mm: b \(read as b.t\(\)\): expected column stride stride\(1\) "
+                                         r">= N=13 .*got stride\(1\)=4"):  # b's rows overlap
+        mt.grouped_mm(randn(3, 8, 16), randn(512).as_strided((16, 13), (4, 1)), offsets_of([4, 4, 11]))
+    # Neither order: named as the op reads a (row-major, or column-major with more than one row).
+    with pytest.raises(ValueError, match=r"grouped_mm: a: expected a row-major matrix \(stride\(1\) == 1\) or, "
+                                         r"with more than one row, a column-major one"):
+        mt.grouped_mm(randn(32, 32)[::2, ::2], randn(2, 16, 8), offsets_of([5, 16]))
     with pytest.raises(ValueError, match=r"grouped_mm: a \(read as a.transpose\(-2, -1\)\): expected an "
                                          r"\(E, K, M\) weight whose M dim is contiguous"):
         mt.grouped_mm(randn(G, 2 * M, 2 * K)[:, ::2, ::2], b2, offs_n)

@@ -673,7 +673,9 @@ TEST(Contract, EmptyMatricesTakeAnyStrides) {
   x.d = m.t(DType::bf16, {1, kN});
   x.c = m.t(DType::bf16, {1, kN});
   expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
-               {"grouped_gemm: a: expected a row-major matrix with unit column stride", "got strides (64, 0)"});
+               {"grouped_gemm: a: expected a row-major matrix (stride(1) == 1) or, with more than one row, a "
+                "column-major one",
+                "got strides (64, 0)"});
 }
 
 TEST(Contract, PaddedRowsAreAccepted) {
@@ -1193,8 +1195,15 @@ TEST(Contract, ColumnMajorA) {
                  {"grouped_gemm: a: expected column stride stride(1) >= M=96 for a column-major matrix",
                   "got stride(1)=88"});
     x.a = TensorView::strided(m.memory(static_cast<std::size_t>(kM * kK * 4)), DType::bf16, {kM, kK}, {2 * kK, 2}, dev);
+    // Neither order, and a single row at a column stride (read row-major): named as grouped_gemm reads A.
     expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
-                 {"grouped_gemm: a: expected a row-major matrix with unit column stride", "got strides (128, 2)"});
+                 {"grouped_gemm: a: expected a row-major matrix (stride(1) == 1) or, with more than one row, a "
+                  "column-major one (stride(0) == 1)",
+                  "got strides (128, 2)"});
+    x.a = TensorView::strided(m.memory(static_cast<std::size_t>(kK * 8 * 2)), DType::bf16, {1, kK}, {1, 8}, dev);
+    expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+                 {"grouped_gemm: a: expected a row-major matrix (stride(1) == 1) or, with more than one row",
+                  "got strides (1, 8)"});
     auto glu = glu_args(m);
     glu.a = column_major(kM);
     expect_error([&] { contract::check(glu); }, ErrorCode::invalid_argument,
