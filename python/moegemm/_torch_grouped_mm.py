@@ -347,9 +347,9 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
       from the strides and ``b`` is not copied. Any other stride order raises ValueError. ``a`` is read in
       place row-major or column-major (``x.t()``, with a column stride and a start that are multiples of 16
       bytes: M-major A tiles, each expert's first tile starting at a row that is a multiple of 8; a
-      column-major ``a`` off those is copied). Differentiable in ``a``, ``b`` and ``bias`` (dA via grouped_gemm with the transposed weight,
-      dB via grouped_gemm_wgrad, which reads a column-major ``a`` through a row-major copy: empty groups get
-      exact zeros). dA and dB read the incoming gradient rounded to ``a``'s dtype (the kernels take bf16
+      column-major ``a`` off those is copied). Differentiable in ``a``, ``b`` and ``bias`` (dA via
+      grouped_gemm with the transposed weight, dB via grouped_gemm_wgrad, which reads a column-major ``a``
+      through a row-major copy: empty groups get exact zeros). dA and dB read the incoming gradient rounded to ``a``'s dtype (the kernels take bf16
       operands), so an f32 gradient of an ``out_dtype=torch.float32`` call loses its low bits there; dbias
       sums it as it comes.
     - 2-D x 2-D (ragged K): ``a`` (H, T), ``b`` (T, N) -> (E, H, N) with ``out[g] = a[:, cols_g] @
