@@ -24,12 +24,17 @@ Systems of the peers suite (each reported, "not available: <why>" when it cannot
 
 Every workload of bench/workloads/moe_workloads.json ("gemms", and "models" for mlp) runs with uniform and zipf
 routing; group sizes come from numpy.random.default_rng(seed) and are unaligned. Time: median of --iters calls
-after warm-up; CUDA events for torch and the C++ program, host wall time for JAX (it has no event API): for
-moegemm_jax, JAX_CALLS jitted calls queued back to back and one block_until_ready per sample (as
+after warm-up; CUDA events for torch and the C++ program, host wall time for JAX (it has no event API on torch's
+stream): for moegemm_jax, JAX_CALLS jitted calls queued back to back and one block_until_ready per sample (as
 jax_dispatch.py), so that JAX's own dispatch and wake-up latency, ~90 us per synchronised call on an H200
 host, is not charged to each kernel; jax_ragged_dot, which runs for milliseconds, one synchronised call per
 sample. The torch systems' calls queue behind a sleep kernel (bench/timing.py), as the C++ program's
-queue back to back, so that their events time the GPU's work and not the host's time to issue each call. Inputs rotate over copies that together exceed twice the L2 cache. TFLOP/s = 2*M*N*K / time.
+queue back to back, so that their events time the GPU's work and not the host's time to issue each call. The
+host clock reads slower than those events for the same kernel (the wait's latency, and back-to-back calls
+run at the clock of a GPU kept busy), so each row also times moegemm.torch.grouped_mm by the host clock, in
+alternation with moegemm_jax on the same inputs (the row's "front_ends_host_clock"): that ratio compares
+the front ends. JAX's inputs are torch tensors made as the torch systems' are, shared through DLPack. Inputs
+rotate over copies that together exceed twice the L2 cache. TFLOP/s = 2*M*N*K / time.
 Writes a JSON of the results (tables: bench/tables.py) and a PNG of the peers suite (bench/plot.py).
 --device cpu --tiny is a smoke run on the CPU (tiny shapes, GPU-only systems skipped with a note); --plan
 prints the estimated H200 time of the selected suites and exits.
@@ -157,59 +162,71 @@ def is_oom(err: Exception) -> bool:
     return "resource_exhausted" in text or "out of memory" in text
 
 
-def measure_jax_systems(wl, sizes, copies, args) -> dict:
+def measure_jax_systems(tw: Torch, wl, sizes, copies, args) -> tuple[dict, dict | None]:
+    """JAX's systems on the torch systems' inputs (the same random tensors, shared through DLPack), and the
+    front ends side by side: ({system: µs or why not}, {"moegemm_jax_us", "moegemm_torch_us": the two front
+    ends' calls timed by the host clock in alternation, JAX_CALLS calls per sample} or None).
+
+    JAX has no event API on torch's stream, so its calls are timed by the host clock: a sample queues
+    JAX_CALLS calls and waits once. The torch front end timed the same way next to it is the fair comparison;
+    its CUDA-event time in the torch rows excludes what the host clock adds (the wait's latency, and the
+    clock states of calls run back to back instead of behind a sleep kernel, bench/timing.py)."""
     try:
         jax = importlib.import_module("jax")
         jnp = importlib.import_module("jax.numpy")
         gpus = jax.devices("gpu")
     except Exception as err:
         why = f"not available: jax with a GPU not importable ({type(err).__name__})"
-        return {"jax_ragged_dot": why, "moegemm_jax": why}
+        return {"jax_ragged_dot": why, "moegemm_jax": why}, None
     if not gpus:
-        return {"jax_ragged_dot": "not available: jax sees no GPU", "moegemm_jax": "not available: jax sees no GPU"}
-    m, n, k, e = wl["M"], wl["N"], wl["K"], wl["E"]
-    out = {}
-    key = jax.random.PRNGKey(0)
+        why = "not available: jax sees no GPU"
+        return {"jax_ragged_dot": why, "moegemm_jax": why}, None
+    torch = tw.torch
+    e = wl["E"]
+    out, same_clock = {}, None
     gs = jnp.asarray(sizes, dtype=jnp.int32)
     offsets = jnp.asarray(np.cumsum(sizes), dtype=jnp.int32)
 
     def timed(fn, operands, calls=1):
         """Median us per call over --iters samples of `calls` calls queued back to back, then one wait."""
-        for i in range(args.warmup):
-            fn(*operands[i % len(operands)]).block_until_ready()
-        samples = []
-        for i in range(args.iters):
-            t0 = time.perf_counter()
-            outs = [fn(*operands[(i * calls + j) % len(operands)]) for j in range(calls)]
-            jax.block_until_ready(outs)
-            samples.append(1e6 * (time.perf_counter() - t0) / calls)
-            del outs
-        return median_us(samples)
+        waits = {"jax": ([lambda a=a, b=b: fn(a, b) for a, b in operands], jax.block_until_ready)}
+        return timing.alternating_wall_us(waits, args.warmup, args.iters, calls)["jax"]
 
-    operands = None
+    ops = jax_ops = None
     try:
-        operands = []
-        for c in range(copies):
-            ka, kb = jax.random.split(jax.random.fold_in(key, c))
-            operands.append((jax.random.normal(ka, (m, k), jnp.bfloat16),
-                             jax.random.normal(kb, (e, k, n), jnp.bfloat16) * jnp.bfloat16(1 / math.sqrt(k))))
+        ops = tw.operands(wl["M"], wl["N"], wl["K"], e, copies)
+        torch.cuda.synchronize()
+        jax_ops = [(jax.dlpack.from_dlpack(a), jax.dlpack.from_dlpack(b)) for a, b in ops]
         ragged = jax.jit(lambda a, b: jax.lax.ragged_dot(a, b, gs))
-        out["jax_ragged_dot"] = timed(ragged, operands)
+        out["jax_ragged_dot"] = timed(ragged, jax_ops)
     except Exception as err:
         out["jax_ragged_dot"] = "failed: out of memory" if is_oom(err) else f"failed: {type(err).__name__}"
     try:
         mj = importlib.import_module("moegemm.jax")
-        if operands is None or len(operands) < copies:
+        if jax_ops is None:
             raise MemoryError("inputs could not be allocated")
         fn = jax.jit(lambda a, b: mj.grouped_gemm(a, b, offsets, b_layout="kn"))
-        out["moegemm_jax"] = timed(fn, operands, JAX_CALLS)
+        systems = {"moegemm_jax": ([lambda a=a, b=b: fn(a, b) for a, b in jax_ops], jax.block_until_ready)}
+        try:
+            mt = importlib.import_module("moegemm.torch")
+            offs = torch.tensor(np.cumsum(sizes), dtype=torch.int32, device=tw.device)
+            systems["moegemm_torch"] = ([lambda a=a, b=b: mt.grouped_mm(a, b, offs=offs) for a, b in ops],
+                                        lambda outs: torch.cuda.synchronize())
+        except ImportError:
+            pass  # the torch row says why
+        times = timing.alternating_wall_us(systems, args.warmup, args.iters, JAX_CALLS)
+        out["moegemm_jax"] = times["moegemm_jax"]
+        if "moegemm_torch" in times:
+            same_clock = {"moegemm_jax_us": times["moegemm_jax"], "moegemm_torch_us": times["moegemm_torch"],
+                          "calls_per_sample": JAX_CALLS}
     except ImportError as err:
         out["moegemm_jax"] = f"not available: moegemm.jax not importable ({err})"
     except Exception as err:
         out["moegemm_jax"] = "failed: out of memory" if is_oom(err) else \
             f"failed: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
-    del operands
-    return out
+    del ops, jax_ops
+    tw.release()
+    return out, same_clock
 
 
 def find_moegemm_binary(given: str | None) -> str | None:
@@ -293,13 +310,14 @@ def run_peers(tw: Torch, workloads, routings, binary, l2_bytes: int, args) -> li
         print(f"[{idx}/{total}] {wl['name']} {routing}: M={m} N={n} K={k} E={e} ...", file=sys.stderr, flush=True)
         sizes = group_sizes(routing, m, e, args.seed)
         copies = rotation(2 * (m * k + e * k * n), l2_bytes)
-        times = {}
+        times, same_clock = {}, None
         times.update(measure_torch_systems(tw, wl, sizes, copies, args))
         if tw.device == "cpu":
             times.update({"moegemm_cpp": gpu_only, "jax_ragged_dot": gpu_only, "moegemm_jax": gpu_only})
         else:
             times["moegemm_cpp"] = measure_moegemm_cpp(binary, wl, sizes, args)
-            times.update(measure_jax_systems(wl, sizes, copies, args))
+            jax_times, same_clock = measure_jax_systems(tw, wl, sizes, copies, args)
+            times.update(jax_times)
         flops = 2.0 * m * n * k
         systems = {}
         for name in SYSTEMS:
@@ -307,6 +325,8 @@ def run_peers(tw: Torch, workloads, routings, binary, l2_bytes: int, args) -> li
             systems[name] = ({"time_us": t, "tflops": flops / t * 1e-6} if isinstance(t, float) else {"status": t})
         rows.append({"workload": wl["name"], "routing": routing, "M": m, "N": n, "K": k, "E": e,
                      "rotating_copies": copies, "group_sizes": sizes.tolist(), "systems": systems})
+        if same_clock:
+            rows[-1]["front_ends_host_clock"] = same_clock
         cells = "  ".join(f"{s}={v['tflops']:.0f}" if "tflops" in v else f"{s}: {v['status']}"
                           for s, v in systems.items())
         print(f"{wl['name']:>13} {routing:>7}  TFLOP/s  {cells}", flush=True)
@@ -477,7 +497,9 @@ def main(argv=None) -> int:
                                              "moegemm_cpp": "median of CUDA-event-timed calls (its own process)",
                                              "jax": f"median host wall time per call: moegemm_jax {JAX_CALLS} "
                                                     "jitted calls back to back then one block_until_ready per "
-                                                    "sample, jax_ragged_dot one synchronised call",
+                                                    "sample, jax_ragged_dot one synchronised call; "
+                                                    "front_ends_host_clock: moegemm_jax and moegemm.torch "
+                                                    "timed so, sample by sample in alternation",
                                              "suites": "median of CUDA-event-timed calls (torch, one process, the "
                                                        "systems of a row interleaved, each round queued behind "
                                                        "a sleep kernel)"},

@@ -89,19 +89,24 @@ def _errors(rows: list[dict]) -> str:
 
 
 def peers_table(doc: dict) -> str:
+    """The peers suite. `JAX / torch front end, host clock`: moegemm.torch's time over moegemm.jax's, both timed
+    by the host clock in alternation (the row's front_ends_host_clock; the JAX column's own clock), where the
+    torch column's CUDA events read faster for the same kernel."""
     head = ("| workload | routing | M×N×K, E | cuBLAS dense | torch._grouped_mm | jax.lax.ragged_dot | moegemm C++ "
-            "| moegemm torch | moegemm JAX | C++ / torch | torch front end / torch | C++ / cuBLAS |")
-    lines = [head, "|" + " --- |" * 12]
+            "| moegemm torch | moegemm JAX | C++ / torch | torch front end / torch | C++ / cuBLAS "
+            "| JAX / torch front end, host clock |")
+    lines = [head, "|" + " --- |" * 13]
     for row in doc["rows"]:
         s = row["systems"]
         mc, tg, cb = _tflops(s, "moegemm_cpp"), _tflops(s, "torch_grouped_mm"), _tflops(s, "cublas_dense_same_flops")
         rd = s.get("jax_ragged_dot", {})
         rd_cell = _cell(rd.get("tflops")) if "tflops" in rd else ("OOM" if "memory" in rd.get("status", "") else "—")
+        host = row.get("front_ends_host_clock", {})
         lines.append(
             f"| {row['workload']} | {row['routing']} | {row['M']}×{row['N']}×{row['K']}, {row['E']} | {_cell(cb)} "
             f"| {_cell(tg)} | {rd_cell} | {_cell(mc)} | {_cell(_tflops(s, 'moegemm_torch'))} "
             f"| {_cell(_tflops(s, 'moegemm_jax'))} | {_ratio(mc, tg)} | {_ratio(_tflops(s, 'moegemm_torch'), tg)} "
-            f"| {_ratio(mc, cb)} |")
+            f"| {_ratio(mc, cb)} | {_ratio(host.get('moegemm_torch_us'), host.get('moegemm_jax_us'))} |")
     return "\n".join(lines)
 
 

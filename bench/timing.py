@@ -129,3 +129,30 @@ def interleaved_us(torch, device: str, systems: dict[str, list[Callable[[], obje
     for name, values in samples.items():
         out[name] = float(statistics.median(values))
     return out
+
+
+def alternating_wall_us(systems: dict[str, tuple[list[Callable[[], object]], Callable[[list], object]]],
+                        warmup: int, samples: int, calls: int) -> dict[str, float]:
+    """{name: median µs per call} by the host clock, for systems that have no event API on a shared stream
+    (JAX next to torch): {name: (its calls, one per input copy, rotated; wait(outputs) that blocks until they
+    are done)}.
+
+    `warmup` calls of each system first, one at a time. Then `samples` samples of each system, one system after the other
+    and the order rotating from sample to sample, so that all see the same mix of clock states; a sample
+    queues `calls` calls back to back, waits once and divides the host time by `calls`, so that the wait's
+    own latency is shared by the calls of the sample.
+    """
+    for name, (fns, wait) in systems.items():
+        for i in range(warmup):
+            wait([fns[i % len(fns)]()])
+    times: dict[str, list[float]] = {name: [] for name in systems}
+    counters = dict.fromkeys(systems, warmup)
+    for s in range(samples):
+        for name in rotated(list(systems), s):
+            fns, wait = systems[name]
+            first = counters[name]
+            counters[name] += calls
+            t0 = time.perf_counter()
+            wait([fns[(first + j) % len(fns)]() for j in range(calls)])
+            times[name].append(1e6 * (time.perf_counter() - t0) / calls)
+    return {name: float(statistics.median(values)) for name, values in times.items()}
