@@ -135,6 +135,13 @@ def check_output_dtype(op: str, name: str, dtype, allowed: Iterable = OUTPUT_FLO
     return dt
 
 
+def output_dtype(op: str, name: str, dtype, default, allowed: Iterable = OUTPUT_FLOATS):
+    """The numpy dtype of an output-dtype option: ``default`` where it is None, else ``dtype`` as
+    check_output_dtype takes it (TypeError for anything else, a falsy non-dtype such as 0 or "" included).
+    Called for every output-dtype option of a call, also for an output the call does not ask for."""
+    return check_output_dtype(op, name, default if dtype is None else dtype, allowed)
+
+
 def check_extent(op: str, name: str, x, axis: int, expected: int, what: str) -> None:
     """Raise ValueError unless dim ``axis`` of ``x`` equals ``expected`` (``what`` says where it comes from)."""
     got = np.shape(x)[axis]

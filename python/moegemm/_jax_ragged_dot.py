@@ -88,7 +88,7 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
                          f"shape {tuple(rhs.shape)}")
     chk.check_aligned(_OP, "lhs", lhs, 1, "K")
     chk.check_aligned(_OP, "rhs", rhs, 2, "N")
-    out_dtype = chk.check_output_dtype(_OP, "preferred_element_type", preferred_element_type or lhs.dtype)
+    out_dtype = chk.output_dtype(_OP, "preferred_element_type", preferred_element_type, lhs.dtype)
     if rhs.shape[0] == 0 or lhs.shape[1] == 0 or rhs.shape[2] == 0:
         # No groups (every row is past the last one), nothing to contract or no columns: zero (or empty), as
         # jax.lax.ragged_dot gives; no kernel to run. Inside shard_map typed as varying like the operands.

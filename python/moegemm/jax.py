@@ -128,10 +128,11 @@ def _grouped_forward(op, a, b, offsets, alpha, prob, bias, b_layout, generate_c,
         if n % 2:
             raise ValueError(f"moegemm.jax.{op}: b: N = 2I must be even, got N = {n}")
         d_cols = n // 2
-    d_dt = chk.check_output_dtype(op, "d_dtype", d_dtype or a.dtype)
+    d_dt = chk.output_dtype(op, "d_dtype", d_dtype, a.dtype)
+    c_dt = chk.output_dtype(op, "c_dtype", c_dtype, a.dtype)  # checked also without generate_c
     outputs = [_spec((m, d_cols), d_dt)]
     if generate_c:
-        outputs.append(_spec((m, n), chk.check_output_dtype(op, "c_dtype", c_dtype or a.dtype)))
+        outputs.append(_spec((m, n), c_dt))
     inputs = [a, b, offsets] + [x for x in (alpha, prob, bias) if x is not None]
     attrs = dict(b_layout=b_layout, has_alpha=alpha is not None, has_prob=prob is not None,
                  has_bias=bias is not None, generate_c=generate_c, zero_tail=zero_tail)
@@ -212,12 +213,13 @@ def _grouped_backward(op, dy, b, c, offsets, alpha, beta, prob, b_layout, c_cols
     _optional_vector(op, "beta", beta, e, "E")
     _optional_vector(op, "prob", prob, m, "M")
     cols = c.shape[1]
-    outputs = [_spec((m, cols), chk.check_output_dtype(op, "dc_dtype", dc_dtype or c.dtype))]
+    dbias_dt = chk.output_dtype(op, "dbias_dtype", dbias_dtype, jnp.float32,  # checked also without dbias
+                                (jnp.float32, jnp.bfloat16))
+    outputs = [_spec((m, cols), chk.output_dtype(op, "dc_dtype", dc_dtype, c.dtype))]
     if compute_dprob:
         outputs.append(_spec((m,), jnp.float32))
     if compute_dbias:
-        outputs.append(_spec((e, cols), chk.check_output_dtype(op, "dbias_dtype", dbias_dtype or jnp.float32,
-                                                               (jnp.float32, jnp.bfloat16))))
+        outputs.append(_spec((e, cols), dbias_dt))
     if compute_amax:
         outputs.append(_spec((amax_len,), jnp.float32))
     inputs = [dy, b, c, offsets] + [x for x in (alpha, beta, prob) if x is not None]
@@ -302,7 +304,7 @@ def grouped_gemm_wgrad(x, dy, offsets, *, transpose_output=False, w_dtype=jnp.fl
     chk.check_rank(op, "offsets", offsets, 1, "(E,)")
     chk.check_dtype(op, "offsets", offsets, (jnp.int32,))
     e, h, n = offsets.shape[0], x.shape[1], dy.shape[1]
-    w_dt = chk.check_output_dtype(op, "w_dtype", w_dtype or jnp.float32, (jnp.float32, jnp.bfloat16))
+    w_dt = chk.output_dtype(op, "w_dtype", w_dtype, jnp.float32, (jnp.float32, jnp.bfloat16))
     shape = (e, n, h) if transpose_output else (e, h, n)
     (w,) = native.call(op, [x, dy, offsets], [_spec(shape, w_dt)],
                        dict(transpose_output=transpose_output))
@@ -323,8 +325,8 @@ def gemm_swiglu(a, b, *, b_layout="nk", alpha=1.0, glu_layout="interleaved32_up_
     n, _ = _dense_weights(op, a, b, b_layout)
     if n % 2:
         raise ValueError(f"moegemm.jax.{op}: b: N must be even, got N = {n}")
-    outputs = [_spec((m, n), chk.check_output_dtype(op, "ab12_dtype", ab12_dtype or jnp.float32)),
-               _spec((m, n // 2), chk.check_output_dtype(op, "c_dtype", c_dtype or a.dtype))]
+    outputs = [_spec((m, n), chk.output_dtype(op, "ab12_dtype", ab12_dtype, jnp.float32)),
+               _spec((m, n // 2), chk.output_dtype(op, "c_dtype", c_dtype, a.dtype))]
     attrs = dict(b_layout=b_layout, alpha=chk.static_float(op, "alpha", alpha),
                  glu_layout=chk.check_choice(op, "glu_layout", glu_layout, GLU_LAYOUTS))
     ab12, c = native.call(op, [a, b], outputs, attrs)
@@ -340,7 +342,7 @@ def gemm_amax(a, b, *, b_layout="nk", c_dtype=None):
     op = "gemm_amax"
     m = _activations(op, a)
     n, _ = _dense_weights(op, a, b, b_layout)
-    outputs = [_spec((m, n), chk.check_output_dtype(op, "c_dtype", c_dtype or a.dtype)),
+    outputs = [_spec((m, n), chk.output_dtype(op, "c_dtype", c_dtype, a.dtype)),
                _spec((1,), jnp.float32)]
     c, amax = native.call(op, [a, b], outputs, dict(b_layout=b_layout))
     return c, amax.reshape(())
@@ -358,9 +360,10 @@ def gemm_srelu(a, b, *, b_layout="nk", alpha=1.0, prob=None, generate_c=False, d
     m = _activations(op, a)
     n, _ = _dense_weights(op, a, b, b_layout)
     _optional_vector(op, "prob", prob, m, "M")
-    outputs = [_spec((m, n), chk.check_output_dtype(op, "d_dtype", d_dtype or a.dtype))]
+    c_dt = chk.output_dtype(op, "c_dtype", c_dtype, a.dtype)  # checked also without generate_c
+    outputs = [_spec((m, n), chk.output_dtype(op, "d_dtype", d_dtype, a.dtype))]
     if generate_c:
-        outputs.append(_spec((m, n), chk.check_output_dtype(op, "c_dtype", c_dtype or a.dtype)))
+        outputs.append(_spec((m, n), c_dt))
     inputs = [a, b] + ([prob] if prob is not None else [])
     attrs = dict(b_layout=b_layout, alpha=chk.static_float(op, "alpha", alpha), has_prob=prob is not None,
                  generate_c=generate_c)
@@ -384,7 +387,7 @@ def gemm_dsrelu(dy, b, c, *, b_layout="nk", alpha=1.0, prob=None, compute_dprob=
     chk.check_extent(op, "c", c, 0, m, "M from dy")
     chk.check_extent(op, "c", c, 1, n, "N from b")
     _optional_vector(op, "prob", prob, m, "M")
-    outputs = [_spec((m, n), chk.check_output_dtype(op, "dc_dtype", dc_dtype or c.dtype))]
+    outputs = [_spec((m, n), chk.output_dtype(op, "dc_dtype", dc_dtype, c.dtype))]
     if compute_dprob:
         outputs.append(_spec((m,), jnp.float32))
     inputs = [dy, b, c] + ([prob] if prob is not None else [])

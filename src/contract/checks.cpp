@@ -175,11 +175,11 @@ void check_glu_split(Rules& r, const char* b_name, int64_t n2, int64_t b_n, GluL
   if (layout != GluLayout::halves) {
     if (n2 % 64 != 0) {
       r.fail(ErrorCode::invalid_argument, b_name,
-             std::string("2I = ") + (forward ? "N" : "2N") + " a multiple of 64 for glu layout " +
+             std::string("2I = ") + (forward ? "N" : "2N, c's columns,") + " a multiple of 64 for glu layout " +
                  glu_layout_name(layout) +
                  (layout == GluLayout::interleaved32 ? " (alternating 32-column gate and up blocks)"
                                                      : " (alternating 32-column up and gate blocks)"),
-             "N=" + std::to_string(b_n));
+             "N=" + std::to_string(b_n) + (forward ? "" : " (2I=" + std::to_string(n2) + ")"));
     }
     return;
   }

@@ -319,6 +319,7 @@ void Rules::matrix_either_order(const char* name, const TensorView& t, const cha
              " for a column-major matrix (columns must not overlap)",
          "stride(1)=" + std::to_string(t.strides[1]));
   }
+  row_bytes(name, cols, ncols, t.dtype);  // rule 6 holds for K in either order: named here, as for a row-major A
   if (t.strides[1] % (16 / static_cast<int64_t>(dtype_size(t.dtype))) != 0) {
     fail(ErrorCode::invalid_argument, name,
          "a column stride that is a multiple of 16 bytes for a column-major matrix (16-byte alignment rule)",

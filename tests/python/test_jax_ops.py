@@ -218,6 +218,38 @@ def test_jit_and_eager_bitwise_identical(op, platform):
         np.testing.assert_array_equal(np.asarray(j1), np.asarray(j2))
 
 
+def test_output_dtype_options_that_are_no_dtype_are_refused():
+    """Only None means an output-dtype option's default: a falsy non-dtype (0, "", False, ()) is refused by name
+    (as jax.lax.ragged_dot refuses it), and so is a bad option for an output the call does not ask for."""
+    rng = np.random.default_rng(11)
+    a, b, off = _inputs(rng)
+    i = 64
+    dy, w, c = rand(rng, (M, K)), rand(rng, (E, i, K)), rand(rng, (M, 2 * i))
+    expected = r"expected one of .*got "
+    for bad in (0, "", False, (), "bogus", jnp.int32):
+        with pytest.raises(TypeError, match=r"grouped_gemm: d_dtype: " + expected):
+            mj.grouped_gemm(a, b, off, d_dtype=bad)
+        with pytest.raises(TypeError, match=r"grouped_gemm: c_dtype: " + expected):
+            mj.grouped_gemm(a, b, off, c_dtype=bad)  # no generate_c
+        with pytest.raises(TypeError, match=r"grouped_gemm_glu: c_dtype: " + expected):
+            mj.grouped_gemm_glu(a, b, off, c_dtype=bad)
+        with pytest.raises(TypeError, match=r"gemm_srelu: c_dtype: " + expected):
+            mj.gemm_srelu(a, b[0], c_dtype=bad)
+        with pytest.raises(TypeError, match=r"grouped_gemm_dglu: dbias_dtype: " + expected):
+            mj.grouped_gemm_dglu(dy, w, c, off, dbias_dtype=bad)  # no compute_dbias
+        with pytest.raises(TypeError, match=r"grouped_gemm_dglu: dc_dtype: " + expected):
+            mj.grouped_gemm_dglu(dy, w, c, off, dc_dtype=bad)
+        with pytest.raises(TypeError, match=r"grouped_gemm_wgrad: w_dtype: " + expected):
+            mj.grouped_gemm_wgrad(a, a, off, w_dtype=bad)
+        with pytest.raises(TypeError, match=r"gemm_swiglu: ab12_dtype: " + expected):
+            mj.gemm_swiglu(a, b[0], ab12_dtype=bad)
+        with pytest.raises(TypeError, match=r"ragged_dot: preferred_element_type: " + expected):
+            mj.ragged_dot(a, b.transpose(0, 2, 1), jnp.asarray(SIZES, jnp.int32), preferred_element_type=bad)
+    # None stays the documented default of each.
+    assert mj.grouped_gemm(a, b, off, d_dtype=None, c_dtype=None).dtype == a.dtype
+    assert mj.grouped_gemm_wgrad(a, a, off, w_dtype=None).dtype == jnp.float32
+
+
 def test_trace_time_errors_name_the_operand():
     rng = np.random.default_rng(9)
     a, b, off = _inputs(rng)

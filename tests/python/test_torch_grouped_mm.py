@@ -688,6 +688,10 @@ def test_errors():
     with pytest.raises(ValueError, match=r"grouped_mm: a: expected a row-major matrix \(stride\(1\) == 1\) or, "
                                          r"with more than one row, a column-major one"):
         mt.grouped_mm(randn(32, 32)[::2, ::2], randn(2, 16, 8), offsets_of([5, 16]))
+    # K off the 16-byte rule with a column-major a (read in place): named against a, as for a row-major one.
+    with pytest.raises(ValueError, match=r"grouped_mm: a: expected K \* sizeof\(torch\.bfloat16\) a multiple of 16 "
+                                         r"bytes .*got K=12"):
+        mt.grouped_mm(randn(12, 32).t(), randn(2, 12, 16), offsets_of([5, 32]))
     with pytest.raises(ValueError, match=r"grouped_mm: a \(read as a.transpose\(-2, -1\)\): expected an "
                                          r"\(E, K, M\) weight whose M dim is contiguous"):
         mt.grouped_mm(randn(G, 2 * M, 2 * K)[:, ::2, ::2], b2, offs_n)

@@ -494,6 +494,12 @@ TEST(Contract, GluNeedsN2IAndItsLayoutRules) {
                {"grouped_gemm_dglu: b: expected I = N with I * sizeof(bf16)", "in c of dtype bf16", "got N=4 (I=4)"});
   dg.c = host.t(DType::f32, {kM, 8});
   EXPECT_EQ(contract::check(dg), Device::host);
+  // Interleaved dGLU: b's N is I, c's 2I = 2N columns pair 32-column blocks; both are named.
+  dg = dglu_args(m, 16);
+  dg.glu.layout = GluLayout::interleaved32;
+  expect_error([&] { contract::check(dg); }, ErrorCode::invalid_argument,
+               {"grouped_gemm_dglu: b: expected 2I = 2N, c's columns, a multiple of 64 for glu layout interleaved32",
+                "got N=16 (2I=32)"});
   // d has I columns, c has 2I.
   x = glu_args(m);
   x.d = m.t(DType::bf16, {kM, kN});
@@ -1204,6 +1210,11 @@ TEST(Contract, ColumnMajorA) {
     expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
                  {"grouped_gemm: a: expected a row-major matrix (stride(1) == 1) or, with more than one row",
                   "got strides (1, 8)"});
+    // K off the 16-byte rule is named against A in either order (not against B, checked after it).
+    x.a = TensorView::strided(m.memory(static_cast<std::size_t>((kK - 4) * kM * 2)), DType::bf16, {kM, kK - 4},
+                              {1, kM}, dev);
+    expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+                 {"grouped_gemm: a: expected K * sizeof(bf16) a multiple of 16 bytes", "got K=60 (120 bytes)"});
     auto glu = glu_args(m);
     glu.a = column_major(kM);
     expect_error([&] { contract::check(glu); }, ErrorCode::invalid_argument,
