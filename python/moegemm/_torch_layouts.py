@@ -38,13 +38,13 @@ def rows_or_columns(t: torch.Tensor) -> torch.Tensor:
     """``t`` itself where the ragged-M kernels read it in place: row-major as ``row_major`` reads it, or
     column-major with a column stride and a start in its storage that are multiples of 16 bytes (M-major A
     tiles); else ``row_major(t)`` (a column-major ``t`` at another stride, or a slice of rows of one that
-    starts off the 16 bytes, is copied)."""
+    starts off the 16 bytes, is copied; under torch.compile the start is left to the op, docs/torch.md)."""
     if t.is_contiguous():  # one call into torch on the usual eager path
         return t
     size = t.element_size()
     if is_column_major(t) and t.stride(1) * size % 16 == 0 and (
-            torch.compiler.is_compiling() or t.storage_offset() * size % 16 == 0):  # traced: not an int
-        return t
+            torch.compiler.is_compiling() or t.storage_offset() * size % 16 == 0):
+        return t  # compiled graphs are not specialised on the start: the op checks it when the graph runs
     return row_major(t)
 
 
