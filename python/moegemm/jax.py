@@ -61,18 +61,18 @@ def _spec(shape, dtype):
     return jax.ShapeDtypeStruct(tuple(int(s) for s in shape), np.dtype(dtype))
 
 
-def _weights(op, a, b, b_layout, e, a_name="a"):
+def _weights(op, a, b, b_layout, e, a_name="a", n_name="N"):
     """(N, K) of the dense expert weights after checking them against a (M, K) and E experts (E from offsets,
     chk.offsets_count: as the contract, docs/ops.md §0, which blames the weights whose first dimension
-    differs)."""
+    differs). ``n_name``: what the op's docstring calls b's N (I for the dGLU)."""
     chk.check_choice(op, "b_layout", b_layout, ("nk", "kn"))
-    chk.check_rank(op, "b", b, 3, "(E, N, K)" if b_layout == "nk" else "(E, K, N)")
+    chk.check_rank(op, "b", b, 3, f"(E, {n_name}, K)" if b_layout == "nk" else f"(E, K, {n_name})")
     chk.check_dtype(op, "b", b, (a.dtype,))
     chk.check_extent(op, "b", b, 0, e, "E from offsets")
     n, k = (b.shape[1], b.shape[2]) if b_layout == "nk" else (b.shape[2], b.shape[1])
     chk.check_extent(op, "b", b, 2 if b_layout == "nk" else 1, a.shape[1], f"K from {a_name}")
     chk.check_aligned(op, a_name, a, 1, "K")
-    chk.check_aligned(op, "b", b, 1 if b_layout == "nk" else 2, "N")
+    chk.check_aligned(op, "b", b, 1 if b_layout == "nk" else 2, n_name)
     return n, k
 
 
@@ -204,11 +204,11 @@ def _grouped_backward(op, dy, b, c, offsets, alpha, beta, prob, b_layout, c_cols
                                                            ("compute_amax", compute_amax), ("zero_tail", zero_tail)))
     m = _activations(op, dy, "dy")
     e = chk.offsets_count(op, offsets)
-    n, _ = _weights(op, dy, b, b_layout, e, a_name="dy")
+    n, _ = _weights(op, dy, b, b_layout, e, a_name="dy", n_name="I" if c_cols_per_n == 2 else "N")
     chk.check_rank(op, "c", c, 2, "(M, C)")
     chk.check_dtype(op, "c", c, chk.OUTPUT_FLOATS)
     chk.check_extent(op, "c", c, 0, m, "M from dy")
-    chk.check_extent(op, "c", c, 1, c_cols_per_n * n, f"{c_cols_per_n} x N from b")
+    chk.check_extent(op, "c", c, 1, c_cols_per_n * n, "2I from b" if c_cols_per_n == 2 else "N from b")
     _optional_vector(op, "alpha", alpha, e, "E")
     _optional_vector(op, "beta", beta, e, "E")
     _optional_vector(op, "prob", prob, m, "M")

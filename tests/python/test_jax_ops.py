@@ -250,6 +250,19 @@ def test_output_dtype_options_that_are_no_dtype_are_refused():
     assert mj.grouped_gemm_wgrad(a, a, off, w_dtype=None).dtype == jnp.float32
 
 
+def test_dglu_messages_name_its_columns_as_its_docstring_does():
+    """b of the dGLU is (E, I, K) and c is (M, 2I): the messages use those names, not the forward's N."""
+    rng = np.random.default_rng(12)
+    i = 64
+    dy, w, c, off = rand(rng, (M, K)), rand(rng, (E, i, K)), rand(rng, (M, 2 * i)), offsets_of(SIZES)
+    with pytest.raises(ValueError, match=r"grouped_gemm_dglu: b: expected I a multiple of 8 .*got I = 12"):
+        mj.grouped_gemm_dglu(dy, rand(rng, (E, 12, K)), rand(rng, (M, 24)), off)
+    with pytest.raises(ValueError, match=r"grouped_gemm_dglu: c: expected dim 1 = 128 \(2I from b\)"):
+        mj.grouped_gemm_dglu(dy, w, rand(rng, (M, i)), off)
+    with pytest.raises(ValueError, match=r"grouped_gemm_dglu: b: expected rank 3 \(E, I, K\)"):
+        mj.grouped_gemm_dglu(dy, w[0], c, off)
+
+
 def test_trace_time_errors_name_the_operand():
     rng = np.random.default_rng(9)
     a, b, off = _inputs(rng)
