@@ -163,8 +163,8 @@ def is_oom(err: Exception) -> bool:
 
 
 def measure_jax_systems(tw: Torch, wl, sizes, copies, args) -> tuple[dict, dict | None]:
-    """JAX's systems on the torch systems' inputs (the same random tensors, shared through DLPack), and the
-    front ends side by side: ({system: µs or why not}, {"moegemm_jax_us", "moegemm_torch_us": the two front
+    """JAX's systems on inputs made as the torch systems' are (torch tensors, shared with JAX through DLPack),
+    and the front ends side by side: ({system: µs or why not}, {"moegemm_jax_us", "moegemm_torch_us": the two front
     ends' calls timed by the host clock in alternation, JAX_CALLS calls per sample} or None).
 
     JAX has no event API on torch's stream, so its calls are timed by the host clock: a sample queues
@@ -189,8 +189,8 @@ def measure_jax_systems(tw: Torch, wl, sizes, copies, args) -> tuple[dict, dict 
 
     def timed(fn, operands, calls=1):
         """Median us per call over --iters samples of `calls` calls queued back to back, then one wait."""
-        waits = {"jax": ([lambda a=a, b=b: fn(a, b) for a, b in operands], jax.block_until_ready)}
-        return timing.alternating_wall_us(waits, args.warmup, args.iters, calls)["jax"]
+        system = {"jax": ([lambda a=a, b=b: fn(a, b) for a, b in operands], jax.block_until_ready)}
+        return timing.alternating_wall_us(system, args.warmup, args.iters, calls)["jax"]
 
     ops = jax_ops = None
     try:
