@@ -21,7 +21,6 @@ import argparse
 import math
 import os
 import statistics
-import time
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # share the GPU with torch
 
@@ -32,6 +31,7 @@ import torch  # noqa: E402
 
 import moegemm.jax as mj  # noqa: E402
 import moegemm.torch as mt  # noqa: E402
+import timing  # noqa: E402  (bench/timing.py, next to this file)
 
 SHAPES = {"seed-16k": (16384, 4096, 4096, 8), "qwen3-up": (65536, 1536, 2048, 128),
           "dsv3-down": (65536, 7168, 2048, 256)}  # M, N, K, E (bench/workloads/moe_workloads.json)
@@ -41,13 +41,6 @@ L2_BYTES = 60e6
 def uniform_sizes(m: int, e: int, seed: int = 0) -> np.ndarray:
     rng = np.random.default_rng(seed)
     return np.bincount(rng.integers(0, e, size=m), minlength=e)
-
-
-def host_us(calls, wait, n: int) -> float:
-    """µs per call of the first n calls, queued back to back, then one wait."""
-    t0 = time.perf_counter()
-    wait([f() for f in calls[:n]])
-    return 1e6 * (time.perf_counter() - t0) / n
 
 
 def main() -> None:
@@ -88,18 +81,11 @@ def main() -> None:
             f()
         torch.cuda.synchronize()
         jax.block_until_ready(jcalls[0]())
-        tc = [tcalls[i % copies] for i in range(64)]
-        jc = [jcalls[i % copies] for i in range(64)]
+        tc = [tcalls[i % copies] for i in range(8)]
         res = {}
-        for nc in (8, 32):
-            ts, js = [], []
-            for r in range(7):
-                pair = [(tc, twait, ts), (jc, jwait, js)]
-                if r % 2:
-                    pair.reverse()
-                for calls, wait, acc in pair:
-                    acc.append(host_us(calls, wait, nc))
-            res[nc] = (statistics.median(ts), statistics.median(js))
+        for nc in (8, 32):  # both front ends by the host clock, alternating sample by sample
+            t = timing.alternating_wall_us({"torch": (tcalls, twait), "jax": (jcalls, jwait)}, 0, 7, nc)
+            res[nc] = (t["torch"], t["jax"])
         ev = []
         for _ in range(5):
             s, t = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -116,7 +102,7 @@ def main() -> None:
                      f"({flops / b * 1e-6:.0f}) jax/torch {b / a:.3f} | ")
         line += f"torch events 8 calls {statistics.median(ev):.1f} us"
         print(line, flush=True)
-        del ops_t, ops_j, tcalls, jcalls, tc, jc
+        del ops_t, ops_j, tcalls, jcalls, tc
         torch.cuda.empty_cache()
 
 
