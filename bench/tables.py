@@ -3,9 +3,11 @@
     python3 bench/tables.py peers.json [run.json]
 
 Prints, for peers.json, one table per suite it holds (docs/benchmarks.md is made of these):
-  peers     TFLOP/s per workload and system plus moegemm's ratios to torch._grouped_mm and to cuBLAS dense
+  peers     TFLOP/s per workload and system plus moegemm's ratios to torch._grouped_mm and to cuBLAS dense, and
+            1.2x torch as a share of cuBLAS dense's rate (above 1: the target asks for more than the dense GEMM)
   glu       fused GLU vs the plain GEMM of the same shape and the unfused peers (µs, ratios, target <= 1.05)
-  wgrad     weight-gradient TFLOP/s vs torch._grouped_mm (2-D x 2-D) and cuBLAS dense (target >= 1.2x torch)
+  wgrad     weight-gradient TFLOP/s vs torch._grouped_mm (2-D x 2-D) and cuBLAS dense (target >= 1.2x torch), and
+            1.2x torch as a share of cuBLAS dense's rate, as for peers
   dglu      fused dGLU vs the plain dgrad GEMM and the unfused peers (µs, ratios, target <= 1.08)
   mlp       MoE MLP forward + backward time vs the same layer in torch (ms, speedup, target >= 1.3)
   ksweep    plain grouped GEMM at K/4, K/2, K: the part of the time that does not scale with K, both systems
@@ -78,6 +80,24 @@ def _summary(rows: list[dict], key: str, label: str) -> str:
             f"({len(rows) - len(judged)} without a number).")
 
 
+def _dense_share(torch_tflops, dense_tflops, factor: float = 1.2):
+    """The rate `factor` x torch asks for as a share of cuBLAS dense's rate on the same FLOPs (None where
+    either is missing): above 1, meeting the target means beating the dense GEMM."""
+    if torch_tflops is None or not dense_tflops:
+        return None
+    return factor * torch_tflops / dense_tflops
+
+
+def _beyond_dense(pairs: list[tuple], factor: float = 1.2) -> str:
+    """How many rows miss `>= factor` x torch, and on how many of those misses the target lies above cuBLAS
+    dense; `pairs`: (moegemm / torch, torch TFLOP/s, cuBLAS TFLOP/s) per row."""
+    judged = [(r, t, d) for r, t, d in pairs if r is not None and _dense_share(t, d, factor) is not None]
+    misses = [(r, t, d) for r, t, d in judged if r < factor]
+    beyond = sum(1 for _, t, d in misses if _dense_share(t, d, factor) > 1.0)
+    return (f"Of the {len(misses)} rows below {factor}x, {beyond} would need more than cuBLAS dense's rate on the "
+            f"same FLOPs ({factor} x torch / cuBLAS > 1).")
+
+
 def _errors(rows: list[dict]) -> str:
     """The distinct statuses of systems without a number, so a table's "no kernel" cells have their reason."""
     seen = {}
@@ -94,8 +114,9 @@ def peers_table(doc: dict) -> str:
     torch column's CUDA events read faster for the same kernel."""
     head = ("| workload | routing | M×N×K, E | cuBLAS dense | torch._grouped_mm | jax.lax.ragged_dot | moegemm C++ "
             "| moegemm torch | moegemm JAX | C++ / torch | torch front end / torch | C++ / cuBLAS "
-            "| JAX / torch front end, host clock |")
-    lines = [head, "|" + " --- |" * 13]
+            "| JAX / torch front end, host clock | 1.2× torch / cuBLAS |")
+    lines = [head, "|" + " --- |" * 14]
+    cpp, front = [], []
     for row in doc["rows"]:
         s = row["systems"]
         mc, tg, cb = _tflops(s, "moegemm_cpp"), _tflops(s, "torch_grouped_mm"), _tflops(s, "cublas_dense_same_flops")
@@ -106,8 +127,17 @@ def peers_table(doc: dict) -> str:
             f"| {row['workload']} | {row['routing']} | {row['M']}×{row['N']}×{row['K']}, {row['E']} | {_cell(cb)} "
             f"| {_cell(tg)} | {rd_cell} | {_cell(mc)} | {_cell(_tflops(s, 'moegemm_torch'))} "
             f"| {_cell(_tflops(s, 'moegemm_jax'))} | {_ratio(mc, tg)} | {_ratio(_tflops(s, 'moegemm_torch'), tg)} "
-            f"| {_ratio(mc, cb)} | {_ratio(host.get('moegemm_torch_us'), host.get('moegemm_jax_us'))} |")
-    return "\n".join(lines)
+            f"| {_ratio(mc, cb)} | {_ratio(host.get('moegemm_torch_us'), host.get('moegemm_jax_us'))} "
+            f"| {_ratio(_dense_share(tg, cb), 1)} |")
+        mt = _tflops(s, "moegemm_torch")
+        cpp.append((mc / tg if mc and tg else None, tg, cb))
+        front.append((mt / tg if mt and tg else None, tg, cb))
+    summary = []
+    for label, pairs in (("moegemm C++", cpp), ("moegemm torch front end", front)):
+        judged = [r for r, _, _ in pairs if r is not None]
+        summary.append(f"{label} / torch._grouped_mm >= 1.2: met on {sum(r >= 1.2 for r in judged)} of "
+                       f"{len(judged)} measured rows. {_beyond_dense(pairs)}")
+    return "\n".join([*lines, "", *summary])
 
 
 def glu_table(rows: list[dict]) -> str:
@@ -129,16 +159,20 @@ def glu_table(rows: list[dict]) -> str:
 
 def wgrad_table(rows: list[dict]) -> str:
     lines = ["| workload | routing | X (M×K), dY (M×N), E | cuBLAS dense | torch._grouped_mm 2-D×2-D "
-             "| moegemm wgrad bf16 | moegemm wgrad f32 | moegemm / torch | ≥ 1.2 | moegemm / cuBLAS |",
-             "|" + " --- |" * 10]
+             "| moegemm wgrad bf16 | moegemm wgrad f32 | moegemm / torch | ≥ 1.2 | moegemm / cuBLAS "
+             "| 1.2× torch / cuBLAS |", "|" + " --- |" * 11]
+    pairs = []
     for r in rows:
         s, q = r["systems"], r["ratios"]
         t = [_value(s[name], "tflops", _tf) for name in ("cublas_dense_same_flops", "torch_grouped_mm",
                                                           "moegemm_wgrad", "moegemm_wgrad_f32")]
+        tg, cb = _tflops(s, "torch_grouped_mm"), _tflops(s, "cublas_dense_same_flops")
         lines.append(f"| {r['workload']} | {r['routing']} | {r['M']}×{r['K']}, {r['M']}×{r['N']}, {r['E']} "
                      f"| {' | '.join(t)} | {_rv(q['speedup_vs_torch'])} | {_met(q['speedup_vs_torch'])} "
-                     f"| {_rv(q['speedup_vs_cublas'])} |")
-    return "\n".join([*lines, "", _summary(rows, "speedup_vs_torch", "moegemm / torch._grouped_mm")])
+                     f"| {_rv(q['speedup_vs_cublas'])} | {_ratio(_dense_share(tg, cb), 1)} |")
+        pairs.append((q["speedup_vs_torch"].get("value"), tg, cb))
+    return "\n".join([*lines, "", _summary(rows, "speedup_vs_torch", "moegemm / torch._grouped_mm") + " "
+                      + _beyond_dense(pairs)])
 
 
 def dglu_table(rows: list[dict]) -> str:
