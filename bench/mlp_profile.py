@@ -1,0 +1,131 @@
+"""Where the time of one MoE MLP training step goes: the GPU kernels of a forward + backward step, per kernel,
+for moegemm.torch.moe_mlp and for the same layer built from torch._grouped_mm (bench/suites.py's mlp suite,
+same inputs and group sizes), from torch.profiler's CUDA activity.
+
+For each model preset and routing it prints, per system: the step's span on the GPU (first kernel start to
+last kernel end, µs), the time some kernel runs in it (busy) and the rest (idle: launch gaps, host waits),
+every kernel's name, count per step and µs per step, longest first, and the µs of each kernel of the last
+step in the order they ran, which tells the torch layer's GEMMs apart (they share kernel names; in the JSON
+as [index into the kernels, µs]). The steps run back to back, as in training, so that the board works at its
+power limit. --json writes the same as JSON.
+
+  python3 bench/mlp_profile.py [--model deepseek-v3 ...] [--routing uniform zipf] [--steps 5] [--json F]
+
+Needs an sm_90 GPU and moegemm.torch (PYTHONPATH=build/python).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import peers  # noqa: E402
+import suites  # noqa: E402
+
+
+def kernel_intervals(prof) -> list[tuple[str, float, float]]:
+    """(name, start µs, end µs) of every CUDA kernel (and memcpy/memset) the profiler saw."""
+    out = []
+    for ev in prof.events():
+        if str(ev.device_type).endswith("CUDA") and ev.time_range.elapsed_us() > 0:
+            out.append((ev.name, ev.time_range.start, ev.time_range.end))
+    return sorted(out, key=lambda x: x[1])
+
+
+def breakdown(intervals, steps: int) -> dict:
+    """Span, busy and idle µs per step, and µs and count per step of each kernel name."""
+    span = intervals[-1][2] - intervals[0][1]
+    busy, end = 0.0, intervals[0][1]
+    for _, s, e in intervals:  # union of the intervals (kernels of one stream do not overlap)
+        if e > end:
+            busy += e - max(s, end)
+            end = e
+    per = {}
+    for name, s, e in intervals:
+        t, n = per.get(name, (0.0, 0))
+        per[name] = (t + e - s, n + 1)
+    kernels = sorted(({"name": k, "us": t / steps, "count": n / steps} for k, (t, n) in per.items()),
+                     key=lambda r: -r["us"])
+    return {"span_us": span / steps, "busy_us": busy / steps, "idle_us": (span - busy) / steps, "kernels": kernels}
+
+
+def last_step(intervals, per_step: int, kernels: list[dict]) -> list[list]:
+    """The last `per_step` kernels in the order they started (one step's sequence) as [index into `kernels`
+    (breakdown's list, which has the names), µs]."""
+    index = {k["name"]: i for i, k in enumerate(kernels)}
+    return [[index[n], e - s] for n, s, e in intervals[-per_step:]]
+
+
+def profile_step(torch, step, steps: int) -> dict:
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    intervals = kernel_intervals(prof)
+    out = breakdown(intervals, steps)
+    out["sequence"] = last_step(intervals, len(intervals) // steps, out["kernels"])
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", nargs="*", default=["deepseek-v3", "mixtral-8x7b"])
+    p.add_argument("--routing", nargs="*", default=["uniform", "zipf"], choices=["uniform", "zipf"])
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--top", type=int, default=12, help="kernels printed per system")
+    p.add_argument("--json", type=Path)
+    args = p.parse_args()
+
+    import torch
+    import moegemm.torch as mt
+
+    models = json.loads((HERE / "workloads" / "moe_workloads.json").read_text())["models"]
+    ctx = suites.Context(torch, "cuda", bench=None)
+    results = []
+    for model in args.model:
+        cfg = models[model]
+        m, h, i, e = cfg["tokens"] * cfg["top_k"], cfg["hidden"], cfg["intermediate"], cfg["experts"]
+        for routing in args.routing:
+            offs = ctx.offsets(peers.group_sizes(routing, m, e, args.seed))
+            x = ctx.randn(m, h, grad=True)
+            w_up = ctx.randn(e, h, 2 * i, scale=1 / np.sqrt(h), grad=True)
+            w_down = ctx.randn(e, i, h, scale=1 / np.sqrt(i), grad=True)
+            prob, dy = ctx.prob(m, grad=True), ctx.randn(m, h, scale=0.1)
+            layers = {
+                "moegemm_moe_mlp": lambda: mt.moe_mlp(x, w_up, w_down, offs, prob, zero_tail=False),
+                "torch_grouped_mm_autograd": lambda: suites.torch_moe_mlp(torch, x, w_up, w_down, offs, prob),
+            }
+            row = {"model": model, "routing": routing, "M": m, "H": h, "I": i, "E": e, "systems": {}}
+            for name, layer in layers.items():
+                def step(layer=layer):
+                    return torch.autograd.grad(layer(), (x, w_up, w_down, prob), dy)
+                r = profile_step(torch, step, args.steps)
+                row["systems"][name] = r
+                print(f"\n{model} {routing} {name}: span {r['span_us']:.0f} µs, busy {r['busy_us']:.0f}, "
+                      f"idle {r['idle_us']:.0f} (per step)")
+                for k in r["kernels"][:args.top]:
+                    print(f"  {k['us']:9.1f} µs  x{k['count']:<4g} {k['name'][:110]}")
+                print("  one step, in order: " + ", ".join(f"{us:.0f}" for _, us in r["sequence"]))
+            results.append(row)
+            del x, w_up, w_down, prob, dy
+            torch.cuda.empty_cache()
+    if args.json:
+        args.json.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "steps": args.steps,
+                                         "rows": results}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
