@@ -19,7 +19,7 @@ using Pair = std::tuple<at::Tensor, at::Tensor>;
 // a (M, K) and b ((N, K) for nk, (K, N) for kn) on one device; returns N.
 int64_t check_matrices(const char* op, const at::Tensor& a, const at::Tensor& b, BLayout layout) {
   expect_rank(a, 2, op, "a", "(M, K)");
-  expect_device(a, b, op, "b");
+  expect_device(a, "a", b, op, "b");
   return matrix_n(b, layout, op);
 }
 
@@ -72,7 +72,7 @@ Pair gemm_srelu_op(const at::Tensor& a, const at::Tensor& b, c10::string_view b_
   GemmSreluArgs args;
   args.b_layout = parse_b_layout(b_layout, op, /*grouped=*/false);
   const int64_t n = check_matrices(op, a, b, args.b_layout);
-  expect_device(a, prob, op, "prob");
+  expect_device(a, "a", prob, op, "prob");
   args.a = view_of(a, op, "a");
   args.b = view_of(b, op, "b");
   args.alpha = static_cast<float>(alpha);
@@ -96,8 +96,8 @@ Pair gemm_dsrelu_op(const at::Tensor& a, const at::Tensor& b, const at::Tensor& 
   args.b_layout = parse_b_layout(b_layout, op, /*grouped=*/false);
   const int64_t n = check_matrices(op, a, b, args.b_layout);
   expect_rank(c, 2, op, "c", "(M, N) saved pre-activation");
-  expect_device(a, c, op, "c");
-  expect_device(a, prob, op, "prob");
+  expect_device(a, "a", c, op, "c");
+  expect_device(a, "a", prob, op, "prob");
   args.a = view_of(a, op, "a");
   args.b = view_of(b, op, "b");
   args.c = view_of(c, op, "c");

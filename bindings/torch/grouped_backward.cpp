@@ -24,11 +24,11 @@ void fill_common(Args& args, const char* op, const at::Tensor& a, const at::Tens
   expect_rank(a, 2, op, "a", "(M, K) incoming-gradient");
   expect_rank(c, 2, op, "c", "(M, N) saved pre-activation");
   expect_rank(offsets, 1, op, "offsets", "(E,) torch.int32");
-  expect_device(a, b, op, "b");
-  expect_device(a, c, op, "c");
-  expect_device(a, offsets, op, "offsets");
-  expect_device(a, alpha, op, "alpha");
-  expect_device(a, prob, op, "prob");
+  expect_device(a, "a", b, op, "b");
+  expect_device(a, "a", c, op, "c");
+  expect_device(a, "a", offsets, op, "offsets");
+  expect_device(a, "a", alpha, op, "alpha");
+  expect_device(a, "a", prob, op, "prob");
   args.a = view_of(a, op, "a");
   args.b = dense_weights(b, layout, op);
   args.c = view_of(c, op, "c");
@@ -75,7 +75,7 @@ Outputs grouped_gemm_dglu_op(const at::Tensor& a, const at::Tensor& b, const at:
   const BLayout layout = parse_b_layout(b_layout, op);
   GroupedGemmDgluArgs args;
   fill_common(args, op, a, b, layout, c, offsets, alpha, prob, zero_tail, validate);
-  expect_device(a, beta, op, "beta");
+  expect_device(a, "a", beta, op, "beta");
   args.beta = view_of(beta, op, "beta");
   args.glu = glu_params(activation, glu_layout, limit, act_alpha, linear_offset, op);
   // dC has C's 2I columns: twice the GEMM's N = I.

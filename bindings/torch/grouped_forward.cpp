@@ -21,11 +21,11 @@ void fill_common(Args& args, const char* op, const at::Tensor& a, const at::Tens
                  const at::Tensor& offsets, const OptTensor& alpha, const OptTensor& prob,
                  const OptTensor& bias, bool zero_tail, bool validate) {
   expect_rank(a, 2, op, "a", "(M, K) activation");
-  expect_device(a, b, op, "b");
-  expect_device(a, offsets, op, "offsets");
-  expect_device(a, alpha, op, "alpha");
-  expect_device(a, prob, op, "prob");
-  expect_device(a, bias, op, "bias");
+  expect_device(a, "a", b, op, "b");
+  expect_device(a, "a", offsets, op, "offsets");
+  expect_device(a, "a", alpha, op, "alpha");
+  expect_device(a, "a", prob, op, "prob");
+  expect_device(a, "a", bias, op, "bias");
   args.a = view_of(a, op, "a");
   args.b = dense_weights(b, layout, op);
   args.offsets = view_of(offsets, op, "offsets");

@@ -19,14 +19,15 @@ void expect_rank(const at::Tensor& t, int64_t rank, const char* op, const char* 
                     " tensor, got shape ", shape_text(t.sizes()));
 }
 
-void expect_device(const at::Tensor& anchor, const at::Tensor& t, const char* op, const char* operand) {
+void expect_device(const at::Tensor& anchor, const char* anchor_name, const at::Tensor& t, const char* op,
+                   const char* operand) {
   TORCH_CHECK_VALUE(t.device() == anchor.device(), op, ": ", operand, ": expected a tensor on ",
-                    anchor.device().str(), " (the device of a), got one on ", t.device().str());
+                    anchor.device().str(), " (the device of ", anchor_name, "), got one on ", t.device().str());
 }
 
-void expect_device(const at::Tensor& anchor, const std::optional<at::Tensor>& t, const char* op,
-                   const char* operand) {
-  if (t.has_value() && t->defined()) expect_device(anchor, *t, op, operand);
+void expect_device(const at::Tensor& anchor, const char* anchor_name, const std::optional<at::Tensor>& t,
+                   const char* op, const char* operand) {
+  if (t.has_value() && t->defined()) expect_device(anchor, anchor_name, *t, op, operand);
 }
 
 ExpertWeights dense_weights(const at::Tensor& b, BLayout layout, const char* op) {

@@ -20,10 +20,12 @@ std::string shape_text(at::IntArrayRef sizes);
 /// ValueError "op: operand: expected a <rank>-D <what> tensor, got shape [...]" unless t.dim() == rank.
 void expect_rank(const at::Tensor& t, int64_t rank, const char* op, const char* operand, const char* what);
 
-/// ValueError naming the operand unless `t` (when present) is on `anchor`'s device (type and index).
-void expect_device(const at::Tensor& anchor, const at::Tensor& t, const char* op, const char* operand);
-void expect_device(const at::Tensor& anchor, const std::optional<at::Tensor>& t, const char* op,
+/// ValueError "op: operand: expected a tensor on <device> (the device of <anchor_name>), got one on <device>"
+/// unless `t` (when present) is on `anchor`'s device (type and index); `anchor_name` is the op's first operand.
+void expect_device(const at::Tensor& anchor, const char* anchor_name, const at::Tensor& t, const char* op,
                    const char* operand);
+void expect_device(const at::Tensor& anchor, const char* anchor_name, const std::optional<at::Tensor>& t,
+                   const char* op, const char* operand);
 
 /// Dense expert weights `b` stored as (E, N, K) ("nk") or (E, K, N) ("kn"); rank checked.
 ExpertWeights dense_weights(const at::Tensor& b, BLayout layout, const char* op);

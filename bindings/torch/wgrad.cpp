@@ -19,8 +19,8 @@ void fill_inputs(GroupedGemmWgradArgs& args, const char* op, const at::Tensor& x
   expect_rank(x, 2, op, "x", "(M, H)");
   expect_rank(dy, 2, op, "dy", "(M, N)");
   expect_rank(offsets, 1, op, "offsets", "(E,) torch.int32");
-  expect_device(x, dy, op, "dy");
-  expect_device(x, offsets, op, "offsets");
+  expect_device(x, "x", dy, op, "dy");
+  expect_device(x, "x", offsets, op, "offsets");
   args.x = view_of(x, op, "x");
   args.dy = view_of(dy, op, "dy");
   args.offsets = view_of(offsets, op, "offsets");
@@ -74,7 +74,7 @@ void grouped_gemm_wgrad_accumulate_op(const at::Tensor& x, const at::Tensor& dy,
   GroupedGemmWgradArgs args;
   fill_inputs(args, op, x, dy, offsets, transpose_output, validate);
   expect_rank(w, 3, op, "w", transpose_output ? "(E, N, H)" : "(E, H, N)");
-  expect_device(x, w, op, "w");
+  expect_device(x, "x", w, op, "w");
   // The kernel reads x and dy while it adds into w: memory they share would make the sums depend on the order
   // of the writes. Refused as torch's out= ops refuse it (at::assert_no_overlap: a full or partial overlap),
   // and, for strided layouts that check cannot decide, wherever the two spans of memory intersect.

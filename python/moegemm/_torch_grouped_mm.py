@@ -104,16 +104,23 @@ class _RaggedRowsMM(torch.autograd.Function):
         return da, db, None, dbias, None, None, None
 
 
-def _check_no_groups(a, b, k_a, k_b, where, n, out_dtype, offs=None, bias=None, ragged_k=False, out_rows=0):
-    """What the ops would check of a call with no groups, which runs none of them: offs, dtypes, the
-    contraction extent, the 16-byte rule on K and N (n: the output's columns, also in ``out_dtype``, None for
-    a's), bias (E = 0, N) and the size of an output of ``out_rows`` rows (at most 2^62 bytes, the contract's
-    rule on every operand: the 2-D x 3-D mode's (M, N) output is allocated all the same). With
-    ``ragged_k`` the contraction is the token dimension T of the 2-D x 2-D mode, which, as with groups, may
-    have any extent (the rules on K do not apply to it)."""
+def _check_no_groups(a, b, k_a, k_b, where, n, out_dtype, offs=None, bias=None, ragged=None, out_rows=0):
+    """What the ops would check of a call with no groups, which runs none of them: offs of shape (0,), then
+    _check_without_op."""
     if offs is not None and (offs.dtype != torch.int32 or offs.shape != (0,)):
         raise ValueError(f"{_OP}: offs: expected a torch.int32 tensor of shape (0,) for 0 groups, got {offs.dtype} of "
                          f"shape {tuple(offs.shape)}")
+    _check_without_op(a, b, k_a, k_b, where, n, out_dtype, offs, bias, ragged, out_rows)
+
+
+def _check_without_op(a, b, k_a, k_b, where, n, out_dtype, offs=None, bias=None, ragged=None, out_rows=0):
+    """What the ops would check of a call that runs none of them (no groups, or an empty output extent):
+    devices, dtypes, the contraction extent, the 16-byte rule on K and N (n: the output's columns, also in
+    ``out_dtype``, None for a's), bias (E = 0, N) and the size of an output of ``out_rows`` rows (at most 2^62
+    bytes, the contract's rule on every operand: the 2-D x 3-D mode's (M, N) output is allocated all the
+    same). ``ragged`` names the dimension the groups split, which, as with groups, may have any extent: "K"
+    for the 2-D x 2-D mode (the contraction is its token dimension T; the rules on K do not apply), "N" for
+    the 3-D x 2-D mode (the output's columns; the rules on N and on the output's rows do not apply)."""
     check_same_device(_OP, a=a, b=b, offs=offs, bias=bias)
     bias_dtypes = (torch.bfloat16, torch.float32) + ((torch.float64,) if a.device.type == "cpu" else ())
     if bias is not None and bias.dtype not in bias_dtypes:
@@ -127,7 +134,7 @@ def _check_no_groups(a, b, k_a, k_b, where, n, out_dtype, offs=None, bias=None, 
     if k_a != k_b:
         raise ValueError(f"{_OP}: b: expected {where} = {k_a} (from a), got {k_b}")
     per_16_bytes = 16 // a.element_size()
-    extents = [("b", "N", n)] if ragged_k else [("a", "K", k_a), ("b", "N", n)]
+    extents = [(name, symbol, value) for name, symbol, value in (("a", "K", k_a), ("b", "N", n)) if symbol != ragged]
     for name, symbol, value in extents:
         if value == 0:
             raise ValueError(f"{_OP}: {name}: expected {symbol} > 0, got {symbol}=0")
@@ -135,7 +142,7 @@ def _check_no_groups(a, b, k_a, k_b, where, n, out_dtype, offs=None, bias=None, 
             raise ValueError(f"{_OP}: {name}: expected {symbol} a multiple of {per_16_bytes} for {a.dtype} "
                              f"(16-byte aligned rows), got {symbol}={value}")
     out_type = out_dtype or a.dtype
-    if n * out_type.itemsize % 16:  # the ops' rule on their output (d, w), named as grouped_mm's out
+    if ragged != "N" and n * out_type.itemsize % 16:  # the ops' rule on their output (d, w), named as grouped_mm's out
         raise ValueError(f"{_OP}: out: expected N * sizeof({out_type}) a multiple of 16 bytes (16-byte alignment "
                          f"rule: N % {16 // out_type.itemsize} == 0 for {out_type}), got N={n} "
                          f"({n * out_type.itemsize} bytes)")
@@ -144,6 +151,28 @@ def _check_no_groups(a, b, k_a, k_b, where, n, out_dtype, offs=None, bias=None, 
     if out_rows * n * out_type.itemsize > MAX_OPERAND_BYTES:
         raise ValueError(f"{_OP}: out: expected at most 2^62 bytes (its sizes multiplied), got shape "
                          f"({out_rows}, {n}) of {out_type}")
+
+
+def _check_offs_without_op(offs, symbol: str, extent: int, validate: bool) -> None:
+    """What the ops check of ``offs`` in a call that runs none of them (an empty output extent, with groups
+    along a ragged extent ``symbol`` = ``extent``), in the words their errors take in grouped_mm: at most
+    MAX_EXPERTS groups, and with ``validate`` the values on the host (a copy and a sync), non-decreasing ends
+    in [0, extent] (src/contract/offsets.cpp). A compiled graph has no values to check while it traces, and
+    this path runs no op that would check them later: it checks the count only."""
+    if offs.shape[0] > MAX_EXPERTS:
+        raise ValueError(f"{_OP}: offs: expected 1 <= E <= {MAX_EXPERTS} experts, got E={offs.shape[0]}")
+    if not validate or torch.compiler.is_compiling():
+        return
+    previous = 0
+    for g, end in enumerate(offs.tolist()):
+        broken = (">= 0" if end < 0 else ">= the one before it" if end < previous
+                  else f"<= {symbol}" if end > extent else None)
+        if broken is None:
+            previous = end
+            continue
+        got = f"offs[{g}] = {end}" + (f" < offs[{g - 1}] = {previous}" if 0 <= end < previous else "")
+        raise ValueError(f"{_OP}: offs: expected non-decreasing group ends along {symbol} in [0, {symbol}={extent}], "
+                         f"each {broken}, got {got}")
 
 
 def _check_aligned_rows(t, name="a", cols="K"):
@@ -286,9 +315,11 @@ def _ragged_k_mm(a, b, offs, out_dtype, zero_tail=False, validate=False):
         raise ValueError(f"{_OP}: b: expected a row-major or column-major (T, N) tensor (stride(1) == 1 or "
                          f"stride(0) == 1, without overlapping rows or columns), got strides {tuple(b.stride())}")
     if a.shape[0] == 0 and offs.dim() == 1 and offs.dtype == torch.int32:  # H = 0: the empty (E, 0, N) product
+        _check_without_op(a, b, a.shape[1], b.shape[0], "b.shape[0]", b.shape[1], out_dtype, offs, ragged="K")
+        _check_offs_without_op(offs, "T", a.shape[1], validate)
         return (a @ b).unsqueeze(0).expand(offs.shape[0], 0, b.shape[1]).to(out_dtype or a.dtype)
     if offs.dim() == 1 and offs.shape[0] == 0:  # no groups, no output (as torch._grouped_mm)
-        _check_no_groups(a, b, a.shape[1], b.shape[0], "b.shape[0]", b.shape[1], out_dtype, offs, ragged_k=True)
+        _check_no_groups(a, b, a.shape[1], b.shape[0], "b.shape[0]", b.shape[1], out_dtype, offs, ragged="K")
         if a.shape[0] % (16 // a.element_size()):
             raise ValueError(f"{_OP}: a: expected H = a.shape[0] a multiple of {16 // a.element_size()} for "
                              f"{a.dtype} (16-byte aligned rows of a.t()), got H={a.shape[0]}")
@@ -318,6 +349,8 @@ def _ragged_n_mm(a, b, offs, out_dtype, zero_tail, validate):
     if b.dtype != a.dtype:
         raise ValueError(f"{_OP}: b: expected a's dtype {a.dtype}, got {b.dtype}")
     if m == 0 and offs.dtype == torch.int32:  # no output rows, as torch._grouped_mm: the empty product
+        _check_without_op(a, b, k, b.shape[0], "b.shape[0]", b.shape[1], out_dtype, offs, ragged="N")
+        _check_offs_without_op(offs, "N", b.shape[1], validate)
         return (a.reshape(0, k) @ b).to(out_dtype or a.dtype)
     for what, dtype in (("a", a.dtype), ("out", out_dtype or a.dtype)):
         per_16_bytes = max(1, 16 // dtype.itemsize)
@@ -381,7 +414,8 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
 
     E = 0 (no groups) is accepted in every mode, as by ``torch._grouped_mm``: 2-D x 3-D gives (M, N) rows that
     are all past the last offset, 3-D x 2-D (M, N) columns that are; the other modes give (0, ., .). An empty
-    output extent (M = 0, or H = 0 in 2-D x 2-D) gives the empty output.
+    output extent (M = 0, or H = 0 in 2-D x 2-D) gives the empty output, after the checks a call with rows
+    makes (``validate`` included: the ragged extent, T or N, is not empty).
 
     Rows at or past ``offs[-1]`` (2-D x 3-D; columns for 3-D x 2-D): not written, content unspecified, as
     ``torch._grouped_mm`` (whose output is an uninitialised ``empty`` there, on CPU and CUDA);
@@ -392,8 +426,8 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
     raises ValueError naming offs at the first offset that is negative, decreasing or past the ragged
     extent. Without it, bad offsets are clamped on the device and nothing is read out of bounds.
 
-    dtypes: bf16 inputs (f16, f32, f64 on CPU only); ``out_dtype`` bf16, f16 or f32 (default ``a.dtype``),
-    unlike torch which only allows ``a.dtype``. ``bias`` (E, N) bf16/f32 is supported (torch rejects any
+    dtypes: bf16 inputs (f16, f32, f64 on CPU only); ``out_dtype`` bf16, f16 or f32, or f64 with f64 inputs
+    (default ``a.dtype``), unlike torch which only allows ``a.dtype``. ``bias`` (E, N) bf16/f32 is supported (torch rejects any
     bias). Errors: ValueError naming the operand for shapes, dtypes, devices, strides, alignment (N and K
     multiples of 8 for 16-bit types), also with no groups; TypeError for an operand that is not a tensor and
     for a ``zero_tail`` or ``validate`` that is not a bool (Python or NumPy);
@@ -409,9 +443,9 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
     zero_tail, validate = check_flag(_OP, "zero_tail", zero_tail), check_flag(_OP, "validate", validate)
     if offs is not None and offs.dim() != 1:
         raise ValueError(f"{_OP}: offs: expected a 1-D (E,) torch.int32 tensor, got shape {tuple(offs.shape)}")
-    if out_dtype is not None and out_dtype not in _OUT_DTYPES:
-        raise ValueError(f"{_OP}: out_dtype: expected None, torch.bfloat16, torch.float16 or torch.float32, "
-                         f"got {out_dtype!r}")
+    if out_dtype is not None and out_dtype not in _OUT_DTYPES and not (out_dtype == a.dtype == torch.float64):
+        raise ValueError(f"{_OP}: out_dtype: expected None, torch.bfloat16, torch.float16 or torch.float32 (or "
+                         f"torch.float64 with float64 inputs), got {out_dtype!r}")
     if a.dtype not in _IN_DTYPES:  # in every mode, before an inner op would name its own operands
         raise ValueError(f"{_OP}: a: expected dtype torch.bfloat16 (torch.float16, torch.float32 or torch.float64 "
                          f"on CPU), got {a.dtype}")

@@ -381,6 +381,77 @@ def test_empty_outputs_keep_the_autograd_graph(device):
         assert a.grad.shape == a.shape and (b.grad == 0).all()
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_empty_output_extents_check_what_a_call_with_rows_checks(device):
+    """H = 0 in 2-D x 2-D and M = 0 in 3-D x 2-D run no op (the output is empty) but their ragged extent, T or N,
+    is not: validate=True checks offs against it with the message of the same call with rows (less the op's
+    "(checked as ...)"), and the group count and the 16-byte rules are checked too."""
+    on = dict(device=device)
+
+    def two_2d(h, t=32, n=24):
+        return randn(t, h, **on).t(), randn(t, n, seed=3, **on)
+
+    def three_2d(m, k=32, n=24):
+        return randn(4, m, k, **on), randn(k, n, seed=4, **on)
+
+    def message(call):
+        with pytest.raises(ValueError) as err:
+            call()
+        return str(err.value)
+
+    def ends(values):
+        return torch.tensor(values, dtype=torch.int32, device=device)
+
+    bad_offs = ([8, 4, 16, 24], [-1, 8, 16, 24], [8, 8, 16, 40])
+    for make, empty, full in ((two_2d, 0, 16), (three_2d, 0, 16)):
+        for values in bad_offs:
+            offs = ends(values)
+            with_rows = message(lambda: mt.grouped_mm(*make(full), offs, validate=True))
+            assert with_rows.endswith("'s offsets)")
+            assert message(lambda: mt.grouped_mm(*make(empty), offs, validate=True)) == \
+                with_rows[:with_rows.rindex(" (checked as")]
+            assert mt.grouped_mm(*make(empty), offs).numel() == 0  # clamped on the device without validate
+        assert mt.grouped_mm(*make(empty), ends([8, 8, 16, 24]), validate=True).numel() == 0
+        many = torch.zeros(1025, dtype=torch.int32, device=device)
+        for m in (empty, full):
+            x, w = make(m)
+            if make is three_2d:
+                x = randn(1025, m, 32, **on)
+            with pytest.raises(ValueError, match=r"^grouped_mm: offs: expected 1 <= E <= 1024 experts, got E=1025"):
+                mt.grouped_mm(x, w, many)
+    # the 16-byte rules: N in 2-D x 2-D (b's rows, and out's in out_dtype), K in 3-D x 2-D
+    offs = ends([8, 8, 16, 32])
+    for h in (0, 16):
+        with pytest.raises(ValueError, match=r"^grouped_mm: b: expected N.* a multiple of .*got N=12"):
+            mt.grouped_mm(*two_2d(h, n=12), offs)
+    a_f32, b_f32 = randn(32, 0, dtype=torch.float32, **on).t(), randn(32, 12, dtype=torch.float32, **on)
+    with pytest.raises(ValueError, match=r"^grouped_mm: out: expected N \* sizeof\(torch\.float16\) a multiple of "
+                                         r"16 bytes .*got N=12"):
+        mt.grouped_mm(a_f32, b_f32, offs, out_dtype=torch.float16)
+    for m in (0, 16):
+        with pytest.raises(ValueError, match=r"^grouped_mm: (a|b \(read as b\.t\(\)\)): expected K.* a multiple of "
+                                             r".*got K=12"):
+            mt.grouped_mm(*three_2d(m, k=12), ends([8, 8, 16, 24]))
+
+
+def test_out_dtype_float64_with_float64_inputs_is_their_default():
+    """out_dtype=a.dtype (torch._grouped_mm's only choice) is accepted for float64 inputs (CPU) in every mode and
+    gives the default's output; with other inputs float64 is refused by name."""
+    f64 = dict(dtype=torch.float64)
+    offs = torch.tensor([3, 8], dtype=torch.int32)
+    calls = [(randn(8, 16, **f64), randn(2, 16, 8, seed=5, **f64), offs),
+             (randn(16, 8, **f64), randn(8, 8, seed=6, **f64), offs),
+             (randn(2, 8, 16, **f64), randn(16, 8, seed=7, **f64), offs),
+             (randn(2, 8, 16, **f64), randn(2, 16, 8, seed=8, **f64), None)]
+    for a, b, o in calls:
+        out = mt.grouped_mm(a, b, o, out_dtype=torch.float64)
+        assert out.dtype == torch.float64
+        torch.testing.assert_close(out, mt.grouped_mm(a, b, o), rtol=0, atol=0)
+    with pytest.raises(ValueError, match=r"^grouped_mm: out_dtype: expected None, torch\.bfloat16, torch\.float16 or "
+                                         r"torch\.float32 \(or torch\.float64 with float64 inputs\), got torch\.float64$"):
+        mt.grouped_mm(randn(8, 16), randn(2, 16, 8, seed=9), offs, out_dtype=torch.float64)
+
+
 def test_unsupported_input_dtypes_are_named_in_every_mode():
     offs = offsets_of([M] * G)
     for a, b in ((randn(M * G, K), randn(G, K, N)), (randn(K, M * G).t(), randn(M * G, N)),
@@ -661,7 +732,8 @@ def test_errors():
         with pytest.raises(ValueError, match=r"grouped_mm: offs: expected a 1-D \(E,\) torch\.int32 tensor"):
             mt.grouped_mm(a, b, bad)
     with pytest.raises(ValueError, match=r"grouped_mm: out_dtype: expected None, torch\.bfloat16, torch\.float16 "
-                                         r"or torch\.float32, got torch\.int32"):
+                                         r"or torch\.float32 \(or torch\.float64 with float64 inputs\), got "
+                                         r"torch\.int32"):
         mt.grouped_mm(a, b, offs, out_dtype=torch.int32)
     with pytest.raises(ValueError, match="offs: required"):
         mt.grouped_mm(a, b)

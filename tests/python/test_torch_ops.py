@@ -594,8 +594,21 @@ def test_operands_on_the_meta_device_are_rejected():
         ops.grouped_gemm(a, b, offsets.to("meta"))
     with pytest.raises(ValueError, match=r"grouped_gemm_glu: b: expected a tensor on cpu"):
         ops.grouped_gemm_glu(a, b.to("meta"), offsets)
-    with pytest.raises(ValueError, match=r"grouped_gemm_wgrad: dy: .*got one on meta"):
+    with pytest.raises(ValueError, match=r"grouped_gemm_wgrad: dy: expected a tensor on cpu \(the device of x\), "
+                                         r"got one on meta"):
         ops.grouped_gemm_wgrad(a, randn(8, 8).to("meta"), offsets)
+    # The C++ kernels' own device checks name the op's first operand too (a, or x for the weight gradient), as
+    # a CUDA call with offsets left on the CPU meets them: run the CPU kernel past the dispatcher's choice.
+    cpu = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+    with pytest.raises(ValueError, match=r"^grouped_gemm_wgrad: offsets: expected a tensor on cpu \(the device of "
+                                         r"x\), got one on meta$"):
+        ops.grouped_gemm_wgrad.default.redispatch(cpu, a, randn(8, 8), offsets.to("meta"))
+    with pytest.raises(ValueError, match=r"^grouped_gemm_wgrad\.accumulate: w: expected a tensor on cpu \(the device "
+                                         r"of x\), got one on meta$"):
+        ops.grouped_gemm_wgrad.accumulate.redispatch(cpu, a, randn(8, 8), offsets, randn(2, 16, 8).to("meta"))
+    with pytest.raises(ValueError, match=r"^grouped_gemm: offsets: expected a tensor on cpu \(the device of a\), got "
+                                         r"one on meta$"):
+        ops.grouped_gemm.default.redispatch(cpu, a, b, offsets.to("meta"))
     module = moegemm.torch.MoEMLP(2, 16, 16, dtype=torch.bfloat16, device="meta")
     with pytest.raises(ValueError, match=r"MoEMLP: w_up: expected a tensor on cpu \(the device of x\), got one on "
                                          r"meta"):
