@@ -134,7 +134,8 @@ def _check_without_op(a, b, k_a, k_b, where, n, out_dtype, offs=None, bias=None,
     if k_a != k_b:
         raise ValueError(f"{_OP}: b: expected {where} = {k_a} (from a), got {k_b}")
     per_16_bytes = 16 // a.element_size()
-    extents = [(name, symbol, value) for name, symbol, value in (("a", "K", k_a), ("b", "N", n)) if symbol != ragged]
+    extents = [(name, symbol, value) for name, symbol, value in (("a", "K", k_a), ("b", "N", n))
+               if symbol != ragged]
     for name, symbol, value in extents:
         if value == 0:
             raise ValueError(f"{_OP}: {name}: expected {symbol} > 0, got {symbol}=0")
@@ -427,10 +428,10 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
     extent. Without it, bad offsets are clamped on the device and nothing is read out of bounds.
 
     dtypes: bf16 inputs (f16, f32, f64 on CPU only); ``out_dtype`` bf16, f16 or f32, or f64 with f64 inputs
-    (default ``a.dtype``), unlike torch which only allows ``a.dtype``. ``bias`` (E, N) bf16/f32 is supported (torch rejects any
-    bias). Errors: ValueError naming the operand for shapes, dtypes, devices, strides, alignment (N and K
-    multiples of 8 for 16-bit types), also with no groups; TypeError for an operand that is not a tensor and
-    for a ``zero_tail`` or ``validate`` that is not a bool (Python or NumPy);
+    (default ``a.dtype``), unlike torch which only allows ``a.dtype``. ``bias`` (E, N) bf16/f32 is supported
+    (torch rejects any bias). Errors: ValueError naming the operand for shapes, dtypes, devices, strides,
+    alignment (N and K multiples of 8 for 16-bit types), also with no groups; TypeError for an operand that is
+    not a tensor and for a ``zero_tail`` or ``validate`` that is not a bool (Python or NumPy);
     NotImplementedError for f16/f32 inputs on CUDA.
     Formula source: docs/ops.md §1 and §5; ``torch._grouped_mm`` (torch/_meta_registrations.py).
     """

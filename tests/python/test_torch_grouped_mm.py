@@ -448,7 +448,8 @@ def test_out_dtype_float64_with_float64_inputs_is_their_default():
         assert out.dtype == torch.float64
         torch.testing.assert_close(out, mt.grouped_mm(a, b, o), rtol=0, atol=0)
     with pytest.raises(ValueError, match=r"^grouped_mm: out_dtype: expected None, torch\.bfloat16, torch\.float16 or "
-                                         r"torch\.float32 \(or torch\.float64 with float64 inputs\), got torch\.float64$"):
+                                         r"torch\.float32 \(or torch\.float64 with float64 inputs\), got "
+                                         r"torch\.float64$"):
         mt.grouped_mm(randn(8, 16), randn(2, 16, 8, seed=9), offs, out_dtype=torch.float64)
 
 
