@@ -7,17 +7,22 @@ last kernel end, µs), the time some kernel runs in it (busy) and the rest (idle
 every kernel's name, count per step and µs per step, longest first, and the µs of each kernel of the last
 step in the order they ran, which tells the torch layer's GEMMs apart (they share kernel names; in the JSON
 as [index into the kernels, µs]). The steps run back to back, as in training, so that the board works at its
-power limit. --json writes the same as JSON.
+power limit. With --sustain S it then runs each system's steps back to back for S seconds more (after a
+second of warm-up; bench/power.py's windows) and reports the time per step and the medians of the SM clock
+(MHz) and board power (W) that nvidia-smi sampled every 100 ms meanwhile, with the share of samples at the
+power cap. --json writes the same as JSON.
 
-  python3 bench/mlp_profile.py [--model deepseek-v3 ...] [--routing uniform zipf] [--steps 5] [--json F]
+  python3 bench/mlp_profile.py [--model deepseek-v3 ...] [--routing uniform zipf] [--steps 5] [--sustain 3]
+                               [--json F]
 
-Needs an sm_90 GPU and moegemm.torch (PYTHONPATH=build/python).
+Needs an sm_90 GPU and moegemm.torch (PYTHONPATH=build/python); --sustain also needs nvidia-smi.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -26,6 +31,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import peers  # noqa: E402
+import power  # noqa: E402
 import suites  # noqa: E402
 
 
@@ -78,6 +84,20 @@ def profile_step(torch, step, steps: int) -> dict:
     return out
 
 
+def sustain(torch, steps: dict, seconds: float) -> dict:
+    """{name: step_us, steps, and power.window_stats} of each step function run back to back for `seconds`
+    (power.run_window), one system after the other, under one nvidia-smi sampler."""
+    windows = {}
+    sampler = power.Sampler()
+    try:
+        for name, step in steps.items():
+            windows[name] = power.run_window(torch, [step], seconds)
+    finally:
+        samples = sampler.stop()
+    return {name: {"step_us": ms * 1e3 / n, "steps": n, **power.window_stats(samples, t0, t1)}
+            for name, (t0, t1, ms, n) in windows.items()}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", nargs="*", default=["deepseek-v3", "mixtral-8x7b"])
@@ -85,8 +105,12 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--top", type=int, default=12, help="kernels printed per system")
+    p.add_argument("--sustain", type=float, default=0.0,
+                   help="seconds of steps back to back per system with clock and power sampled (0: none)")
     p.add_argument("--json", type=Path)
     args = p.parse_args()
+    if not args.sustain >= 0 or (args.sustain and shutil.which("nvidia-smi") is None):  # `not >=`: nan too
+        p.error("--sustain: expected seconds >= 0, and nvidia-smi on the PATH to sample the clock and power")
 
     import torch
     import moegemm.torch as mt
@@ -108,9 +132,9 @@ def main() -> int:
                 "torch_grouped_mm_autograd": lambda: suites.torch_moe_mlp(torch, x, w_up, w_down, offs, prob),
             }
             row = {"model": model, "routing": routing, "M": m, "H": h, "I": i, "E": e, "systems": {}}
-            for name, layer in layers.items():
-                def step(layer=layer):
-                    return torch.autograd.grad(layer(), (x, w_up, w_down, prob), dy)
+            steps = {name: (lambda layer=layer: torch.autograd.grad(layer(), (x, w_up, w_down, prob), dy))
+                     for name, layer in layers.items()}
+            for name, step in steps.items():
                 r = profile_step(torch, step, args.steps)
                 row["systems"][name] = r
                 print(f"\n{model} {routing} {name}: span {r['span_us']:.0f} µs, busy {r['busy_us']:.0f}, "
@@ -118,8 +142,16 @@ def main() -> int:
                 for k in r["kernels"][:args.top]:
                     print(f"  {k['us']:9.1f} µs  x{k['count']:<4g} {k['name'][:110]}")
                 print("  one step, in order: " + ", ".join(f"{us:.0f}" for _, us in r["sequence"]))
+            if args.sustain:
+                for name, sustained in sustain(torch, steps, args.sustain).items():
+                    row["systems"][name]["sustained"] = sustained
+                    clock, watts = (f"{v:.0f}" if v is not None else "—"
+                                    for v in (sustained["sm_mhz"], sustained["watts"]))
+                    print(f"{model} {routing} {name}, {args.sustain:g} s back to back: {sustained['step_us']:.0f} µs "
+                          f"per step, SM clock {clock} MHz, {watts} W, capped in {sustained['capped'] or 0:.0%} "
+                          f"of {sustained['samples']} samples")
             results.append(row)
-            del x, w_up, w_down, prob, dy
+            del x, w_up, w_down, prob, dy, layers, steps
             torch.cuda.empty_cache()
     if args.json:
         args.json.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "steps": args.steps,

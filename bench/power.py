@@ -78,6 +78,17 @@ class Sampler:
         return out
 
 
+def window_stats(samples, t0: float, t1: float) -> dict:
+    """Medians of the SM clock (MHz) and board power (W), and the share of power-capped samples, over the
+    samples of Sampler.stop() taken in [t0 + 0.2 s, t1] (epoch seconds: a window of run_window); None where
+    no sample fell inside."""
+    inside = [s for s in samples if t0 + 0.2 <= s[0] <= t1]
+    return {"sm_mhz": statistics.median(s[1] for s in inside) if inside else None,
+            "watts": statistics.median(s[2] for s in inside) if inside else None,
+            "capped": sum(bool(s[3] & POWER_CAP_BIT) for s in inside) / len(inside) if inside else None,
+            "samples": len(inside)}
+
+
 def run_window(torch, calls, seconds: float) -> tuple[float, float, float, int]:
     """Calls `calls` (rotating) for one second, then for `seconds`; (epoch start, epoch end, event ms, calls)."""
     def batch(n: int, i0: int) -> int:
@@ -162,13 +173,8 @@ def measure(torch, op: str, g: dict, seconds: float, rounds: int, l2_bytes: int,
     for name, runs in windows.items():
         per_round = []
         for t0, t1, ms, calls in runs:
-            inside = [s for s in samples if t0 + 0.2 <= s[0] <= t1]
-            per_round.append({
-                "tflops": calls * flops / (ms * 1e-3) / 1e12, "calls": calls,
-                "sm_mhz": statistics.median(s[1] for s in inside) if inside else None,
-                "watts": statistics.median(s[2] for s in inside) if inside else None,
-                "capped": sum(bool(s[3] & POWER_CAP_BIT) for s in inside) / len(inside) if inside else None,
-                "samples": len(inside)})
+            per_round.append({"tflops": calls * flops / (ms * 1e-3) / 1e12, "calls": calls,
+                              **window_stats(samples, t0, t1)})
         row = {key: statistics.median(x[key] for x in per_round if x[key] is not None)
                for key in ("tflops", "sm_mhz", "watts", "capped") if any(x[key] is not None for x in per_round)}
         if "watts" in row:
