@@ -26,8 +26,6 @@ import shutil
 import sys
 from pathlib import Path
 
-import numpy as np
-
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import peers  # noqa: E402
@@ -123,10 +121,7 @@ def main() -> int:
         m, h, i, e = cfg["tokens"] * cfg["top_k"], cfg["hidden"], cfg["intermediate"], cfg["experts"]
         for routing in args.routing:
             offs = ctx.offsets(peers.group_sizes(routing, m, e, args.seed))
-            x = ctx.randn(m, h, grad=True)
-            w_up = ctx.randn(e, h, 2 * i, scale=1 / np.sqrt(h), grad=True)
-            w_down = ctx.randn(e, i, h, scale=1 / np.sqrt(i), grad=True)
-            prob, dy = ctx.prob(m, grad=True), ctx.randn(m, h, scale=0.1)
+            x, w_up, w_down, prob, dy = suites.mlp_operands(ctx, m, h, i, e)
             layers = {
                 "moegemm_moe_mlp": lambda: mt.moe_mlp(x, w_up, w_down, offs, prob, zero_tail=False),
                 "torch_grouped_mm_autograd": lambda: suites.torch_moe_mlp(torch, x, w_up, w_down, offs, prob),

@@ -474,13 +474,18 @@ def torch_moe_mlp(torch, x, w_up, w_down, offs, prob):
     return torch._grouped_mm(h, w_down, offs=offs)
 
 
+def mlp_operands(ctx: Context, m: int, h: int, i: int, e: int) -> tuple:
+    """(x (M, H), w_up (E, H, 2I), w_down (E, I, H), prob (M,), dy (M, H)) of one MoE MLP step, the first four
+    requiring grad; weights scaled by 1/sqrt(K) so that every GEMM result is O(1)."""
+    return (ctx.randn(m, h, grad=True), ctx.randn(e, h, 2 * i, scale=1 / math.sqrt(h), grad=True),
+            ctx.randn(e, i, h, scale=1 / math.sqrt(i), grad=True), ctx.prob(m, grad=True), ctx.randn(m, h, scale=0.1))
+
+
 def run_mlp(ctx: Context, c: dict, sizes, copies: int) -> dict:
     torch = ctx.torch
     m, h, i, e = c["M"], c["H"], c["I"], c["E"]
     offs = ctx.offsets(sizes)
-    sets = [(ctx.randn(m, h, grad=True), ctx.randn(e, h, 2 * i, scale=1 / math.sqrt(h), grad=True),
-             ctx.randn(e, i, h, scale=1 / math.sqrt(i), grad=True), ctx.prob(m, grad=True), ctx.randn(m, h, scale=0.1))
-            for _ in range(copies)]
+    sets = [mlp_operands(ctx, m, h, i, e) for _ in range(copies)]
 
     def step(layer, s):
         x, w_up, w_down, p, dy = s
