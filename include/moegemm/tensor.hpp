@@ -51,6 +51,11 @@ struct TensorView {
     }
     return true;
   }
+  /// True when a 2-D view is column-major in the sense the ops read it: more than one row and column,
+  /// stride(0) == 1 and stride(1) != 1 (a single row or column is read row-major).
+  bool is_column_major() const {
+    return rank == 2 && shape[0] > 1 && shape[1] > 1 && strides[0] == 1 && strides[1] != 1;
+  }
   template <class T> T* ptr() const { return static_cast<T*>(data); }
 
   /// A dense row-major view. A shape longer than kMaxRank keeps its rank, so that every op rejects the view

@@ -305,7 +305,7 @@ void Rules::matrix(const char* name, const TensorView& t, const char* cols) cons
 
 void Rules::matrix_either_order(const char* name, const TensorView& t, const char* rows, const char* cols) const {
   const int64_t nrows = t.shape[0], ncols = t.shape[1];
-  if (nrows <= 1 || ncols <= 1 || t.strides[1] == 1 || t.strides[0] != 1) {
+  if (!t.is_column_major()) {
     if (nrows > 0 && ncols > 1 && t.strides[1] != 1) {  // neither order (a single row is read row-major)
       fail(ErrorCode::invalid_argument, name,
            "a row-major matrix (stride(1) == 1) or, with more than one row, a column-major one (stride(0) == 1)",

@@ -17,7 +17,7 @@ ForwardProblem grouped_problem(const char* op, const Args& args) {
   f.m = args.a.size(0);
   f.k = args.a.size(1);
   // The contract admits a column-major A for grouped_gemm only (Rules::matrix_either_order).
-  f.a_column_major = f.m > 1 && f.k > 1 && args.a.stride(0) == 1 && args.a.stride(1) != 1;
+  f.a_column_major = args.a.is_column_major();
   f.b_layout = args.b.layout;
   if (args.b.dense.defined()) {
     f.b = args.b.dense.data;
