@@ -8,16 +8,12 @@ namespace moegemm::cli {
 
 GluParams layer_glu() { return GluParams{Activation::swiglu, GluLayout::halves}; }
 
-MoeLayer make_layer(const ModelPreset& s, const std::vector<int64_t>& group_sizes, Device device,
-                    uint64_t seed) {
+MoeLayer make_layer(const ModelPreset& s, Routing routing, Device device, uint64_t seed) {
   const int64_t M = s.rows(), E = s.experts, H = s.hidden, I = s.intermediate;
   MoeLayer L;
   L.shape = s;
   L.device = device;
-  L.group_sizes = group_sizes;
-  L.ends = end_offsets(group_sizes);
   L.offsets = make_tensor(device, DType::i32, {E});
-  copy_from_host(L.offsets.view.data, L.ends.data(), L.ends.size() * sizeof(int32_t), device);
   L.x = make_tensor(device, DType::bf16, {M, H});
   L.dy = make_tensor(device, DType::bf16, {M, H});
   L.w13 = make_tensor(device, DType::bf16, {E, 2 * I, H});
@@ -31,6 +27,11 @@ MoeLayer make_layer(const ModelPreset& s, const std::vector<int64_t>& group_size
   L.dx = make_tensor(device, DType::bf16, {M, H});
   L.dw13 = make_tensor(device, DType::f32, {E, 2 * I, H});
   L.dw2 = make_tensor(device, DType::f32, {E, H, I});
+  // Routed once every tensor is allocated: routing samples each of the M rows, minutes for the largest
+  // --tokens, and a layer that does not fit is reported at once.
+  L.group_sizes = group_sizes(routing, M, E, seed);
+  L.ends = end_offsets(L.group_sizes);
+  copy_from_host(L.offsets.view.data, L.ends.data(), L.ends.size() * sizeof(int32_t), device);
 
   // Weights scaled by 1/sqrt(K) keep every GEMM result O(1), where bf16 tolerances mean something.
   const float up_scale = 1.0f / std::sqrt(float(H)), down_scale = 1.0f / std::sqrt(float(I));

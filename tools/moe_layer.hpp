@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "moegemm/ops.hpp"
+#include "routing.hpp"
 #include "tensor_store.hpp"
 #include "workloads.hpp"
 
@@ -37,10 +38,10 @@ struct MoeLayer {
   OwnedTensor dw13, dw2;            ///< (E, 2I, H), (E, H, I) f32
 };
 
-/// Allocates the layer on `device` and fills every tensor (outputs too, so that a step whose op has no kernel
-/// still leaves valid inputs for the steps after it) with seeded synthetic data.
-MoeLayer make_layer(const ModelPreset& shape, const std::vector<int64_t>& group_sizes, Device device,
-                    uint64_t seed);
+/// Allocates the layer on `device`, routes its rows to experts (`routing`, `seed`: group_sizes) and fills
+/// every tensor (outputs too, so that a step whose op has no kernel still leaves valid inputs for the steps
+/// after it) with seeded synthetic data.
+MoeLayer make_layer(const ModelPreset& shape, Routing routing, Device device, uint64_t seed);
 
 /// One op call of the layer: its GEMM shape (FLOPs = 2*m*n*k), outputs, workspace query and launch.
 struct Step {

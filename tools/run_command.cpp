@@ -164,8 +164,8 @@ int run_command(const std::vector<std::string>& args) {
     progress(i, presets.size(), shape.name, "preparing data (" + std::to_string(shape.rows()) + " rows)");
     ModelResult m;
     m.shape = shape;
-    m.group_sizes = group_sizes(o.routing, shape.rows(), shape.experts, o.seed);
-    const MoeLayer layer = make_layer(shape, m.group_sizes, gpu ? Device::cuda : Device::host, o.seed);
+    const MoeLayer layer = make_layer(shape, o.routing, gpu ? Device::cuda : Device::host, o.seed);
+    m.group_sizes = layer.group_sizes;
     if (gpu) MOEGEMM_CLI_CUDA(cudaDeviceSynchronize());
     for (const Step& step : layer_steps(layer)) {
       progress(i, presets.size(), shape.name, step.label);

@@ -190,3 +190,16 @@ moegemm_cli_test(bench_hands_over COMMAND ${CMAKE_COMMAND} -E env
                  MOEGEMM_BENCH_DIR=${CMAKE_CURRENT_SOURCE_DIR}/tests/bench_stub PYTHONPATH=/caller/path
                  ${_expect_0} ${_cli} bench --quick
                  REGEX "argv: --moegemm-bin [^\n]*moegemm --quick\n${_bench_path}")
+
+# A layer too large for the host is refused at once: its tensors are allocated before its rows are routed,
+# which for 2^31 rows takes minutes. Where the kernel hands out any allocation (overcommit_memory = 1) the
+# allocation does not fail, and the test is not added.
+set(_overcommit "")
+if(EXISTS /proc/sys/vm/overcommit_memory)
+  file(READ /proc/sys/vm/overcommit_memory _overcommit)
+endif()
+if(NOT _overcommit MATCHES "^1")
+  set(_expect_1 ${CMAKE_COMMAND} -DEXPECT_CODE=1 -P ${CMAKE_CURRENT_SOURCE_DIR}/tests/expect_exit.cmake --)
+  moegemm_cli_test(run_layer_past_host_memory COMMAND ${_expect_1} ${_cli} run --backend cpu --model deepseek-v3
+                   --tokens 268435455 REGEX "out of host memory" TIMEOUT 20)
+endif()

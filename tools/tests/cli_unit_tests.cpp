@@ -156,7 +156,7 @@ class LayerVerification : public ::testing::Test {
  protected:
   void SetUp() override {
     shape_ = {"unit", 48, 2, 6, 64, 32};
-    layer_ = make_layer(shape_, group_sizes(Routing::zipf, shape_.rows(), shape_.experts, 4), Device::host, 4);
+    layer_ = make_layer(shape_, Routing::zipf, Device::host, 4);
     steps_ = layer_steps(layer_);
   }
   void run(const Step& s) {
