@@ -1,6 +1,7 @@
 """Markdown tables from the JSON written by bench/peers.py and `moegemm run --json`.
 
     python3 bench/tables.py peers.json [run.json]
+    python3 bench/tables.py mlp_profile.json
 
 Prints, for peers.json, one table per suite it holds (docs/benchmarks.md is made of these):
   peers     TFLOP/s per workload and system plus moegemm's ratios to torch._grouped_mm and to cuBLAS dense, and
@@ -14,7 +15,10 @@ Prints, for peers.json, one table per suite it holds (docs/benchmarks.md is made
   dispatch  host overhead of eager calls and CUDA-graph replays (torch_bench.py, jax_dispatch.py)
   frontends torch_bench.py's throughput rows and jax_ragged_dot.py, when that suite ran
 each followed by how many rows meet the target. For run.json: time (µs), TFLOP/s and fraction of the measured
-dense rate per op of each model preset.
+dense rate per op of each model preset. For the JSON of bench/mlp_profile.py: per model and routing, each
+system's profiled step (span and idle, ms and µs), torch's GEMM and other kernels, and what 1.3x asks of
+moegemm's kernels as a share of torch's GEMM time; with --sustain, the time per step, SM clock (MHz), board
+power (W) and energy per step (J = W x s) of each system run back to back.
 """
 
 from __future__ import annotations
@@ -377,11 +381,64 @@ def run_table(doc: dict) -> str:
     return "\n".join(lines)
 
 
+_MLP_SYSTEMS = ("moegemm_moe_mlp", "torch_grouped_mm_autograd")
+
+
+def _is_gemm(kernel_name: str) -> bool:
+    """A grouped GEMM kernel of either system (moegemm's, or the CUTLASS kernels of torch._grouped_mm), not the
+    small kernels around them (torch's prepare_grouped_gemm_data, moegemm's tensor maps and finishes)."""
+    return "GemmUniversal" in kernel_name or "grouped_gemm_kernel" in kernel_name or \
+        "grouped_gemm_pingpong_kernel" in kernel_name
+
+
+def _gemm_us(system: dict) -> float:
+    return sum(k["us"] for k in system["kernels"] if _is_gemm(k["name"]))
+
+
+def mlp_profile_tables(doc: dict) -> str:
+    """bench/mlp_profile.py's JSON: the profiled steps, then (if it ran with --sustain) the sustained ones."""
+    lines = ["| model | routing | moegemm step ms | of which idle µs | torch step ms | torch GEMMs ms "
+             "| torch other kernels ms | idle µs | torch / moegemm | moegemm GEMMs / torch GEMMs "
+             "| 1.3× as a share of torch's GEMM time |", "|" + " --- |" * 11]
+    sustained = []
+    for row in doc["rows"]:
+        ours, theirs = (row["systems"][name] for name in _MLP_SYSTEMS)
+        gemm_ours, gemm_theirs = _gemm_us(ours), _gemm_us(theirs)
+        lines.append(f"| {row['model']} | {row['routing']} | {_ms(ours['span_us'])} | {ours['idle_us']:.0f} "
+                     f"| {_ms(theirs['span_us'])} | {_ms(gemm_theirs)} | {_ms(theirs['busy_us'] - gemm_theirs)} "
+                     f"| {theirs['idle_us']:.0f} | {theirs['span_us'] / ours['span_us']:.2f} "
+                     f"| {gemm_ours / gemm_theirs:.2f} | {theirs['span_us'] / 1.3 / gemm_theirs:.2f} |")
+        if "sustained" in ours and "sustained" in theirs:
+            sustained.append((row, ours["sustained"], theirs["sustained"]))
+    out = "\n".join(lines)
+    if sustained:
+        rows = ["| model | routing | moegemm ms per step | SM MHz | W | J per step | torch ms per step | SM MHz | W "
+                "| J per step | torch / moegemm | ≥ 1.3 |", "|" + " --- |" * 12]
+        met = 0
+        for row, a, b in sustained:
+            cells = []
+            for v in (a, b):
+                watts = v.get("watts")
+                joules = f"{watts * v['step_us'] * 1e-6:.1f}" if watts is not None else "—"
+                cells.append(f"{_ms(v['step_us'])} | {_cell(v.get('sm_mhz'))} | {_cell(watts)} | {joules}")
+            ratio = b["step_us"] / a["step_us"]
+            met += ratio >= 1.3
+            rows.append(f"| {row['model']} | {row['routing']} | {cells[0]} | {cells[1]} | {ratio:.2f} "
+                        f"| {'yes' if ratio >= 1.3 else 'no'} |")
+        out += ("\n\nSustained (each system's steps back to back, clock and power sampled by nvidia-smi):\n\n"
+                + "\n".join(rows) + f"\n\ntorch / moegemm >= 1.3 sustained: met on {met} of {len(sustained)} rows.")
+    return out
+
+
 def main(argv: list[str]) -> int:
     if not argv:
         print(__doc__)
         return 2
     peers = json.load(open(argv[0]))
+    if "rows" in peers and "suites" not in peers:  # bench/mlp_profile.py
+        print(f"{peers.get('gpu', '?')}; {peers.get('steps', '?')} profiled steps per system\n")
+        print(mlp_profile_tables(peers))
+        return 0
     suites = " ".join(peers.get("suites", ["peers"]))
     run_kind = " (smoke run on tiny shapes: not a measurement)" if peers.get("tiny") else ""
     print(f"{peers.get('gpu', '?')}, {peers.get('date', '?')}; suites {suites}; median of {peers.get('iters', '?')} "
