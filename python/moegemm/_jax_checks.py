@@ -99,10 +99,22 @@ def clamp_parameter(op: str, activation: str, name: str, value) -> float:
 
 
 def check_array(op: str, name: str, x) -> None:
-    """Raise TypeError unless ``x`` is an array (a Python list or scalar has no dtype to check)."""
-    if not (hasattr(x, "dtype") and hasattr(x, "shape")):
+    """Raise TypeError unless ``x`` is an array whose dtype numpy knows (a Python list or scalar has no dtype
+    to check; a torch tensor's dtype is torch's), NotImplementedError where its shape is symbolic
+    (``jax.export`` shape polymorphism: the workspace size and the contract checks need concrete extents)."""
+    is_array = hasattr(x, "dtype") and hasattr(x, "shape")
+    if is_array:
+        try:
+            np.dtype(x.dtype)
+        except TypeError:
+            is_array = False
+    if not is_array:
         raise TypeError(f"moegemm.jax.{op}: {name}: expected an array (jax.Array or numpy.ndarray), "
                         f"got {type(x).__name__}")
+    if not all(isinstance(d, (int, np.integer)) for d in x.shape):
+        raise NotImplementedError(f"moegemm.jax.{op}: {name}: symbolic shapes (jax.export shape polymorphism) "
+                                  f"are not supported: expected concrete extents, got shape "
+                                  f"({', '.join(str(d) for d in x.shape)})")
 
 
 def check_float_array(op: str, name: str, x) -> None:

@@ -136,17 +136,20 @@ def moe_mlp(x, w_up, w_down, group_sizes=None, offsets=None, prob=None, activati
                          f"(shape {tuple(w_up.shape)})")
     if group_sizes is not None:
         chk.check_group_sizes(_OP, group_sizes, e, "E from w_up", "x", x)
-        offsets = chk.offsets_from_sizes(group_sizes, x.shape[0])
     else:
         chk.check_offsets(_OP, offsets, e, "E from w_up")
     if prob is not None:
         chk.check_float_array(_OP, "prob", prob)
         chk.check_rank(_OP, "prob", prob, 1, "(M,)")
         chk.check_extent(_OP, "prob", prob, 0, x.shape[0], "M from x")
-        prob = prob.astype(jnp.float32)
     chk.check_choice(_OP, "activation", activation, ACTIVATIONS)
     chk.check_choice(_OP, "glu_layout", glu_layout, GLU_LAYOUTS)
     glu = _Glu(activation, glu_layout, chk.clamp_limit(_OP, activation, limit),
                chk.clamp_parameter(_OP, activation, "act_alpha", act_alpha),
                chk.clamp_parameter(_OP, activation, "linear_offset", linear_offset))
+    # Every check made: only now anything is computed (the offsets, the cast of prob).
+    if group_sizes is not None:
+        offsets = chk.offsets_from_sizes(group_sizes, x.shape[0])
+    if prob is not None:
+        prob = prob.astype(jnp.float32)
     return _moe_mlp(x, w_up, w_down, offsets, prob, glu)

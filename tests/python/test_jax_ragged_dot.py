@@ -211,6 +211,50 @@ def test_operands_that_are_not_arrays_raise_type_error():
         mj.moe_mlp(lhs, [[1.0]], rand(rng, (2, 8, 16)), offsets=offs)
 
 
+def test_tensors_of_another_framework_raise_type_error_naming_the_operand():
+    # A torch tensor has a shape and a dtype, but numpy cannot read its dtype: refused as not an array, by name.
+    class Tensor:
+        shape = (32, 16)
+        dtype = "torch.bfloat16"
+
+    rng = np.random.default_rng(14)
+    lhs, rhs = rand(rng, (32, 16)), rand(rng, (2, 16, 8))
+    offs = jnp.asarray([10, 32], jnp.int32)
+    with pytest.raises(TypeError, match=r"grouped_gemm: a: expected an array \(jax.Array or numpy.ndarray\), "
+                                        r"got Tensor"):
+        mj.grouped_gemm(Tensor(), rhs, offs, b_layout="kn")
+    with pytest.raises(TypeError, match=r"ragged_dot: lhs: expected an array .*got Tensor"):
+        mj.ragged_dot(Tensor(), rhs, offs)
+    try:
+        import torch
+    except ImportError:
+        return
+    with pytest.raises(TypeError, match=r"moe_mlp: x: expected an array .*got Tensor"):
+        mj.moe_mlp(torch.zeros(32, 16, dtype=torch.bfloat16), rand(rng, (2, 16, 16)), rand(rng, (2, 8, 16)),
+                   offsets=offs)
+    with pytest.raises(TypeError, match=r"grouped_gemm: b: expected an array .*got Tensor"):
+        mj.grouped_gemm(lhs, torch.zeros(2, 16, 8, dtype=torch.bfloat16), offs, b_layout="kn")
+
+
+def test_symbolic_shapes_raise_not_implemented_naming_the_operand():
+    from jax import export
+    spec, sym = jax.ShapeDtypeStruct, export.symbolic_shape
+    bf16, i32 = jnp.bfloat16, jnp.int32
+    with pytest.raises(NotImplementedError, match=r"grouped_gemm: a: symbolic shapes \(jax.export shape "
+                                                  r"polymorphism\) are not supported: expected concrete extents, "
+                                                  r"got shape \(m, 16\)"):
+        export.export(jax.jit(mj.grouped_gemm))(spec(sym("m, 16"), bf16), spec((2, 16, 16), bf16), spec((2,), i32))
+    # N symbolic: refused as such, not as an N that is not a multiple of 8.
+    with pytest.raises(NotImplementedError, match=r"grouped_gemm: b: symbolic shapes .*got shape \(2, n, 16\)"):
+        export.export(jax.jit(mj.grouped_gemm))(spec((8, 16), bf16), spec(sym("2, n, 16"), bf16), spec((2,), i32))
+    with pytest.raises(NotImplementedError, match=r"ragged_dot: lhs: symbolic shapes .*got shape \(m, 16\)"):
+        export.export(jax.jit(mj.ragged_dot))(spec(sym("m, 16"), bf16), spec((2, 16, 8), bf16), spec((2,), i32))
+    mlp = jax.jit(lambda x, w_up, w_down, sizes: mj.moe_mlp(x, w_up, w_down, group_sizes=sizes))
+    with pytest.raises(NotImplementedError, match=r"moe_mlp: x: symbolic shapes .*got shape \(m, 16\)"):
+        export.export(mlp)(spec(sym("m, 16"), bf16), spec((2, 16, 32), bf16), spec((2, 16, 16), bf16),
+                           spec((2,), i32))
+
+
 def test_c06_empty_groups_and_n43_error():
     rng = np.random.default_rng(3)
     _check_value_and_grad(rand(rng, (16, 64)), rand(rng, (4, 64, 32)), np.array([8, 0, 8, 0], np.int32))
