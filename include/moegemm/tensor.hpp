@@ -35,9 +35,11 @@ struct TensorView {
   Device device = Device::host;
 
   bool defined() const { return rank > 0; }
+  /// The extents stored: all of them, or the first kMaxRank of a view of higher rank (which every op refuses).
+  int stored_rank() const { return rank < kMaxRank ? rank : kMaxRank; }
   int64_t numel() const {
     int64_t n = 1;
-    for (int i = 0; i < rank; ++i) n *= shape[i];
+    for (int i = 0; i < stored_rank(); ++i) n *= shape[i];
     return n;
   }
   int64_t size(int dim) const { return shape[dim]; }
@@ -45,7 +47,7 @@ struct TensorView {
   /// True when the view is dense row-major (last dim contiguous, no padding).
   bool is_contiguous() const {
     int64_t expect = 1;
-    for (int i = rank - 1; i >= 0; --i) {
+    for (int i = stored_rank() - 1; i >= 0; --i) {
       if (shape[i] != 1 && strides[i] != expect) return false;
       expect *= shape[i];
     }

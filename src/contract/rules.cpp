@@ -45,6 +45,31 @@ bool spans_at_most(const TensorView& t, int64_t limit) {
   return true;
 }
 
+/// Whether the tensor's strides reach at most `limit` bytes past its first element: the sum over its dims of
+/// (extent - 1) x |stride| x element size. An empty tensor reaches nothing.
+bool reaches_at_most(const TensorView& t, int64_t limit) {
+  for (int i = 0; i < t.rank; ++i) {
+    if (t.shape[i] <= 0) return true;
+  }
+  const auto size = static_cast<int64_t>(dtype_size(t.dtype));
+  int64_t reach = 0;
+  for (int i = 0; i < t.rank; ++i) {
+    int64_t step = 0;
+    if (t.strides[i] == std::numeric_limits<int64_t>::min() ||
+        __builtin_mul_overflow(t.shape[i] - 1, t.strides[i] < 0 ? -t.strides[i] : t.strides[i], &step) ||
+        __builtin_mul_overflow(step, size, &step) || __builtin_add_overflow(reach, step, &reach) || reach > limit) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string format_strides(const TensorView& t) {
+  std::string s = "(";
+  for (int i = 0; i < t.rank; ++i) s += (i > 0 ? ", " : "") + std::to_string(t.strides[i]);
+  return s + (t.rank == 1 ? ",)" : ")");
+}
+
 /// "a, b or c" of the items' names.
 template <class T, class Name>
 std::string or_list(std::initializer_list<T> items, Name name) {
@@ -118,21 +143,27 @@ void Rules::place(std::initializer_list<Operand> operands) {
 
 Device Rules::settle() {
   if (count_ == 0) return backend_ = Device::host;
-  // No byte span or offset computed from the sizes may wrap. One pass; an input is named before any output,
-  // whose size follows from the inputs.
-  const Operand* too_large = nullptr;
-  for (int i = 0; i < count_; ++i) {
-    const Operand& o = operands_[i];
-    if (spans_at_most(*o.view, kMaxOperandBytes)) continue;
-    if (o.role == Role::input) {
-      too_large = &o;
-      break;
+  // No byte span or offset computed from the sizes or the strides may wrap. An input is named before any
+  // output, whose size follows from the inputs.
+  auto first_misfit = [this](bool (*fits)(const TensorView&, int64_t)) -> const Operand* {
+    const Operand* misfit = nullptr;
+    for (int i = 0; i < count_; ++i) {
+      const Operand& o = operands_[i];
+      if (fits(*o.view, kMaxOperandBytes)) continue;
+      if (o.role == Role::input) return &o;
+      if (!misfit) misfit = &o;
     }
-    if (!too_large) too_large = &o;
+    return misfit;
+  };
+  if (const Operand* o = first_misfit(spans_at_most)) {
+    fail(ErrorCode::invalid_argument, o->name, "at most 2^62 bytes (its sizes multiplied)",
+         "shape " + format_shape(*o->view) + " of " + dtype_name(o->view->dtype));
   }
-  if (too_large) {
-    fail(ErrorCode::invalid_argument, too_large->name, "at most 2^62 bytes (its sizes multiplied)",
-         "shape " + format_shape(*too_large->view) + " of " + dtype_name(too_large->view->dtype));
+  if (const Operand* o = first_misfit(reaches_at_most)) {
+    fail(ErrorCode::invalid_argument, o->name,
+         "strides that reach at most 2^62 bytes past its first element (the extents less one times the strides)",
+         "strides " + format_strides(*o->view) + " with shape " + format_shape(*o->view) + " of " +
+             dtype_name(o->view->dtype));
   }
   int on_host = 0;
   for (int i = 0; i < count_; ++i) on_host += operands_[i].view->device == Device::host;
@@ -339,10 +370,9 @@ bool Rules::reads_pointer(const TensorView& t) const {
 
 void Rules::stacked_matrices(const char* name, const TensorView& t, const char* cols) const {
   if (!t.is_contiguous()) {
-    std::string strides = "strides (";
-    for (int i = 0; i < t.rank; ++i) strides += (i ? ", " : "") + std::to_string(t.strides[i]);
     fail(ErrorCode::invalid_argument, name,
-         "a contiguous row-major tensor (experts outermost, no transposed or permuted view)", strides + ")");
+         "a contiguous row-major tensor (experts outermost, no transposed or permuted view)",
+         "strides " + format_strides(t));
   }
   row_bytes(name, cols, t.shape[t.rank - 1], t.dtype);
   if (!reads_pointer(t) || t.numel() == 0) return;

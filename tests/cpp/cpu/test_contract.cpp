@@ -214,6 +214,11 @@ TEST(Contract, FactoriesKeepLongShapesInBoundsAndRejectable) {
   EXPECT_EQ(x.a.device, Device::cuda);
   expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
                {"grouped_gemm: a: expected a tensor of rank 1 to 4", "got rank 5"});
+  // The view's own helpers read the extents it stores, not past them.
+  EXPECT_EQ(x.a.stored_rank(), 4);
+  EXPECT_EQ(x.a.numel(), 8);
+  EXPECT_TRUE(x.a.is_contiguous());
+  EXPECT_FALSE(x.a.is_column_major());
 }
 
 // ---- dtypes --------------------------------------------------------------------------------------------
@@ -754,12 +759,12 @@ TEST(Contract, SixteenByteRuleOfAnExtentPastInt64BytesNamesNoByteCount) {
     EXPECT_NE(what.find("got K=9223372036854775807"), std::string::npos) << what;
     EXPECT_EQ(what.find("bytes)"), std::string::npos) << what;
   }
-  // A row stride past int64 bytes likewise.
+  // A row stride past int64 bytes: refused as reaching past 2^62 bytes, in elements (no byte count).
   x = grouped_gemm_args(m);
   x.a = TensorView::strided(x.a.data, DType::bf16, {kM, kK}, {kHuge, 1}, Device::cuda);
   expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
-               {"grouped_gemm: a: expected a row stride that is a multiple of 16 bytes",
-                "got stride(0)=9223372036854775807 elements"});
+               {"grouped_gemm: a: expected strides that reach at most 2^62 bytes",
+                "got strides (9223372036854775807, 1) with shape (96, 64) of bf16"});
 }
 
 TEST(Contract, SixteenByteRuleHoldsOnTheHostToo) {
@@ -1107,6 +1112,35 @@ TEST(Contract, OperandsSpanAtMostTwoToTheSixtyTwoBytes) {
     x.d = TensorView::contiguous(x.d.data, DType::bf16, {int64_t{1} << 40, kN}, dev);
     x.prob = x.alpha = x.bias = x.c = TensorView{};
     if (dev == Device::host) EXPECT_EQ(contract::check(x, contract::Pointers::ignore), Device::host);
+  }
+}
+
+// Strides whose reach passes 2^62 bytes are refused by name the same way, before the overlap check divides by
+// a row pitch that would wrap: 2^62 elements between two rows of d (a byte pitch of 2^64 wrapped to 0 and the
+// check divided by it), 2^61 of f32 (a pitch that wrapped negative named an overlap that is not there), and
+// 2^62 + 4 (wrapped to 16 bytes, accepted). A column-major a's column stride, likewise.
+TEST(Contract, StridesReachAtMostTwoToTheSixtyTwoBytes) {
+  for (Device dev : {Device::cuda, Device::host}) {
+    for (int64_t stride : {int64_t{1} << 62, int64_t{1} << 61, (int64_t{1} << 62) + 4}) {
+      Maker m{dev};
+      auto x = grouped_gemm_args(m);
+      x.d = TensorView::strided(x.d.data, DType::f32, {kM, kN}, {stride, 1}, dev);
+      expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+                   {"grouped_gemm: d: expected strides that reach at most 2^62 bytes past its first element",
+                    "got strides (" + std::to_string(stride) + ", 1) with shape (96, 128) of f32"});
+    }
+    Maker m{dev};
+    auto x = grouped_gemm_args(m);
+    x.a = TensorView::strided(x.a.data, DType::bf16, {kM, kK}, {1, int64_t{1} << 62}, dev);
+    expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+                 {"grouped_gemm: a: expected strides that reach at most 2^62 bytes", "got strides (1, "});
+    // A stride the view never steps (one row) reaches nothing.
+    x = grouped_gemm_args(m);
+    x.a = TensorView::strided(x.a.data, DType::bf16, {1, kK}, {int64_t{1} << 62, 1}, dev);
+    x.d = TensorView::strided(x.d.data, DType::bf16, {1, kN}, {int64_t{1} << 62, 1}, dev);
+    x.prob = m.t(DType::f32, {1});
+    x.c = m.t(DType::bf16, {1, kN});
+    EXPECT_EQ(contract::check(x), dev);
   }
 }
 
