@@ -10,6 +10,9 @@
 //    device (sm_90a kernels). Mixing raises Error(invalid_argument).
 //  - Outputs are written exactly where the contract says. Rows at or past offsets[E-1] are left alone
 //    unless zero_tail, which writes zeros to exactly those rows. Nothing else is initialised.
+//  - Dtypes: each operand below lists the op family's 16-bit and f32 dtypes. The sm_90a kernels take bf16
+//    inputs (f16 raises Error(unsupported)); the host backend also takes f32 and f64 inputs and f64
+//    outputs (docs/ops.md §0).
 //  - Units: shapes in elements, strides in elements, workspace in bytes.
 //  - Every call throws moegemm::Error before any launch when an operand does not fit; the message names
 //    the operand, what was expected and what was given.
