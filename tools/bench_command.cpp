@@ -26,12 +26,16 @@ fs::path self_path(const std::string& argv0) {
   return ec ? fs::absolute(argv0) : p;
 }
 
-// $MOEGEMM_BENCH_DIR, then the installed share/moegemm/bench next to bin/, then the source tree it was built from.
+// $MOEGEMM_BENCH_DIR alone where it is set (a folder asked for and missing is an error, not a fallback); else the
+// installed share/moegemm/bench next to bin/, then the source tree it was built from.
 fs::path find_peers_script(const fs::path& exe) {
   std::vector<fs::path> dirs;
-  if (const char* env = std::getenv("MOEGEMM_BENCH_DIR"); env && *env) dirs.emplace_back(env);
-  dirs.push_back(exe.parent_path().parent_path() / "share" / "moegemm" / "bench");
-  if (*MOEGEMM_SOURCE_BENCH_DIR) dirs.emplace_back(MOEGEMM_SOURCE_BENCH_DIR);
+  if (const char* env = std::getenv("MOEGEMM_BENCH_DIR"); env && *env) {
+    dirs.emplace_back(env);
+  } else {
+    dirs.push_back(exe.parent_path().parent_path() / "share" / "moegemm" / "bench");
+    if (*MOEGEMM_SOURCE_BENCH_DIR) dirs.emplace_back(MOEGEMM_SOURCE_BENCH_DIR);
+  }
   for (const auto& d : dirs)
     if (fs::is_regular_file(d / "peers.py")) return d / "peers.py";
   std::fprintf(stderr, "error: bench/peers.py not found; looked in:\n");

@@ -90,6 +90,8 @@ moegemm_bad_workloads_test(intermediate_past_2_60
 moegemm_cli_test(tokens_past_2_60_elements COMMAND ${_expect_2} ${_cli} run --backend cpu --model big --tokens 16777216
                  --workloads ${CMAKE_CURRENT_SOURCE_DIR}/tests/workloads_hidden_2_40.json
                  REGEX "^moegemm: --tokens 16777216 with model big \\(the CPU backend's sizes\\): tokens x top_k x hidden \\(16777216 x 137438953472\\) elements exceed 2\\^60")
+moegemm_bad_workloads_test(empty_model_name
+                           "^moegemm: workloads file [^\n]*workloads_empty_model_name.json: a model with an empty name")
 moegemm_cli_test(model_from_empty_workloads COMMAND ${_expect_2} ${_cli} run --backend cpu --model x
                  --workloads ${CMAKE_CURRENT_SOURCE_DIR}/tests/workloads_no_models.json
                  REGEX "--model: unknown model 'x' \\(the workloads file has no models\\)")
@@ -186,6 +188,11 @@ if(MOEGEMM_BUILD_PYTHON)
 else()
   set(_bench_path "PYTHONPATH=/caller/path\n")
 endif()
+# A MOEGEMM_BENCH_DIR without peers.py is an error naming it, not a fall back to another copy of the scripts.
+set(_expect_1 ${CMAKE_COMMAND} -DEXPECT_CODE=1 -P ${CMAKE_CURRENT_SOURCE_DIR}/tests/expect_exit.cmake --)
+moegemm_cli_test(bench_dir_without_peers COMMAND ${CMAKE_COMMAND} -E env
+                 MOEGEMM_BENCH_DIR=${CMAKE_CURRENT_SOURCE_DIR}/tests/no_such_folder ${_expect_1} ${_cli} bench --quick
+                 REGEX "bench/peers.py not found; looked in:\n  [^\n]*tests/no_such_folder\nset MOEGEMM_BENCH_DIR")
 moegemm_cli_test(bench_hands_over COMMAND ${CMAKE_COMMAND} -E env
                  MOEGEMM_BENCH_DIR=${CMAKE_CURRENT_SOURCE_DIR}/tests/bench_stub PYTHONPATH=/caller/path
                  ${_expect_0} ${_cli} bench --quick
