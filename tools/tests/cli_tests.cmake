@@ -59,6 +59,7 @@ moegemm_cli_test(gemm_help COMMAND ${_expect_0} ${_cli} gemm -h
                  REGEX "^usage: moegemm gemm \\[options\\]\n\n  gemm    one grouped_gemm[^\n]*\n[^\n]*--m M[^\n]*\n[^\n]*--layout[^\n]*\n\nexit codes")
 
 # Bad arguments: exit code 2 and a message naming the problem.
+set(_expect_1 ${CMAKE_COMMAND} -DEXPECT_CODE=1 -P ${CMAKE_CURRENT_SOURCE_DIR}/tests/expect_exit.cmake --)
 set(_expect_2 ${CMAKE_COMMAND} -DEXPECT_CODE=2 -P ${CMAKE_CURRENT_SOURCE_DIR}/tests/expect_exit.cmake --)
 # A workloads file that `run` refuses before anything runs: tests/workloads_<name>.json, exit code 2 and the
 # message matching `regex`.
@@ -174,7 +175,6 @@ moegemm_bad_workloads_test(number_overflow
 # A --json file whose write fails at the end (a full device): exit code 1 and the path named, for both commands
 # (gemm exits 1 without a GPU anyway; the message is what is checked).
 if(EXISTS /dev/full)
-  set(_expect_1 ${CMAKE_COMMAND} -DEXPECT_CODE=1 -P ${CMAKE_CURRENT_SOURCE_DIR}/tests/expect_exit.cmake --)
   moegemm_cli_test(run_json_write_fails COMMAND ${_expect_1} ${_cli} run --backend cpu --model qwen3-30b-a3b
                    --tokens 4 --json /dev/full REGEX "cannot write /dev/full")
   moegemm_cli_test(gemm_json_write_fails COMMAND ${_expect_1} ${_cli} gemm --m 64 --n 64 --k 64 --e 2
@@ -189,7 +189,6 @@ else()
   set(_bench_path "PYTHONPATH=/caller/path\n")
 endif()
 # A MOEGEMM_BENCH_DIR without peers.py is an error naming it, not a fall back to another copy of the scripts.
-set(_expect_1 ${CMAKE_COMMAND} -DEXPECT_CODE=1 -P ${CMAKE_CURRENT_SOURCE_DIR}/tests/expect_exit.cmake --)
 moegemm_cli_test(bench_dir_without_peers COMMAND ${CMAKE_COMMAND} -E env
                  MOEGEMM_BENCH_DIR=${CMAKE_CURRENT_SOURCE_DIR}/tests/no_such_folder ${_expect_1} ${_cli} bench --quick
                  REGEX "bench/peers.py not found; looked in:\n  [^\n]*tests/no_such_folder\nset MOEGEMM_BENCH_DIR")
@@ -206,7 +205,6 @@ if(EXISTS /proc/sys/vm/overcommit_memory)
   file(READ /proc/sys/vm/overcommit_memory _overcommit)
 endif()
 if(NOT _overcommit MATCHES "^1")
-  set(_expect_1 ${CMAKE_COMMAND} -DEXPECT_CODE=1 -P ${CMAKE_CURRENT_SOURCE_DIR}/tests/expect_exit.cmake --)
   moegemm_cli_test(run_layer_past_host_memory COMMAND ${_expect_1} ${_cli} run --backend cpu --model deepseek-v3
                    --tokens 268435455 REGEX "out of host memory" TIMEOUT 20)
 endif()
