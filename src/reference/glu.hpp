@@ -90,7 +90,9 @@ inline GluValue<T> glu_eval(const GluParams& p, T gate, T up) {
       const T g = std::min(gate, limit);
       const T u = std::clamp(up, -limit, limit);
       const T s = sigmoid(aa * g);
-      v.h = (u + lo) * g * s;
+      // g * s first (gpt-oss's order): for a gate below about -4e37 (f32), (u + lo) * g overflows to -inf,
+      // and times s (0 there) would give NaN where h is -0.
+      v.h = (u + lo) * (g * s);
       if (kGrad) {
         v.d_gate = gate <= limit ? (u + lo) * s * (T(1) + aa * g * (T(1) - s)) : T(0);
         v.d_up = (up >= -limit && up <= limit) ? g * s : T(0);

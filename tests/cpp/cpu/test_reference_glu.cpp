@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <string>
 #include <tuple>
 
@@ -196,6 +197,23 @@ TEST(GluReference, SavedClampSideNeedsAFiniteNeighbour) {
   // Nothing to move where the rounding keeps the side, or for NaN.
   EXPECT_EQ(saved_on_clamp_side(6.999f, 7.f, true, DType::bf16), 6.999f);
   EXPECT_TRUE(std::isnan(saved_on_clamp_side(NAN, 7.f, true, DType::bf16)));
+}
+
+// A very negative finite gate: swiglu_clamped's h is (u' + 1) * g' * sigmoid(1.702 g') = -0, as torch computes
+// it (g' * sigmoid first), not (u' + 1) * g' = -inf times sigmoid = 0, a NaN; so are dprob's terms (§3).
+TEST(GluReference, ClampedHugeNegativeGateGivesZeroNotNan) {
+  GluParams p;
+  p.activation = Activation::swiglu_clamped;
+  for (float gate : {-5e37f, -3e38f, -std::numeric_limits<float>::max()}) {
+    for (float up : {7.f, 1.f, -7.f}) {
+      SCOPED_TRACE("gate " + std::to_string(gate) + " up " + std::to_string(up));
+      const auto v = reference::glu_eval<float, true>(p, gate, up);
+      EXPECT_EQ(v.h, 0.f);
+      EXPECT_EQ(v.d_up, 0.f);
+    }
+  }
+  const auto v = reference::glu_eval<double, false>(p, -1e300, 7.0);
+  EXPECT_EQ(v.h, 0.0);
 }
 
 class GemmSwigluReference : public ::testing::TestWithParam<std::tuple<GluLayout, BLayout, DType>> {};
