@@ -371,7 +371,8 @@ bool Rules::reads_pointer(const TensorView& t) const {
 void Rules::stacked_matrices(const char* name, const TensorView& t, const char* cols) const {
   if (!t.is_contiguous()) {
     fail(ErrorCode::invalid_argument, name,
-         "a contiguous row-major tensor (experts outermost, no transposed or permuted view)",
+         "a contiguous row-major tensor (packed, experts outermost: no gap between rows or experts, no "
+         "transposed or permuted view)",
          "strides " + format_strides(t));
   }
   row_bytes(name, cols, t.shape[t.rank - 1], t.dtype);

@@ -709,6 +709,13 @@ TEST(Contract, ExpertsInnermostWeightsAreRejected) {  // C13
   w.w = TensorView::strided(w.w.data, DType::f32, {kE, 48, 80}, {1, 80 * kE, kE}, Device::cuda);
   expect_error([&] { contract::check(w); }, ErrorCode::invalid_argument,
                {"grouped_gemm_wgrad: w: expected a contiguous row-major tensor", "got strides (1, 640, 8)"});
+  // Padded rows or experts: row-major but not packed, named as such.
+  for (auto strides : {std::initializer_list<int64_t>{48 * 96, 96, 1}, {2 * 48 * 80, 80, 1}}) {
+    w.w = TensorView::strided(w.w.data, DType::f32, {kE, 48, 80}, strides, Device::cuda);
+    expect_error([&] { contract::check(w); }, ErrorCode::invalid_argument,
+                 {"grouped_gemm_wgrad: w: expected a contiguous row-major tensor (packed, experts outermost: no gap "
+                  "between rows or experts, no transposed or permuted view)"});
+  }
 }
 
 TEST(Contract, VectorsMustBeContiguous) {
