@@ -104,12 +104,18 @@ def _saved(op: str, a: torch.Tensor, c: torch.Tensor, n: int, columns: str) -> N
     _require(c.shape[1] == n, shape)
 
 
+def _offsets_vector(op: str, offsets: torch.Tensor) -> None:
+    """The rank check of offsets that the backward and weight-gradient ops make in the binding, before the
+    contract's (they size outputs from E)."""
+    _require(offsets.dim() == 1, lambda: f"{op}: offsets: expected a 1-D (E,) torch.int32 tensor, got shape "
+                                         f"{_dims(offsets)}")
+
+
 def _wgrad_hn(op: str, x: torch.Tensor, dy: torch.Tensor, offsets: torch.Tensor) -> tuple:
     """(E, H, N) of a weight gradient after the C++ op's checks of ranks and of M shared by x and dy."""
     _rank(op, "x", x, 2, "(M, H)")
     _rank(op, "dy", dy, 2, "(M, N)")
-    _require(offsets.dim() == 1, lambda: f"{op}: offsets: expected a 1-D (E,) torch.int32 tensor, got shape "
-                                         f"{_dims(offsets)}")
+    _offsets_vector(op, offsets)
     m = x.shape[0]
     _require(dy.shape[0] == m, lambda: f"{op}: dy: expected shape (M={m}, N) with M from x, got {_dims(dy)}")
     return offsets.shape[0], x.shape[1], dy.shape[1]
@@ -190,6 +196,7 @@ def _grouped_gemm_dglu_fake(a, b, c, offsets, *, b_layout="nk", alpha=None, beta
                             linear_offset=1.0, compute_dprob=False, compute_dbias=False, compute_amax=False,
                             dc_dtype=None, dbias_dtype=None, zero_tail=False, validate=False):
     check_same_device("grouped_gemm_dglu", a=a, b=b, c=c, offsets=offsets, alpha=alpha, beta=beta, prob=prob)
+    _offsets_vector("grouped_gemm_dglu", offsets)
     _check_choice("grouped_gemm_dglu", "activation", activation, _ACTIVATIONS)
     _check_choice("grouped_gemm_dglu", "glu_layout", glu_layout, _GLU_LAYOUTS)
     n = _weights_n("grouped_gemm_dglu", a, b, b_layout, offsets)
@@ -203,6 +210,7 @@ def _grouped_gemm_dsrelu_fake(a, b, c, offsets, *, b_layout="nk", alpha=None, pr
                               compute_dbias=False, compute_amax=False, dc_dtype=None, dbias_dtype=None,
                               zero_tail=False, validate=False):
     check_same_device("grouped_gemm_dsrelu", a=a, b=b, c=c, offsets=offsets, alpha=alpha, prob=prob)
+    _offsets_vector("grouped_gemm_dsrelu", offsets)
     n = _weights_n("grouped_gemm_dsrelu", a, b, b_layout, offsets)
     _saved("grouped_gemm_dsrelu", a, c, n, "N")
     return _backward_outputs("grouped_gemm_dsrelu", a, c, offsets, n, 1, compute_dprob, compute_dbias,

@@ -610,8 +610,8 @@ def test_operands_on_the_meta_device_are_rejected():
                                          r"one on meta$"):
         ops.grouped_gemm.default.redispatch(cpu, a, b, offsets.to("meta"))
     module = moegemm.torch.MoEMLP(2, 16, 16, dtype=torch.bfloat16, device="meta")
-    with pytest.raises(ValueError, match=r"MoEMLP: w_up: expected a tensor on cpu \(the device of x\), got one on "
-                                         r"meta"):
+    with pytest.raises(ValueError, match=r"MoEMLP: x: expected a tensor on meta \(the module's parameters' device\), "
+                                         r"got one on cpu"):
         module(a, offsets)
     # every operand on meta: shapes only, as torch's meta kernels do
     d, c = ops.grouped_gemm(a.to("meta"), b.to("meta"), offsets.to("meta"), generate_c=True)
@@ -676,6 +676,10 @@ def _bad_shape_calls():
         "dglu_c_columns": lambda d: ops.grouped_gemm_dglu(t(32, 48)(d), t(4, 48, 48)(d), t(32, 64)(d), off(d)),
         "dglu_c_1d": lambda d: ops.grouped_gemm_dglu(t(32, 48)(d), t(4, 48, 48)(d), t(96)(d), off(d)),
         "dsrelu_c_rows": lambda d: ops.grouped_gemm_dsrelu(t(32, 48)(d), t(4, 48, 48)(d), t(31, 48)(d), off(d)),
+        "dglu_offsets_2d": lambda d: ops.grouped_gemm_dglu(t(32, 48)(d), t(4, 48, 48)(d), t(32, 96)(d),
+                                                           off(d).reshape(1, 4)),
+        "dsrelu_offsets_0d": lambda d: ops.grouped_gemm_dsrelu(t(32, 48)(d), t(4, 48, 48)(d), t(32, 48)(d),
+                                                               off(d)[0]),
         "dense_k": lambda d: ops.gemm_amax(a(d), t(48, 32)(d)),
         "dense_k_kn": lambda d: ops.gemm_swiglu(a(d), t(32, 48)(d), b_layout="kn"),
         "dense_b_3d": lambda d: ops.gemm_srelu(a(d), t(4, 32, 48)(d)),
