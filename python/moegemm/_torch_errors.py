@@ -17,6 +17,16 @@ def check_row_major(op: str, name: str, t: torch.Tensor, dims: str, hint: str = 
                          f"{tuple(t.stride())}{hint}")
 
 
+def check_strided(op: str, **tensors) -> None:
+    """ValueError ``"<op>: <name>: expected a strided (dense) tensor, got layout <layout>"`` for the first
+    operand (None: not given) that is sparse or of another layout. The composite functions call it only once
+    a call has failed, so that the eager path pays nothing: such an operand fails inside torch or the ops
+    with errors that do not name it."""
+    for name, t in tensors.items():
+        if isinstance(t, torch.Tensor) and t.layout != torch.strided:
+            raise ValueError(f"{op}: {name}: expected a strided (dense) tensor, got layout {t.layout}")
+
+
 def check_same_device(op: str, **tensors) -> None:
     """The C++ ops' rule that every operand (None: not given) is on the device of the first, checked here
     too: a call with an operand on the meta device reaches the fake kernel instead of the C++ op, and would

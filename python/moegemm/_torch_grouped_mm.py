@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ._torch_errors import call_named, check_same_device
+from ._torch_errors import call_named, check_same_device, check_strided
 from ._torch_first_order import first_order_only
 from ._torch_layouts import column_major, is_column_major, row_major, rows_or_columns, stacked_rows
 from ._torch_options import MAX_EXPERTS, MAX_OFFSET_ROWS, MAX_OPERAND_BYTES, check_flag
@@ -17,6 +17,9 @@ _GROUPED_GEMM = torch.ops.moegemm.grouped_gemm.default
 _WGRAD = torch.ops.moegemm.grouped_gemm_wgrad.default
 _OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _IN_DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
+# The input dtypes the ops know and refuse as not supported yet (NotImplementedError), not as invalid.
+_UNSUPPORTED_IN_DTYPES = tuple(getattr(torch, name) for name in ("float8_e4m3fn", "float8_e5m2", "float4_e2m1fn_x2")
+                               if hasattr(torch, name))
 
 # The inner ops' operands as grouped_mm's caller knows them.
 _ROWS_NAMES = {("grouped_gemm", "a"): "a", ("grouped_gemm", "b"): "b", ("grouped_gemm", "offsets"): "offs",
@@ -162,6 +165,8 @@ def _check_offs_without_op(offs, symbol: str, extent: int, validate: bool) -> No
     this path runs no op that would check them later: it checks the count only."""
     if offs.shape[0] > MAX_EXPERTS:
         raise ValueError(f"{_OP}: offs: expected 1 <= E <= {MAX_EXPERTS} experts, got E={offs.shape[0]}")
+    if offs.shape[0] > 1 and offs.stride(0) != 1:
+        raise ValueError(f"{_OP}: offs: expected a contiguous vector (stride(0) == 1), got stride(0)={offs.stride(0)}")
     if not validate or torch.compiler.is_compiling():
         return
     previous = 0
@@ -189,6 +194,19 @@ def _check_aligned_rows(t, name="a", cols="K"):
         raise ValueError(f"{_OP}: {name}: expected a row stride that is a multiple of 16 bytes (16-byte alignment "
                          f"rule), got stride(0)={t.stride(0)} elements ({stride_bytes} bytes)")
     _check_aligned_base(t, name)
+
+
+def _check_rows_operand(t, name, dims="(M, K)", cols="K"):
+    """The ops' rules on the (rows, cols) operand the ragged-M product reads in place, row-major or
+    column-major (``rows_or_columns`` passed it: a column-major one's column stride meets the 16-byte rule),
+    for a call that runs no op."""
+    if is_column_major(t):
+        _check_aligned_base(t, name)
+        return
+    if t.shape[0] > 1 and t.shape[1] > 1 and t.stride(1) != 1:
+        raise ValueError(f"{_OP}: {name}: expected a row-major or column-major {dims} tensor (stride(1) == 1 or "
+                         f"stride(0) == 1), got strides {tuple(t.stride())}")
+    _check_aligned_rows(t, name, cols)
 
 
 def _check_aligned_base(t, name):
@@ -232,14 +250,7 @@ def _rows_mm(a, b, offs, bias, out_dtype, zero_tail, validate=False, names=_ROWS
     if b_shape[0] == 0:
         _check_no_groups(a, b, a.shape[1], b.shape[1], "b.shape[1]", b.shape[2], out_dtype, offs, bias,
                          out_rows=a_shape[0])
-        rows_name = names[("grouped_gemm", "a")]
-        if is_column_major(a):  # rows_or_columns passed it: its column stride meets the 16-byte rule
-            _check_aligned_base(a, rows_name)
-        else:
-            if a.shape[0] > 1 and a.shape[1] > 1 and a.stride(1) != 1:
-                raise ValueError(f"{_OP}: {rows_name}: expected a row-major or column-major (M, K) tensor "
-                                 f"(stride(1) == 1 or stride(0) == 1), got strides {tuple(a.stride())}")
-            _check_aligned_rows(a, rows_name)
+        _check_rows_operand(a, names[("grouped_gemm", "a")])
         weight_operand(b, _OP, "b")  # its stride order, as with groups
         return _NoGroupsMM.apply(a, b, bias, out_dtype, zero_tail)
     needs_grad = torch.is_grad_enabled() and (
@@ -302,6 +313,7 @@ class _NoGroupsRaggedKMM(torch.autograd.Function):
 def _ragged_k_mm(a, b, offs, out_dtype, zero_tail=False, validate=False):
     # out[g] = a[:, rows_g] @ b[rows_g, :] = X[rows_g]^T @ dY[rows_g] with X = a.T (T, H), dY = b (T, N). The
     # kernels read both token-major (T the rows in memory); a row-major a or column-major b is copied to it.
+    check_same_device(_OP, a=a, b=b, offs=offs)  # before the op would name them x and dy
     a, b = column_major(a), row_major(b)
     if a.stride(0) != 1 and a.shape[0] > 1:
         raise ValueError(
@@ -317,6 +329,7 @@ def _ragged_k_mm(a, b, offs, out_dtype, zero_tail=False, validate=False):
                          f"stride(0) == 1, without overlapping rows or columns), got strides {tuple(b.stride())}")
     if a.shape[0] == 0 and offs.dim() == 1 and offs.dtype == torch.int32:  # H = 0: the empty (E, 0, N) product
         _check_without_op(a, b, a.shape[1], b.shape[0], "b.shape[0]", b.shape[1], out_dtype, offs, ragged="K")
+        _check_aligned_rows(b, "b", "N")
         _check_offs_without_op(offs, "T", a.shape[1], validate)
         return (a @ b).unsqueeze(0).expand(offs.shape[0], 0, b.shape[1]).to(out_dtype or a.dtype)
     if offs.dim() == 1 and offs.shape[0] == 0:  # no groups, no output (as torch._grouped_mm)
@@ -325,6 +338,7 @@ def _ragged_k_mm(a, b, offs, out_dtype, zero_tail=False, validate=False):
             raise ValueError(f"{_OP}: a: expected H = a.shape[0] a multiple of {16 // a.element_size()} for "
                              f"{a.dtype} (16-byte aligned rows of a.t()), got H={a.shape[0]}")
         _check_aligned_rows(a.t(), _RAGGED_K_NAMES[("grouped_gemm_wgrad", "x")], "H")
+        _check_aligned_rows(b, "b", "N")
         return _NoGroupsRaggedKMM.apply(a, b, out_dtype)
     if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
         return _RaggedKMM.apply(a, b, offs, out_dtype, zero_tail, validate)
@@ -342,6 +356,7 @@ def _ragged_n_mm(a, b, offs, out_dtype, zero_tail, validate):
     """3-D x 2-D: out[:, cols_g] = a[g] @ b[:, cols_g], run as the 2-D x 3-D product of the transposes,
     out.t()[cols_g] = b.t()[cols_g] @ a.mT[g]: the (N, M) row-major result, returned as its (M, N) view
     (strides (1, M)). Checks what the inner product would name in its own terms first, in the caller's."""
+    check_same_device(_OP, a=a, b=b, offs=offs)  # before the inner product would name them by its own operands
     g, m, k = a.shape
     if tuple(b.shape)[:1] != (k,):
         raise ValueError(f"{_OP}: b: expected shape (K={k}, N) with K from a.shape[2], got {tuple(b.shape)}")
@@ -351,6 +366,8 @@ def _ragged_n_mm(a, b, offs, out_dtype, zero_tail, validate):
         raise ValueError(f"{_OP}: b: expected a's dtype {a.dtype}, got {b.dtype}")
     if m == 0 and offs.dtype == torch.int32:  # no output rows, as torch._grouped_mm: the empty product
         _check_without_op(a, b, k, b.shape[0], "b.shape[0]", b.shape[1], out_dtype, offs, ragged="N")
+        _check_rows_operand(rows_or_columns(b.t()), _RAGGED_N_NAMES[("grouped_gemm", "a")], "(N, K)")
+        weight_operand(a.transpose(-2, -1), _OP, "a (read as a.transpose(-2, -1))", dims=("K", "M"))
         _check_offs_without_op(offs, "N", b.shape[1], validate)
         return (a.reshape(0, k) @ b).to(out_dtype or a.dtype)
     for what, dtype in (("a", a.dtype), ("out", out_dtype or a.dtype)):
@@ -400,7 +417,8 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
       cols_g]`` over the column ranges of ``offs``; run as the 2-D x 3-D product of the transposes,
       ``out.t()[cols_g] = b.t()[cols_g] @ a.mT[g]``, so the result is the (M, N) view of an (N, M) row-major
       tensor (strides (1, M); ``torch._grouped_mm`` returns it row-major). M must be a multiple of 8 for
-      16-bit types (the rows of ``out.t()`` and of ``a.mT``). ``a`` is read in place at any strides the
+      16-bit types, 4 for f32 and 2 for f64 (16-byte rows of ``out.t()`` and of ``a.mT``; f32 and f64 on
+      CPU, and ``out_dtype`` too). ``a`` is read in place at any strides the
       2-D x 3-D mode's ``b`` takes (as ``a.mT``), ``b`` in place either way (as ``b.t()``, as the 2-D x 3-D
       mode reads ``a``; the backward's ``a`` gradient copies a row-major ``b`` first). No ``bias``.
       Differentiable in ``a`` and ``b``; columns of ``out`` at or past ``offs[-1]`` are the tail
@@ -428,13 +446,22 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
     extent. Without it, bad offsets are clamped on the device and nothing is read out of bounds.
 
     dtypes: bf16 inputs (f16, f32, f64 on CPU only); ``out_dtype`` bf16, f16 or f32, or f64 with f64 inputs
-    (default ``a.dtype``), unlike torch which only allows ``a.dtype``. ``bias`` (E, N) bf16/f32 is supported
-    (torch rejects any bias). Errors: ValueError naming the operand for shapes, dtypes, devices, strides,
-    alignment (N and K multiples of 8 for 16-bit types), also with no groups; TypeError for an operand that is
-    not a tensor and for a ``zero_tail`` or ``validate`` that is not a bool (Python or NumPy);
-    NotImplementedError for f16/f32 inputs on CUDA.
+    (default ``a.dtype``), unlike torch which only allows ``a.dtype``. ``bias`` (E, N) bf16 or f32 (f64 on CPU)
+    is supported (torch rejects any bias). Errors: ValueError naming the operand for shapes, dtypes, devices,
+    layouts (sparse), strides, alignment (N and K multiples of 8 for 16-bit types), also with no groups;
+    TypeError for an operand that is not a tensor and for a ``zero_tail`` or ``validate`` that is not a bool
+    (Python or NumPy); NotImplementedError for f16/f32 inputs on CUDA and for 8-bit and FP4 inputs.
     Formula source: docs/ops.md §1 and §5; ``torch._grouped_mm`` (torch/_meta_registrations.py).
     """
+    try:
+        return _grouped_mm(a, b, offs, bias, out_dtype, zero_tail, validate)
+    except (ValueError, RuntimeError, NotImplementedError):
+        check_strided(_OP, a=a, b=b, offs=offs, bias=bias)  # a sparse operand fails with errors not naming it
+        raise
+
+
+def _grouped_mm(a, b, offs, bias, out_dtype, zero_tail, validate):
+    """grouped_mm's body: its checks, then the mode's path."""
     tensor = torch.Tensor
     if not (isinstance(a, tensor) and isinstance(b, tensor) and (offs is None or isinstance(offs, tensor))
             and (bias is None or isinstance(bias, tensor))):
@@ -448,8 +475,11 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
         raise ValueError(f"{_OP}: out_dtype: expected None, torch.bfloat16, torch.float16 or torch.float32 (or "
                          f"torch.float64 with float64 inputs), got {out_dtype!r}")
     if a.dtype not in _IN_DTYPES:  # in every mode, before an inner op would name its own operands
-        raise ValueError(f"{_OP}: a: expected dtype torch.bfloat16 (torch.float16, torch.float32 or torch.float64 "
-                         f"on CPU), got {a.dtype}")
+        # 8-bit and FP4 inputs are NotImplementedError, as the ops raise for them (docs/ops.md §8)
+        error = NotImplementedError if a.dtype in _UNSUPPORTED_IN_DTYPES else ValueError
+        raise error(f"{_OP}: a: expected dtype torch.bfloat16 (torch.float16, torch.float32 or torch.float64 on "
+                    f"CPU), got {a.dtype}" + (" (8-bit and FP4 inputs are not supported yet)"
+                                              if error is NotImplementedError else ""))
     a_rank, b_rank = a.dim(), b.dim()
     if a_rank == 2 and b_rank == 3:
         if offs is None:

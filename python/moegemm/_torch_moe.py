@@ -7,7 +7,7 @@ import operator
 
 import torch
 
-from ._torch_errors import call_named, check_row_major, check_same_device
+from ._torch_errors import call_named, check_row_major, check_same_device, check_strided
 from ._torch_first_order import first_order_only
 from ._torch_options import ACTIVATIONS, GLU_LAYOUTS, MAX_EXPERTS, check_choice, check_flag
 from ._torch_weights import dense_grad, flipped, operand_view, weight_grad_like, weight_operand
@@ -255,7 +255,11 @@ def moe_mlp(x: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, offsets: 
 def _moe_mlp(op: str, x, w_up, w_down, offsets, prob, activation, glu_layout, *, zero_tail, limit, act_alpha,
              linear_offset, validate) -> torch.Tensor:
     """moe_mlp, its errors named after ``op`` (moe_mlp, or MoEMLP from the module's forward)."""
-    _check_operands(op, x, w_up, w_down, offsets, prob, activation, glu_layout)
+    try:
+        _check_operands(op, x, w_up, w_down, offsets, prob, activation, glu_layout)
+    except (ValueError, RuntimeError, NotImplementedError):
+        check_strided(op, x=x, w_up=w_up, w_down=w_down, offsets=offsets, prob=prob)  # as grouped_mm
+        raise
     zero_tail, validate = check_flag(op, "zero_tail", zero_tail), check_flag(op, "validate", validate)
     clamp = [_clamp_limit(op, activation, limit), _clamp_finite(op, activation, "act_alpha", act_alpha),
              _clamp_finite(op, activation, "linear_offset", linear_offset)]
@@ -336,6 +340,9 @@ class MoEMLP(torch.nn.Module):
         if isinstance(x, torch.Tensor) and x.dtype != self.w_up.dtype:  # x is the caller's; the weights are ours
             raise ValueError(f"MoEMLP: x: expected dtype {self.w_up.dtype} (the module's parameters' dtype), got "
                              f"{x.dtype}")
+        if isinstance(x, torch.Tensor) and x.device != self.w_up.device:
+            raise ValueError(f"MoEMLP: x: expected a tensor on {self.w_up.device} (the module's parameters' "
+                             f"device), got one on {x.device}")
         return _moe_mlp("MoEMLP", x, self.w_up, self.w_down, offsets, prob, self.activation, self.glu_layout,
                         zero_tail=self.zero_tail, validate=validate, **self.clamp)
 

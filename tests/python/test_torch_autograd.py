@@ -464,6 +464,18 @@ def test_moe_mlp_module_checks_its_configuration_when_built():
     with pytest.raises(ValueError, match=r"MoEMLP: x: expected dtype torch\.bfloat16 \(the module's parameters' "
                                          r"dtype\), got torch\.float32"):
         module(randn(16, 16).float(), offsets_of([8, 8]))
+    with pytest.raises(ValueError, match=r"^MoEMLP: x: expected a tensor on meta \(the module's parameters' "
+                                         r"device\), got one on cpu$"):
+        mt.MoEMLP(2, 16, 16, dtype=torch.bfloat16, device="meta")(randn(16, 16), offsets_of([8, 8]))
+    with pytest.raises(ValueError, match=r"^MoEMLP: x: expected a strided \(dense\) tensor, got layout "
+                                         r"torch\.sparse_coo$"):
+        module(randn(16, 16).to_sparse(), offsets_of([8, 8]))
+    for name in ("w_up", "w_down", "prob"):
+        operands = dict(x=randn(16, 16), w_up=randn(2, 16, 32), w_down=randn(2, 16, 16), offsets=offsets_of([8, 8]),
+                        prob=torch.rand(16))
+        operands[name] = operands[name].to_sparse()
+        with pytest.raises(ValueError, match=rf"^moe_mlp: {name}: expected a strided \(dense\) tensor"):
+            mt.moe_mlp(**operands)
     # The forward's checks of the other operands name the module too.
     with pytest.raises(ValueError, match=r"^MoEMLP: offsets: expected an \(E=2,\) torch\.int32 tensor .*torch\.int64$"):
         module(randn(16, 16), torch.tensor([5, 16]))

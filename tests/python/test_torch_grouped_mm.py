@@ -454,13 +454,64 @@ def test_out_dtype_float64_with_float64_inputs_is_their_default():
 
 
 def test_unsupported_input_dtypes_are_named_in_every_mode():
+    """8-bit inputs are NotImplementedError, as the ops raise for them (and moe_mlp passes on); other dtypes
+    the ops do not take are ValueError."""
     offs = offsets_of([M] * G)
     for a, b in ((randn(M * G, K), randn(G, K, N)), (randn(K, M * G).t(), randn(M * G, N)),
                  (randn(G, M, K), randn(G, K, N)), (randn(G, M, K), randn(K, N * G))):
-        bad_a, bad_b = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn)
+        o = None if a.dim() == 3 and b.dim() == 3 else offs
+        for dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+            with pytest.raises(NotImplementedError, match=r"^grouped_mm: a: expected dtype torch\.bfloat16 "
+                                                          r"\(torch\.float16, torch\.float32 or torch\.float64 on "
+                                                          rf"CPU\), got {re.escape(str(dtype))} \(8-bit and FP4 "
+                                                          r"inputs are not supported yet\)$"):
+                mt.grouped_mm(a.to(dtype), b.to(dtype), o)
         with pytest.raises(ValueError, match=r"^grouped_mm: a: expected dtype torch\.bfloat16 \(torch\.float16, "
-                                             r"torch\.float32 or torch\.float64 on CPU\), got torch\.float8_e4m3fn$"):
-            mt.grouped_mm(bad_a, bad_b, None if a.dim() == 3 and b.dim() == 3 else offs)
+                                             r"torch\.float32 or torch\.float64 on CPU\), got torch\.int8$"):
+            mt.grouped_mm(a.to(torch.int8), b.to(torch.int8), o)
+    with pytest.raises(NotImplementedError, match=r"8-bit inputs are not supported yet"):  # the op's own error
+        mt.moe_mlp(randn(M, K).to(torch.float8_e4m3fn), randn(1, K, 2 * N).to(torch.float8_e4m3fn),
+                   randn(1, N, K).to(torch.float8_e4m3fn), offsets_of([M]))
+
+
+def test_empty_outputs_and_no_groups_check_the_other_operand_as_a_call_with_rows():
+    """H = 0 or E = 0 (2-D x 2-D) and M = 0 (3-D x 2-D) run no op, yet refuse what the same call with rows
+    refuses, with its message less the op's "(checked as ...)": b's overlapping rows, a row stride or a base
+    off 16 bytes, strided offs."""
+    offs = offsets_of([8, 0, 8, 16])
+
+    def message(call):
+        with pytest.raises(ValueError) as err:
+            call()
+        return str(err.value)
+
+    misaligned = torch.empty(32 * 24 + 1, dtype=torch.bfloat16)[1:].view(32, 24)
+    for b in (randn(1, 24).expand(32, 24), randn(32, 28)[:, :24], misaligned):
+        with_rows = message(lambda: mt.grouped_mm(randn(32, 16).t(), b, offs))
+        assert with_rows.startswith("grouped_mm: b: ") and with_rows.endswith(" (checked as grouped_gemm_wgrad's dy)")
+        for a, o in ((randn(32, 0).t(), offs), (randn(32, 16).t(), offs[:0])):
+            assert message(lambda: mt.grouped_mm(a, b, o)) == with_rows[:with_rows.rindex(" (checked as")]
+    strided_offs = torch.tensor([8, 0, 8, 0, 16, 0, 32, 0], dtype=torch.int32)[::2]
+    for b, o in ((randn(32, 1).expand(32, 40), offsets_of([8, 0, 16, 40])), (randn(32, 40), strided_offs)):
+        with_rows = message(lambda: mt.grouped_mm(randn(4, 8, 32), b, o))
+        assert with_rows.endswith("(checked as grouped_gemm's a)") or with_rows.endswith("(checked as grouped_gemm's "
+                                                                                        "offsets)")
+        assert message(lambda: mt.grouped_mm(randn(4, 0, 32), b, o)) == with_rows[:with_rows.rindex(" (checked as")]
+
+
+def test_operands_on_two_devices_are_named_as_the_caller_passes_them():
+    """The 2-D x 2-D and 3-D x 2-D modes run ops whose operands are other views (x = a.t(), rows = b.t()):
+    a device mix is reported against a, in grouped_mm's names."""
+    on_meta = dict(device="meta")
+    offs = offsets_of([8, 0, 8, 16])
+    expected = r"^grouped_mm: b: expected a tensor on cpu \(the device of a\), got one on meta$"
+    with pytest.raises(ValueError, match=expected):
+        mt.grouped_mm(randn(4, 8, 16), torch.empty(16, 40, dtype=torch.bfloat16, **on_meta), offsets_of([8, 8, 16, 40]))
+    with pytest.raises(ValueError, match=expected):
+        mt.grouped_mm(randn(32, 16).t(), torch.empty(32, 24, dtype=torch.bfloat16, **on_meta), offs)
+    with pytest.raises(ValueError, match=r"^grouped_mm: offs: expected a tensor on cpu \(the device of a\), got one "
+                                         r"on meta$"):
+        mt.grouped_mm(randn(32, 16).t(), randn(32, 24), offs.to("meta"))
 
 
 def test_operand_layouts_that_are_neither_row_nor_column_major_are_refused():
@@ -968,3 +1019,17 @@ def test_keywords_left_out_are_the_schema_defaults():
     assert given.keys() == {"b_layout", "bias", "out_dtype", "zero_tail", "validate"}
     assert given["b_layout"] == "kn" and given["bias"] is bias and given["out_dtype"] is torch.float32
     assert given["zero_tail"] is True and given["validate"] is True
+
+
+def test_sparse_operands_are_refused_by_name():
+    """A sparse operand fails inside torch or the ops with errors that do not name it (an is_contiguous the CSR
+    layout lacks, a (0, 0, 0) stride, a dispatcher key): grouped_mm names it instead."""
+    a, b, offs = randn(M * G, K), randn(G, K, N), offsets_of([M] * G)
+    for name, call in (("a", lambda: mt.grouped_mm(a.to_sparse(), b, offs)),
+                       ("a", lambda: mt.grouped_mm(a.float().to_sparse_csr(), b.float(), offs)),
+                       ("b", lambda: mt.grouped_mm(a, b.to_sparse(), offs)),
+                       ("offs", lambda: mt.grouped_mm(a, b, offs.to_sparse())),
+                       ("bias", lambda: mt.grouped_mm(a, b, offs, bias=torch.randn(G, N).to_sparse()))):
+        with pytest.raises(ValueError, match=rf"^grouped_mm: {name}: expected a strided \(dense\) tensor, got "
+                                             r"layout torch\.sparse_(coo|csr)$"):
+            call()
