@@ -19,12 +19,23 @@ def check_row_major(op: str, name: str, t: torch.Tensor, dims: str, hint: str = 
 
 def check_strided(op: str, **tensors) -> None:
     """ValueError ``"<op>: <name>: expected a strided (dense) tensor, got layout <layout>"`` for the first
-    operand (None: not given) that is sparse or of another layout. The composite functions call it only once
-    a call has failed, so that the eager path pays nothing: such an operand fails inside torch or the ops
-    with errors that do not name it."""
+    operand (None: not given) that is sparse or of another layout, which fails inside torch or the ops with
+    errors that do not name it."""
     for name, t in tensors.items():
         if isinstance(t, torch.Tensor) and t.layout != torch.strided:
             raise ValueError(f"{op}: {name}: expected a strided (dense) tensor, got layout {t.layout}")
+
+
+def misfit_operand(op: str, **tensors) -> ValueError | None:
+    """The error check_strided, then check_same_device, raise for these operands, or None. For a composite
+    function to look for once a call has failed (``raise error from None``: the failure it replaces named
+    no operand of the caller's, or another one), so that the eager path pays nothing for these checks."""
+    try:
+        check_strided(op, **tensors)
+        check_same_device(op, **tensors)
+    except ValueError as error:
+        return error
+    return None
 
 
 def check_same_device(op: str, **tensors) -> None:

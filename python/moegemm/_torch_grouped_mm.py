@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ._torch_errors import call_named, check_same_device, check_strided
+from ._torch_errors import call_named, check_same_device, misfit_operand
 from ._torch_first_order import first_order_only
 from ._torch_layouts import column_major, is_column_major, row_major, rows_or_columns, stacked_rows
 from ._torch_options import MAX_EXPERTS, MAX_OFFSET_ROWS, MAX_OPERAND_BYTES, check_flag
@@ -313,7 +313,6 @@ class _NoGroupsRaggedKMM(torch.autograd.Function):
 def _ragged_k_mm(a, b, offs, out_dtype, zero_tail=False, validate=False):
     # out[g] = a[:, rows_g] @ b[rows_g, :] = X[rows_g]^T @ dY[rows_g] with X = a.T (T, H), dY = b (T, N). The
     # kernels read both token-major (T the rows in memory); a row-major a or column-major b is copied to it.
-    check_same_device(_OP, a=a, b=b, offs=offs)  # before the op would name them x and dy
     a, b = column_major(a), row_major(b)
     if a.stride(0) != 1 and a.shape[0] > 1:
         raise ValueError(
@@ -356,7 +355,6 @@ def _ragged_n_mm(a, b, offs, out_dtype, zero_tail, validate):
     """3-D x 2-D: out[:, cols_g] = a[g] @ b[:, cols_g], run as the 2-D x 3-D product of the transposes,
     out.t()[cols_g] = b.t()[cols_g] @ a.mT[g]: the (N, M) row-major result, returned as its (M, N) view
     (strides (1, M)). Checks what the inner product would name in its own terms first, in the caller's."""
-    check_same_device(_OP, a=a, b=b, offs=offs)  # before the inner product would name them by its own operands
     g, m, k = a.shape
     if tuple(b.shape)[:1] != (k,):
         raise ValueError(f"{_OP}: b: expected shape (K={k}, N) with K from a.shape[2], got {tuple(b.shape)}")
@@ -456,8 +454,12 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
     try:
         return _grouped_mm(a, b, offs, bias, out_dtype, zero_tail, validate)
     except (ValueError, RuntimeError, NotImplementedError):
-        check_strided(_OP, a=a, b=b, offs=offs, bias=bias)  # a sparse operand fails with errors not naming it
-        raise
+        # A sparse operand fails with errors that do not name it, and the inner ops of the 2-D x 2-D and
+        # 3-D x 2-D modes name a device mix by their own operands (x = a.t(), b.t(), ...).
+        error = misfit_operand(_OP, a=a, b=b, offs=offs, bias=bias)
+        if error is None:
+            raise
+        raise error from None
 
 
 def _grouped_mm(a, b, offs, bias, out_dtype, zero_tail, validate):

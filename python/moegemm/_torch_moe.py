@@ -7,7 +7,7 @@ import operator
 
 import torch
 
-from ._torch_errors import call_named, check_row_major, check_same_device, check_strided
+from ._torch_errors import call_named, check_row_major, check_same_device, misfit_operand
 from ._torch_first_order import first_order_only
 from ._torch_options import ACTIVATIONS, GLU_LAYOUTS, MAX_EXPERTS, check_choice, check_flag
 from ._torch_weights import dense_grad, flipped, operand_view, weight_grad_like, weight_operand
@@ -257,9 +257,11 @@ def _moe_mlp(op: str, x, w_up, w_down, offsets, prob, activation, glu_layout, *,
     """moe_mlp, its errors named after ``op`` (moe_mlp, or MoEMLP from the module's forward)."""
     try:
         _check_operands(op, x, w_up, w_down, offsets, prob, activation, glu_layout)
-    except (ValueError, RuntimeError, NotImplementedError):
-        check_strided(op, x=x, w_up=w_up, w_down=w_down, offsets=offsets, prob=prob)  # as grouped_mm
-        raise
+    except (ValueError, RuntimeError, NotImplementedError):  # a sparse operand: as in grouped_mm
+        error = misfit_operand(op, x=x, w_up=w_up, w_down=w_down, offsets=offsets, prob=prob)
+        if error is None:
+            raise
+        raise error from None
     zero_tail, validate = check_flag(op, "zero_tail", zero_tail), check_flag(op, "validate", validate)
     clamp = [_clamp_limit(op, activation, limit), _clamp_finite(op, activation, "act_alpha", act_alpha),
              _clamp_finite(op, activation, "linear_offset", linear_offset)]
