@@ -113,6 +113,16 @@ def grouped_matmul_ref(a, b, sizes, b_layout="nk"):
     return out
 
 
+def glu_pair(g, layout):
+    """(gate, up) of pre-activation columns g (M, 2I) in a moegemm GLU layout (docs/ops.md §2)."""
+    i = g.shape[1] // 2
+    if layout == "halves":
+        return g[:, :i], g[:, i:]
+    blocks = g.reshape(g.shape[0], -1, 2, 32)
+    first, second = blocks[:, :, 0].reshape(g.shape[0], i), blocks[:, :, 1].reshape(g.shape[0], i)
+    return (first, second) if layout == "interleaved32" else (second, first)
+
+
 def silu(x):
     return x / (1 + np.exp(-x))
 

@@ -11,20 +11,11 @@ import warnings
 import numpy as np
 import pytest
 
-from jax_helpers import (PLATFORMS, assert_close, expert_of_rows, f32, grouped_matmul_ref, offsets_of,
-                         on_device_for, platform_device, rand, running_on, silu, jax, jnp, mj)
+from jax_helpers import (PLATFORMS, assert_close, expert_of_rows, f32, glu_pair, grouped_matmul_ref,
+                         offsets_of, on_device_for, platform_device, rand, running_on, silu, jax, jnp, mj)
 
 SIZES = [37, 0, 80, 5, 0, 61]  # empty middle experts, sizes not multiples of any tile; tail rows below
 M, K, N, E = 200, 64, 48, len(SIZES)
-
-
-def _glu_split(g, layout):
-    i = g.shape[1] // 2
-    if layout == "halves":
-        return g[:, :i], g[:, i:]
-    blocks = g.reshape(g.shape[0], -1, 2, 32)
-    first, second = blocks[:, :, 0].reshape(g.shape[0], i), blocks[:, :, 1].reshape(g.shape[0], i)
-    return (first, second) if layout == "interleaved32" else (second, first)
 
 
 def _inputs(rng, b_layout="nk", n=N):
@@ -65,7 +56,7 @@ def test_grouped_gemm_glu_values(glu_layout):
     d, c = mj.grouped_gemm_glu(a, b, off, prob=prob, b_layout="kn", glu_layout=glu_layout,
                                generate_c=True, zero_tail=True)
     g = grouped_matmul_ref(a, b, SIZES, "kn")
-    gate, up = _glu_split(g, glu_layout)
+    gate, up = glu_pair(g, glu_layout)
     assert_close(c, g, "c")
     assert_close(d, f32(prob)[:, None] * silu(gate) * up, "d")
 
@@ -153,7 +144,7 @@ def _dense_inputs(b_layout):
 def test_gemm_swiglu_values(b_layout):
     _, a, b, g = _dense_inputs(b_layout)
     ab12, c = mj.gemm_swiglu(a, b, b_layout=b_layout, alpha=0.5)
-    up, gate = _glu_split(0.5 * g, "interleaved32")  # up-first: block 2j up, 2j+1 gate
+    up, gate = glu_pair(0.5 * g, "interleaved32")  # up-first: block 2j up, 2j+1 gate
     assert_close(ab12, 0.5 * g, "ab12")
     assert_close(c, up * silu(gate), "c")
 

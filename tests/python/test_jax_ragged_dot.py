@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from gpu_support import MOE_MLP_FORWARD, RAGGED_DOT_BACKWARD
-from jax_helpers import (GPU_MARKS, PLATFORMS, assert_close, device_for, f32, offsets_of, on_cpu, on_device_for,
-                         platform_device, rand, running_on, jax, jnp, mj)
+from jax_helpers import (GPU_MARKS, PLATFORMS, assert_close, device_for, f32, glu_pair, offsets_of, on_cpu,
+                         on_device_for, platform_device, rand, running_on, jax, jnp, mj)
 
 _HIGHEST = jax.lax.Precision.HIGHEST
 
@@ -318,16 +318,6 @@ def test_c05_two_iterations_of_forward_and_backward_with_dirty_allocator():
         np.testing.assert_array_equal(x, y)
 
 
-def _glu_pair(g, layout):
-    """(gate, up) of pre-activation columns g (M, 2I) in a moegemm GLU layout."""
-    i = g.shape[1] // 2
-    if layout == "halves":
-        return g[:, :i], g[:, i:]
-    blocks = g.reshape(g.shape[0], -1, 2, 32)
-    first, second = blocks[:, :, 0].reshape(g.shape[0], i), blocks[:, :, 1].reshape(g.shape[0], i)
-    return (first, second) if layout == "interleaved32" else (second, first)
-
-
 def _gated(gate, up, activation, limit=7.0, act_alpha=1.702, linear_offset=1.0):
     """The gated activations of docs/ops.md section 2 in plain jnp."""
     if activation == "swiglu":
@@ -343,7 +333,7 @@ def _moe_reference(x, w_up, w_down, sizes, prob, activation, glu_layout="halves"
     """The expert MLP in plain f32 jnp (jax.lax.ragged_dot at HIGHEST precision): rows past sum(sizes)
     give zero."""
     gs = jnp.asarray(sizes)
-    gate, up = _glu_pair(jax.lax.ragged_dot(x, w_up, gs, precision=_HIGHEST), glu_layout)
+    gate, up = glu_pair(jax.lax.ragged_dot(x, w_up, gs, precision=_HIGHEST), glu_layout)
     h = _gated(gate, up, activation)
     return jax.lax.ragged_dot(h * prob[:, None], w_down, gs, precision=_HIGHEST)
 
