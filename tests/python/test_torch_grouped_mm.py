@@ -33,6 +33,15 @@ def make_b(strided, b_row_major, device, dtype=torch.bfloat16):
     return b.transpose(-2, -1)
 
 
+def make_a3(strided, a_row_major, device, seed):
+    """PyTorch's 3-D activations: (G, M, K), each group row-major or its transpose column-major, every other
+    group of a wider stack when strided."""
+    s = int(strided)
+    if a_row_major:
+        return randn(G * (1 + s), M, K * (1 + s), device=device, seed=seed)[::1 + s, :, :K]
+    return randn(G * (1 + s), K * (1 + s), M, device=device, seed=seed).transpose(-2, -1)[::1 + s, :, :K]
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("strided", [False, True])
 @pytest.mark.parametrize("b_row_major", [False, True])
@@ -197,10 +206,7 @@ def test_pytorch_2d_3d_every_layout(device, strided, a_row_major, b_row_major):
 def test_pytorch_3d_2d_every_layout(device, strided, a_row_major, b_row_major):
     # out[:, cols_g] = a[g] @ b[:, cols_g], run as the 2-D x 3-D product of the transposes
     s = int(strided)
-    if a_row_major:
-        a = randn(G * (1 + s), M, K * (1 + s), device=device, seed=72)[::1 + s, :, :K]
-    else:
-        a = randn(G * (1 + s), K * (1 + s), M, device=device, seed=72).transpose(-2, -1)[::1 + s, :, :K]
+    a = make_a3(strided, a_row_major, device, seed=72)
     if b_row_major:
         b = randn(N * G, K * (1 + s), device=device, seed=73)[:, :K]
     else:
@@ -228,11 +234,7 @@ def test_pytorch_3d_2d_every_layout(device, strided, a_row_major, b_row_major):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("strided, a_row_major, b_row_major", LAYOUTS)
 def test_pytorch_3d_3d_every_layout(device, strided, a_row_major, b_row_major):
-    s = int(strided)
-    if a_row_major:
-        a = randn(G * (1 + s), M, K * (1 + s), device=device, seed=75)[::1 + s, :, :K]
-    else:
-        a = randn(G * (1 + s), K * (1 + s), M, device=device, seed=75).transpose(-2, -1)[::1 + s, :, :K]
+    a = make_a3(strided, a_row_major, device, seed=75)
     b = make_b(strided, b_row_major, device).detach()
     a, b = a.detach().requires_grad_(True), b.requires_grad_(True)
     grad_out = randn(G, M, N, device=device, seed=76)
