@@ -8,12 +8,13 @@ every kernel's name, count per step and µs per step, longest first, and the µs
 step in the order they ran, which tells the torch layer's GEMMs apart (they share kernel names; in the JSON
 as [index into the kernels, µs]). The steps run back to back, as in training, so that the board works at its
 power limit. With --sustain S it then runs each system's steps back to back for S seconds more (after a
-second of warm-up; bench/power.py's windows) and reports the time per step and the medians of the SM clock
-(MHz) and board power (W) that nvidia-smi sampled every 100 ms meanwhile, with the share of samples at the
-power cap. --json writes the same as JSON.
+second of warm-up; bench/power.py's windows), in --rounds rounds (default 2) whose order rotates, and reports
+the medians over its windows of the time per step and of the SM clock (MHz) and board power (W) that
+nvidia-smi sampled every 100 ms meanwhile, with the share of samples at the power cap. --json writes the
+same as JSON.
 
   python3 bench/mlp_profile.py [--model deepseek-v3 ...] [--routing uniform zipf] [--steps 5] [--sustain 3]
-                               [--json F]
+                               [--rounds 2] [--json F]
 
 Needs an sm_90 GPU and moegemm.torch (PYTHONPATH=build/python); --sustain also needs nvidia-smi.
 """
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import statistics
 import sys
 from pathlib import Path
 
@@ -31,6 +33,7 @@ sys.path.insert(0, str(HERE))
 import peers  # noqa: E402
 import power  # noqa: E402
 import suites  # noqa: E402
+import timing  # noqa: E402
 
 
 def kernel_intervals(prof) -> list[tuple[str, float, float]]:
@@ -82,18 +85,29 @@ def profile_step(torch, step, steps: int) -> dict:
     return out
 
 
-def sustain(torch, steps: dict, seconds: float) -> dict:
-    """{name: step_us, steps, and power.window_stats} of each step function run back to back for `seconds`
-    (power.run_window), one system after the other, under one nvidia-smi sampler."""
-    windows = {}
+def sustain(torch, steps: dict, seconds: float, rounds: int = 2) -> dict:
+    """{name: step_us, sm_mhz, watts, capped (medians over its windows), steps, samples (sums), rounds (each
+    window's figures)} of each step function run back to back for `seconds` (power.run_window), in `rounds`
+    rounds whose order rotates (peers' timing.rotated), so that no system always runs on the warmer board,
+    under one nvidia-smi sampler."""
+    windows = {name: [] for name in steps}
     sampler = power.Sampler()
     try:
-        for name, step in steps.items():
-            windows[name] = power.run_window(torch, [step], seconds)
+        for r in range(rounds):
+            for name in timing.rotated(list(steps), r):
+                windows[name].append(power.run_window(torch, [steps[name]], seconds))
     finally:
         samples = sampler.stop()
-    return {name: {"step_us": ms * 1e3 / n, "steps": n, **power.window_stats(samples, t0, t1)}
-            for name, (t0, t1, ms, n) in windows.items()}
+    out = {}
+    for name, runs in windows.items():
+        per_round = [{"step_us": ms * 1e3 / n, "steps": n, **power.window_stats(samples, t0, t1)}
+                     for t0, t1, ms, n in runs]
+        row = {key: statistics.median(x[key] for x in per_round if x[key] is not None)
+               for key in ("step_us", "sm_mhz", "watts", "capped") if any(x[key] is not None for x in per_round)}
+        row.update(steps=sum(x["steps"] for x in per_round), samples=sum(x["samples"] for x in per_round),
+                   rounds=per_round)
+        out[name] = row
+    return out
 
 
 def main() -> int:
@@ -104,11 +118,14 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--top", type=int, default=12, help="kernels printed per system")
     p.add_argument("--sustain", type=float, default=0.0,
-                   help="seconds of steps back to back per system with clock and power sampled (0: none)")
+                   help="seconds of steps back to back per system and round, with clock and power sampled (0: none)")
+    p.add_argument("--rounds", type=int, default=2, help="--sustain's rounds, in an order that rotates (>= 1)")
     p.add_argument("--json", type=Path)
     args = p.parse_args()
     if not args.sustain >= 0 or (args.sustain and shutil.which("nvidia-smi") is None):  # `not >=`: nan too
         p.error("--sustain: expected seconds >= 0, and nvidia-smi on the PATH to sample the clock and power")
+    if args.rounds < 1:
+        p.error(f"--rounds: expected at least 1, got {args.rounds}")
 
     import torch
     import moegemm.torch as mt
@@ -138,12 +155,12 @@ def main() -> int:
                     print(f"  {k['us']:9.1f} µs  x{k['count']:<4g} {k['name'][:110]}")
                 print("  one step, in order: " + ", ".join(f"{us:.0f}" for _, us in r["sequence"]))
             if args.sustain:
-                for name, sustained in sustain(torch, steps, args.sustain).items():
+                for name, sustained in sustain(torch, steps, args.sustain, args.rounds).items():
                     row["systems"][name]["sustained"] = sustained
                     clock, watts = (f"{v:.0f}" if v is not None else "—"
-                                    for v in (sustained["sm_mhz"], sustained["watts"]))
-                    print(f"{model} {routing} {name}, {args.sustain:g} s back to back: {sustained['step_us']:.0f} µs "
-                          f"per step, SM clock {clock} MHz, {watts} W, capped in {sustained['capped'] or 0:.0%} "
+                                    for v in (sustained.get("sm_mhz"), sustained.get("watts")))
+                    print(f"{model} {routing} {name}, {args.rounds} x {args.sustain:g} s back to back: {sustained['step_us']:.0f} µs "
+                          f"per step, SM clock {clock} MHz, {watts} W, capped in {sustained.get('capped') or 0:.0%} "
                           f"of {sustained['samples']} samples")
             results.append(row)
             del x, w_up, w_down, prob, dy, layers, steps

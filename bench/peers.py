@@ -27,14 +27,19 @@ routing; group sizes come from numpy.random.default_rng(seed) and are unaligned.
 after warm-up; CUDA events for torch and the C++ program, host wall time for JAX (it has no event API on torch's
 stream): for moegemm_jax, JAX_CALLS jitted calls queued back to back and one block_until_ready per sample (as
 jax_dispatch.py), so that JAX's own dispatch and wake-up latency, ~90 us per synchronised call on an H200
-host, is not charged to each kernel; jax_ragged_dot, which runs for milliseconds, one synchronised call per
-sample. The torch systems' calls queue behind a sleep kernel (bench/timing.py), as the C++ program's
-queue back to back, so that their events time the GPU's work and not the host's time to issue each call. The
+host, is not charged to each kernel; jax_ragged_dot the same where one call takes less than 20 ms, else one
+synchronised call per sample (the latency is then under 0.5% of it; the row's
+"jax_ragged_dot_calls_per_sample"). The torch systems are timed interleaved in one process, their calls
+queued behind a sleep kernel (bench/timing.py), so that their events time the GPU's work and not the host's
+time to issue each call. The C++ program runs afterwards in a process of its own, its calls back to back on
+its own inputs: its column is not interleaved with the peers', and read 0.97-1.12x the torch front end's
+rate for the same kernel in the run of 2026-12-04 (compare the peers with the torch front end). The
 host clock reads slower than those events for the same kernel (the wait's latency, and back-to-back calls
 run at the clock of a GPU kept busy), so each row also times moegemm.torch.grouped_mm by the host clock, in
 alternation with moegemm_jax on the same inputs (the row's "front_ends_host_clock"): that ratio compares
 the front ends. JAX's inputs are torch tensors made as the torch systems' are, shared through DLPack. Inputs
-rotate over copies that together exceed twice the L2 cache. TFLOP/s = 2*M*N*K / time.
+rotate over copies that together exceed twice the L2 cache, cuBLAS dense's over copies of its own (A and one
+(K, N) weight) that do. TFLOP/s = 2*M*N*K / time.
 Writes a JSON of the results (tables: bench/tables.py) and a PNG of the peers suite (bench/plot.py).
 --device cpu --tiny is a smoke run on the CPU (tiny shapes, GPU-only systems skipped with a note); --plan
 prints the estimated H200 time of the selected suites and exits.
@@ -66,6 +71,7 @@ import timing  # noqa: E402
 
 QUICK_WORKLOADS = ("seed-2k", "seed-16k", "qwen3-up", "dsv3-down")
 JAX_CALLS = 8  # moegemm_jax calls per timed sample (see the module docstring)
+RAGGED_DOT_QUEUED_BELOW_S = 0.02  # jax_ragged_dot takes JAX_CALLS per sample where a call is shorter than this
 FRONT_END_BENCHMARKS = ("jax_dispatch.py", "torch_bench.py", "jax_ragged_dot.py")
 ALL_SUITES = ("peers", "glu", "wgrad", "dglu", "mlp", "ksweep", "dispatch", "frontends")
 SUITE_ALIASES = {"all": ("peers", "glu", "wgrad", "dglu", "mlp", "dispatch"), "backward": ("wgrad", "dglu", "mlp")}
@@ -130,7 +136,10 @@ class Torch:
             self.torch.cuda.empty_cache()
 
 
-def measure_torch_systems(tw: Torch, wl, sizes, copies, args) -> dict:
+def measure_torch_systems(tw: Torch, wl, sizes, copies, dense_copies, args) -> dict:
+    """The torch-side systems of a peers row, interleaved; cuBLAS dense rotates over `dense_copies` (A, B)
+    pairs (its own footprint past twice the L2 cache: one expert's (K, N) weight is far smaller than E of
+    them), the first of them the grouped inputs' A with the first expert's slice of their B."""
     out = {}
     if tw.why:
         return {name: tw.why for name in ("cublas_dense_same_flops", "torch_grouped_mm", "moegemm_torch")}
@@ -138,8 +147,11 @@ def measure_torch_systems(tw: Torch, wl, sizes, copies, args) -> dict:
     m, n, k, e = wl["M"], wl["N"], wl["K"], wl["E"]
     offs = torch.tensor(np.cumsum(sizes), dtype=torch.int32, device=tw.device)
     ops = tw.operands(m, n, k, e, copies)
-    dense_b = [b.reshape(-1)[: k * n].view(k, n) for _, b in ops]
-    calls = {"cublas_dense_same_flops": [lambda a=a, b=b: torch.matmul(a, b) for (a, _), b in zip(ops, dense_b)]}
+    dense = [(a, b.reshape(-1)[: k * n].view(k, n)) for a, b in ops[:dense_copies]]
+    dense += [(torch.randn(m, k, device=tw.device, dtype=torch.bfloat16),
+               torch.randn(k, n, device=tw.device, dtype=torch.bfloat16).div_(math.sqrt(k)))
+              for _ in range(dense_copies - len(dense))]
+    calls = {"cublas_dense_same_flops": [lambda a=a, b=b: torch.matmul(a, b) for a, b in dense]}
     if hasattr(torch, "_grouped_mm"):
         calls["torch_grouped_mm"] = [lambda a=a, b=b: torch._grouped_mm(a, b, offs=offs) for a, b in ops]
     else:
@@ -152,7 +164,7 @@ def measure_torch_systems(tw: Torch, wl, sizes, copies, args) -> dict:
 
     # Interleaved (bench/timing.py): the three share the GPU's clock states instead of running one after the other.
     out.update(timing.interleaved_us(torch, tw.device, calls, args.warmup, args.iters, on_error=training.status_of))
-    del ops, dense_b
+    del ops, dense
     tw.release()
     return out
 
@@ -162,10 +174,11 @@ def is_oom(err: Exception) -> bool:
     return "resource_exhausted" in text or "out of memory" in text
 
 
-def measure_jax_systems(tw: Torch, wl, sizes, copies, args) -> tuple[dict, dict | None]:
+def measure_jax_systems(tw: Torch, wl, sizes, copies, args) -> tuple[dict, dict | None, int | None]:
     """JAX's systems on inputs made as the torch systems' are (torch tensors, shared with JAX through DLPack),
     and the front ends side by side: ({system: µs or why not}, {"moegemm_jax_us", "moegemm_torch_us": the two front
-    ends' calls timed by the host clock in alternation, JAX_CALLS calls per sample} or None).
+    ends' calls timed by the host clock in alternation, JAX_CALLS calls per sample} or None, jax_ragged_dot's
+    calls per sample or None).
 
     JAX has no event API on torch's stream, so its calls are timed by the host clock: a sample queues
     JAX_CALLS calls and waits once. The torch front end timed the same way next to it is the fair comparison;
@@ -177,13 +190,13 @@ def measure_jax_systems(tw: Torch, wl, sizes, copies, args) -> tuple[dict, dict 
         gpus = jax.devices("gpu")
     except Exception as err:
         why = f"not available: jax with a GPU not importable ({type(err).__name__})"
-        return {"jax_ragged_dot": why, "moegemm_jax": why}, None
+        return {"jax_ragged_dot": why, "moegemm_jax": why}, None, None
     if not gpus:
         why = "not available: jax sees no GPU"
-        return {"jax_ragged_dot": why, "moegemm_jax": why}, None
+        return {"jax_ragged_dot": why, "moegemm_jax": why}, None, None
     torch = tw.torch
     e = wl["E"]
-    out, same_clock = {}, None
+    out, same_clock, ragged_calls = {}, None, None
     gs = jnp.asarray(sizes, dtype=jnp.int32)
     offsets = jnp.asarray(np.cumsum(sizes), dtype=jnp.int32)
 
@@ -198,7 +211,11 @@ def measure_jax_systems(tw: Torch, wl, sizes, copies, args) -> tuple[dict, dict 
         torch.cuda.synchronize()
         jax_ops = [(jax.dlpack.from_dlpack(a), jax.dlpack.from_dlpack(b)) for a, b in ops]
         ragged = jax.jit(lambda a, b: jax.lax.ragged_dot(a, b, gs))
-        out["jax_ragged_dot"] = timed(ragged, jax_ops)
+        jax.block_until_ready(ragged(*jax_ops[0]))  # compiled, then one call timed to choose the calls per sample
+        t0 = time.perf_counter()
+        jax.block_until_ready(ragged(*jax_ops[0]))
+        ragged_calls = JAX_CALLS if time.perf_counter() - t0 < RAGGED_DOT_QUEUED_BELOW_S else 1
+        out["jax_ragged_dot"] = timed(ragged, jax_ops, ragged_calls)
     except Exception as err:
         out["jax_ragged_dot"] = "failed: out of memory" if is_oom(err) else f"failed: {type(err).__name__}"
     try:
@@ -226,7 +243,7 @@ def measure_jax_systems(tw: Torch, wl, sizes, copies, args) -> tuple[dict, dict 
             f"failed: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
     del ops, jax_ops
     tw.release()
-    return out, same_clock
+    return out, same_clock, ragged_calls
 
 
 def find_moegemm_binary(given: str | None) -> str | None:
@@ -310,13 +327,14 @@ def run_peers(tw: Torch, workloads, routings, binary, l2_bytes: int, args) -> li
         print(f"[{idx}/{total}] {wl['name']} {routing}: M={m} N={n} K={k} E={e} ...", file=sys.stderr, flush=True)
         sizes = group_sizes(routing, m, e, args.seed)
         copies = rotation(2 * (m * k + e * k * n), l2_bytes)
-        times, same_clock = {}, None
-        times.update(measure_torch_systems(tw, wl, sizes, copies, args))
+        dense_copies = rotation(2 * (m * k + k * n), l2_bytes)
+        times, same_clock, ragged_calls = {}, None, None
+        times.update(measure_torch_systems(tw, wl, sizes, copies, dense_copies, args))
         if tw.device == "cpu":
             times.update({"moegemm_cpp": gpu_only, "jax_ragged_dot": gpu_only, "moegemm_jax": gpu_only})
         else:
             times["moegemm_cpp"] = measure_moegemm_cpp(binary, wl, sizes, args)
-            jax_times, same_clock = measure_jax_systems(tw, wl, sizes, copies, args)
+            jax_times, same_clock, ragged_calls = measure_jax_systems(tw, wl, sizes, copies, args)
             times.update(jax_times)
         flops = 2.0 * m * n * k
         systems = {}
@@ -324,7 +342,10 @@ def run_peers(tw: Torch, workloads, routings, binary, l2_bytes: int, args) -> li
             t = times.get(name, "not available")
             systems[name] = ({"time_us": t, "tflops": flops / t * 1e-6} if isinstance(t, float) else {"status": t})
         rows.append({"workload": wl["name"], "routing": routing, "M": m, "N": n, "K": k, "E": e,
-                     "rotating_copies": copies, "group_sizes": sizes.tolist(), "systems": systems})
+                     "rotating_copies": copies, "dense_rotating_copies": dense_copies,
+                     "group_sizes": sizes.tolist(), "systems": systems})
+        if ragged_calls:
+            rows[-1]["jax_ragged_dot_calls_per_sample"] = ragged_calls
         if same_clock:
             rows[-1]["front_ends_host_clock"] = same_clock
         cells = "  ".join(f"{s}={v['tflops']:.0f}" if "tflops" in v else f"{s}: {v['status']}"
@@ -492,12 +513,16 @@ def main(argv=None) -> int:
 
     doc = {"schema": "moegemm-peers/1", "gpu": gpu_name, "date": date, "seed": args.seed, "iters": args.iters,
            "warmup": args.warmup, "timing": {"torch": "median of CUDA-event-timed calls, the torch systems of a row "
-                                                      "interleaved (5 rounds, rotating order), each round "
+                                                      "interleaved (at least 5 rounds, a whole number of turns "
+                                                      "of the rotating order), each round "
                                                       "queued behind a sleep kernel",
                                              "moegemm_cpp": "median of CUDA-event-timed calls (its own process)",
                                              "jax": f"median host wall time per call: moegemm_jax {JAX_CALLS} "
                                                     "jitted calls back to back then one block_until_ready per "
-                                                    "sample, jax_ragged_dot one synchronised call; "
+                                                    f"sample, jax_ragged_dot the same where a call takes under "
+                                                    f"{RAGGED_DOT_QUEUED_BELOW_S * 1e3:g} ms, else one "
+                                                    "synchronised call (the row's "
+                                                    "jax_ragged_dot_calls_per_sample); "
                                                     "front_ends_host_clock: moegemm_jax and moegemm.torch "
                                                     "timed so, sample by sample in alternation",
                                              "suites": "median of CUDA-event-timed calls (torch, one process, the "

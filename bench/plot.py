@@ -10,6 +10,10 @@ import json
 from pathlib import Path
 
 
+# The C++ program runs after the interleaved systems, in a process of its own (bench/peers.py).
+LEGEND = {"moegemm_cpp": "moegemm_cpp (own process, not interleaved)"}
+
+
 def plot(doc: dict, out: str | Path) -> Path:
     """Writes the PNG to `out` and returns its path. Systems without a number get no bar (they are in the JSON)."""
     import matplotlib
@@ -29,7 +33,7 @@ def plot(doc: dict, out: str | Path) -> Path:
             if "tflops" in entry:
                 xs.append(j - 0.4 + (i + 0.5) * width)
                 ys.append(entry["tflops"])
-        ax.bar(xs, ys, width, label=name)
+        ax.bar(xs, ys, width, label=LEGEND.get(name, name))
     ax.set_xticks(range(len(rows)), labels, fontsize=7)
     ax.set_ylabel("TFLOP/s (2*M*N*K / time)")
     ax.set_title(f"MoE grouped GEMMs, bf16 - {doc.get('gpu', '?')} - {doc.get('date', '')}")

@@ -133,9 +133,9 @@ def systems_of(torch, op: str, g: dict, offs, copies: int, pairs: bool = False) 
     if op == "forward":
         sets = [(torch.randn(m, k, device="cuda", dtype=bf16), torch.randn(e, k, n, device="cuda", dtype=bf16) * 0.05)
                 for _ in range(copies)]
-        dense = torch.randn(k, n, device="cuda", dtype=bf16) * 0.05
+        # cuBLAS reads one (K, N) weight per set, the first expert's: a weight shared by every set would stay in L2
         systems = {
-            "cublas_dense_same_flops": [lambda a=a: torch.mm(a, dense) for a, _ in sets],
+            "cublas_dense_same_flops": [lambda a=a, w=w: torch.mm(a, w[0]) for a, w in sets],
             "torch_grouped_mm": [lambda a=a, w=w: torch._grouped_mm(a, w, offs=offs) for a, w in sets],
             "moegemm": [lambda a=a, w=w: torch.ops.moegemm.grouped_gemm(a, w, offs, b_layout="kn") for a, w in sets],
         }

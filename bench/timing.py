@@ -64,8 +64,9 @@ def interleaved_us(torch, device: str, systems: dict[str, list[Callable[[], obje
                    ) -> dict[str, object]:
     """{name: median µs per call} of every system of {name: its calls (one per input copy, rotated)}.
 
-    `warmup` calls of each system first, then `rounds` rounds of ceil(iters / rounds) calls of each system
-    (at least `iters` calls in all), each round in the order `rotated(names, round)`. On a CUDA device each
+    `warmup` calls of each system first, then `rounds` rounds (raised to a multiple of the number of systems,
+    so that each opens as many rounds) of ceil(iters / rounds) calls of each system (at least `iters` calls in
+    all), each round in the order `rotated(names, round)`. On a CUDA device each
     call is timed by CUDA events on the current stream and the samples are read after one synchronisation
     per round; elsewhere (CPU smoke runs) by the host clock. A system whose call raises gets
     on_error(name, error) as its value (the error itself without on_error) and drops out of later rounds.
@@ -90,7 +91,9 @@ def interleaved_us(torch, device: str, systems: dict[str, list[Callable[[], obje
             out[name] = on_error(name, err) if on_error else err
             live.remove(name)
     samples: dict[str, list[float]] = {name: [] for name in live}
-    per_round = max(1, math.ceil(iters / max(rounds, 1)))
+    # Whole turns of the rotation, so that every system opens as many rounds as every other.
+    rounds = math.ceil(max(rounds, 1) / max(len(live), 1)) * max(len(live), 1)
+    per_round = max(1, math.ceil(iters / rounds))
     counters = {name: warmup for name in live}
     hold_us = HOLD_FIRST_US
     for r in range(max(rounds, 1)):

@@ -1,0 +1,39 @@
+"""The benchmark scripts run end to end on the CPU (bench/peers.py --device cpu --tiny: tiny shapes, host clock,
+GPU-only systems skipped with a note) and their JSON renders as tables (bench/tables.py): CI has no GPU, so this
+is what keeps a change to the suites, their timing or their tables from first failing on a lent GPU. The numbers
+of such a run are not measurements and are not checked."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("torch")
+import moegemm.torch  # noqa: E402,F401  (the suites need it)
+
+BENCH = pathlib.Path(__file__).resolve().parents[2] / "bench"
+SUITES = ("peers", "glu", "wgrad", "dglu", "mlp")
+
+
+def test_every_default_suite_runs_on_the_cpu_and_renders(tmp_path):
+    out = tmp_path / "smoke.json"
+    run = subprocess.run([sys.executable, str(BENCH / "peers.py"), "--device", "cpu", "--tiny", "--suite", *SUITES,
+                          "--out", str(out)], capture_output=True, text=True, env=os.environ.copy(), timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert sorted(doc["suites"]) == sorted(SUITES)
+    assert doc["rows"] and all("tflops" in row["systems"]["moegemm_torch"] for row in doc["rows"])
+    assert all(row["dense_rotating_copies"] >= 1 for row in doc["rows"])
+    assert doc["glu"] and all(doc["backward"][suite] for suite in ("wgrad", "dglu", "mlp"))
+    tables = subprocess.run([sys.executable, str(BENCH / "tables.py"), str(out)], capture_output=True, text=True,
+                            timeout=120)
+    assert tables.returncode == 0, tables.stderr[-3000:]
+    for heading in ("Grouped GEMM against the peers", "GLU forward", "Weight gradient, ragged K", "dGLU backward",
+                    "MoE MLP forward + backward"):
+        assert f"### {heading}" in tables.stdout
+    assert "moegemm torch front end / torch._grouped_mm >= 1.2: met on" in tables.stdout
