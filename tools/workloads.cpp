@@ -46,6 +46,21 @@ int64_t experts_field(const nlohmann::ordered_json& obj, const char* key, const 
   return e;
 }
 
+/// `text` with every byte outside printable ASCII written as \xHH: the parser's messages quote the bytes it
+/// last read, which in a file that is not UTF-8 text would reach the terminal raw.
+std::string escaped_bytes(const std::string& text) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (const unsigned char c : text) {
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      out += {'\\', 'x', kHex[c >> 4], kHex[c & 15]};
+    }
+  }
+  return out;
+}
+
 /// The document, refusing a key that appears twice in one object: nlohmann would keep one of the two silently.
 nlohmann::ordered_json parse_without_duplicate_keys(const std::string& text, const std::string& source) {
   struct Container {
@@ -79,9 +94,9 @@ nlohmann::ordered_json parse_without_duplicate_keys(const std::string& text, con
   try {
     return nlohmann::ordered_json::parse(text, refuse_duplicates);
   } catch (const nlohmann::json::parse_error& e) {
-    throw UsageError("workloads file " + source + " is not valid JSON: " + e.what());
+    throw UsageError("workloads file " + source + " is not valid JSON: " + escaped_bytes(e.what()));
   } catch (const nlohmann::json::exception& e) {  // valid JSON past the parser's limits (a number beyond double)
-    throw UsageError("workloads file " + source + " cannot be parsed: " + e.what());
+    throw UsageError("workloads file " + source + " cannot be parsed: " + escaped_bytes(e.what()));
   }
 }
 

@@ -80,6 +80,9 @@ moegemm_cli_test(run_json_to_stdout COMMAND ${_expect_2} ${_cli} run --backend c
                  REGEX "--json: run prints its table on standard output")
 # A preset's rows are checked when its file is read, whichever backend would run it (the CPU backend runs 64
 # tokens of every model).
+# A file that is not UTF-8 text: the parser's message quotes the bytes it read, escaped.
+moegemm_bad_workloads_test(not_utf8
+                           "^moegemm: [^\n]*workloads_not_utf8.json is not valid JSON: [^\n]*last read: '\\\\xff'")
 moegemm_bad_workloads_test(rows_past_int32
                            "^moegemm: [^\n]*workloads_rows_past_int32.json: model huge: 4194304 tokens x top_k 1024 exceed the 2147483647 rows")
 # Tensor sizes past what int64 bytes hold are refused when the file is read, with the file's sizes (they used
