@@ -1,7 +1,7 @@
 """The benchmark scripts run end to end on the CPU (bench/peers.py --device cpu --tiny: tiny shapes, host clock,
 GPU-only systems skipped with a note) and their JSON renders as tables (bench/tables.py): CI has no GPU, so this
-is what keeps a change to the suites, their timing or their tables from first failing on a lent GPU. The numbers
-of such a run are not measurements and are not checked."""
+is what keeps a change to the suites, their timing or their tables from first failing on a GPU machine. The
+numbers of such a run are not measurements and are not checked."""
 
 from __future__ import annotations
 
