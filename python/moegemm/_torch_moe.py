@@ -342,11 +342,14 @@ class MoEMLP(torch.nn.Module):
         if isinstance(x, torch.Tensor) and x.dtype != self.w_up.dtype:  # x is the caller's; the weights are ours
             raise ValueError(f"MoEMLP: x: expected dtype {self.w_up.dtype} (the module's parameters' dtype), got "
                              f"{x.dtype}")
-        if isinstance(x, torch.Tensor) and x.device != self.w_up.device:
-            raise ValueError(f"MoEMLP: x: expected a tensor on {self.w_up.device} (the module's parameters' "
-                             f"device), got one on {x.device}")
-        return _moe_mlp("MoEMLP", x, self.w_up, self.w_down, offsets, prob, self.activation, self.glu_layout,
-                        zero_tail=self.zero_tail, validate=validate, **self.clamp)
+        try:
+            return _moe_mlp("MoEMLP", x, self.w_up, self.w_down, offsets, prob, self.activation, self.glu_layout,
+                            zero_tail=self.zero_tail, validate=validate, **self.clamp)
+        except ValueError:  # a device mix, which moe_mlp reports against x, is the caller's x here
+            if isinstance(x, torch.Tensor) and x.device != self.w_up.device:
+                raise ValueError(f"MoEMLP: x: expected a tensor on {self.w_up.device} (the module's parameters' "
+                                 f"device), got one on {x.device}") from None
+            raise
 
     def extra_repr(self) -> str:
         e, h, n2 = self.w_up.shape
