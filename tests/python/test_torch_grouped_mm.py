@@ -1023,6 +1023,7 @@ def test_keywords_left_out_are_the_schema_defaults():
     assert given["zero_tail"] is True and given["validate"] is True
 
 
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta state")
 def test_sparse_operands_are_refused_by_name():
     """A sparse operand fails inside torch or the ops with errors that do not name it (an is_contiguous the CSR
     layout lacks, a (0, 0, 0) stride, a dispatcher key): grouped_mm names it instead."""
