@@ -114,6 +114,11 @@ void check_weights(Rules& r, const ExpertWeights& b, Problem& p) {
   r.positive("b.n", "N", b.n);
   r.same_dtype("b.dtype", b.dtype, "a", p.input);
   r.input_dtype("b.dtype", b.dtype);
+  if (b.layout == BLayout::nk) {
+    r.table_matrices("b.ptrs", "N", b.n, "K", p.K, b.dtype);
+  } else {
+    r.table_matrices("b.ptrs", "K", p.K, "N", b.n, b.dtype);
+  }
   p.N = b.n;
   r.row_bytes("b", "N", p.N, b.dtype);
   r.row_bytes("b", "K", p.K, b.dtype);
@@ -188,7 +193,7 @@ void check_glu_split(Rules& r, const char* b_name, int64_t n2, int64_t b_n, GluL
   for (const auto& [name, t] : paired) {
     if (!t->defined()) continue;
     const auto size = static_cast<int64_t>(dtype_size(t->dtype));
-    if (i * size % 16 == 0) continue;
+    if (i % (16 / size) == 0) continue;  // I * size % 16, without the product (every element size divides 16)
     const std::string dtype = dtype_name(t->dtype);
     r.fail(ErrorCode::invalid_argument, b_name,
            std::string("I = ") + i_of_n + " with I * sizeof(" + dtype + ") a multiple of 16 bytes (gate and up " +
@@ -373,6 +378,11 @@ Device check(const GroupedGemmWgradArgs& x, Pointers pointers) {
     r.dtype_is("w_ptrs", x.w_ptrs.dtype, DType::i64);
     r.vector("w_ptrs", x.w_ptrs);
     r.output_dtype("w_dtype", x.w_dtype);
+    if (x.transpose_output) {
+      r.table_matrices("w_ptrs", "N", p.N, "H", H, x.w_dtype);
+    } else {
+      r.table_matrices("w_ptrs", "H", H, "N", p.N, x.w_dtype);
+    }
     r.row_bytes("w_ptrs", last, last_size, x.w_dtype);
     r.pointer_table("w_ptrs", x.w_ptrs);
   }

@@ -282,6 +282,21 @@ void Rules::row_bytes(const char* name, const char* symbol, int64_t value, DType
        std::string(symbol) + "=" + std::to_string(value) + bytes_text(value, dtype));
 }
 
+void Rules::table_matrices(const char* name, const char* row_symbol, int64_t rows, const char* col_symbol,
+                           int64_t cols, DType dtype) const {
+  if (rows <= 0 || cols <= 0) return;
+  int64_t bytes = 0;
+  if (!__builtin_mul_overflow(rows, cols, &bytes) &&
+      !__builtin_mul_overflow(bytes, static_cast<int64_t>(dtype_size(dtype)), &bytes) && bytes <= kMaxOperandBytes) {
+    return;
+  }
+  fail(ErrorCode::invalid_argument, name,
+       std::string("each matrix it points to, (") + row_symbol + ", " + col_symbol + ") of " + dtype_name(dtype) +
+           ", at most 2^62 bytes (its sizes multiplied)",
+       "(" + std::string(row_symbol) + "=" + std::to_string(rows) + ", " + col_symbol + "=" + std::to_string(cols) +
+           ")");
+}
+
 void Rules::kernel_extent(const char* name, const char* symbol, int64_t value) const {
   if (backend_ != Device::cuda || value <= std::numeric_limits<int32_t>::max()) return;
   fail(ErrorCode::unsupported, name,

@@ -104,6 +104,11 @@ class Rules {
   /// `value` elements of `dtype` span a multiple of 16 bytes (dimensions the kernels split or tile by
   /// TMA: K and N of B, the I of a halves split).
   void row_bytes(const char* name, const char* symbol, int64_t value, DType dtype) const;
+  /// The matrix behind each entry of a pointer table `name` (b.ptrs, w_ptrs), `rows` x `cols` elements of
+  /// `dtype` as the other operands give them, spans at most 2^62 bytes: the rule of every operand (rule 4),
+  /// which the table's own view does not carry. An extent that is not positive is left to its own rule.
+  void table_matrices(const char* name, const char* row_symbol, int64_t rows, const char* col_symbol, int64_t cols,
+                      DType dtype) const;
   /// On the cuda backend, an extent the sm_90a kernels hold in a 32-bit integer (M, N, K, H) is at most
   /// 2147483647 (unsupported past it); the host backend takes any.
   void kernel_extent(const char* name, const char* symbol, int64_t value) const;

@@ -31,8 +31,13 @@ void wgrad_impl(const GroupedGemmWgradArgs& args) {
   const int64_t M = args.x.shape[0], H = args.x.shape[1], N = args.dy.shape[1];
   const ExpertRows rows = expert_rows(args.offsets, M);
   PackedB<T> panel;
+  // Every expert's target first, as the kernels' map prologue reads the whole table before any write: a
+  // w_ptrs table inside some expert's output (not checked: docs/ops.md rule 9) is not read after it changed.
+  std::vector<WTarget> targets;
+  targets.reserve(static_cast<size_t>(rows.experts()));
+  for (int64_t g = 0; g < rows.experts(); ++g) targets.push_back(expert_w(args, g, H, N));
   for (int64_t g = 0; g < rows.experts(); ++g) {
-    const WTarget w = expert_w(args, g, H, N);
+    const WTarget& w = targets[static_cast<size_t>(g)];
     const int64_t r0 = rows.begin[g], R = rows.rows(g);
     if (R == 0) {
       if (args.accumulate) continue;

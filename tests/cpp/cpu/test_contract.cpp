@@ -611,6 +611,49 @@ TEST(Contract, PointerModeOperands) {
                {"grouped_gemm: b: expected N * sizeof(bf16) a multiple of 16 bytes", "got N=33"});
 }
 
+// The matrices behind a pointer table obey the 2^62-byte rule of every operand (rule 4), also where no other
+// operand bounds them (no rows): b.n past it used to overflow the dGLU's 2I and the GLU's I * sizeof(d).
+TEST(Contract, PointerTableMatricesSpanAtMost2To62Bytes) {
+  const auto none = [](DType t, std::initializer_list<int64_t> shape) {
+    return TensorView::contiguous(nullptr, t, shape, Device::host);
+  };
+  const int64_t huge = std::numeric_limits<int64_t>::max() - 7;
+  GroupedGemmDgluArgs dglu;
+  dglu.a = none(DType::bf16, {0, 8});
+  dglu.offsets = none(DType::i32, {1});
+  dglu.b.ptrs = none(DType::i64, {1});
+  dglu.b.n = huge;
+  dglu.c = none(DType::bf16, {0, 16});
+  dglu.dc = none(DType::bf16, {0, 16});
+  expect_error([&] { contract::check(dglu, contract::Pointers::ignore); }, ErrorCode::invalid_argument,
+               {"grouped_gemm_dglu: b.ptrs: expected each matrix it points to, (N, K) of bf16, at most 2^62 bytes "
+                "(its sizes multiplied)", "got (N=9223372036854775800, K=8)"});
+  GroupedGemmGluArgs glu;
+  glu.a = none(DType::bf16, {0, 8});
+  glu.offsets = none(DType::i32, {1});
+  glu.b.ptrs = none(DType::i64, {1});
+  glu.b.layout = BLayout::kn;
+  glu.b.n = int64_t{1} << 62;
+  glu.d = none(DType::f32, {0, int64_t{1} << 61});
+  expect_error([&] { contract::check(glu, contract::Pointers::ignore); }, ErrorCode::invalid_argument,
+               {"grouped_gemm_glu: b.ptrs: expected each matrix it points to, (K, N) of bf16",
+                "got (K=8, N=4611686018427387904)"});
+  glu.b.n = int64_t{1} << 58;  // 2^58 x 8 x 2 bytes: at the limit, accepted (an I of 2^57 columns of f32 d)
+  glu.d = none(DType::f32, {0, int64_t{1} << 57});
+  EXPECT_EQ(contract::check(glu, contract::Pointers::ignore), Device::host);
+  GroupedGemmWgradArgs wgrad;
+  wgrad.x = none(DType::bf16, {0, int64_t{1} << 40});
+  wgrad.dy = none(DType::bf16, {0, int64_t{1} << 40});
+  wgrad.offsets = none(DType::i32, {1});
+  wgrad.w_ptrs = none(DType::i64, {1});
+  expect_error([&] { contract::check(wgrad, contract::Pointers::ignore); }, ErrorCode::invalid_argument,
+               {"grouped_gemm_wgrad: w_ptrs: expected each matrix it points to, (H, N) of f32",
+                "got (H=1099511627776, N=1099511627776)"});
+  wgrad.transpose_output = true;
+  expect_error([&] { contract::check(wgrad, contract::Pointers::ignore); }, ErrorCode::invalid_argument,
+               {"grouped_gemm_wgrad: w_ptrs: expected each matrix it points to, (N, H) of f32"});
+}
+
 TEST(Contract, HostPointerTableEntriesAreCheckedOnHost) {
   Maker m{Device::host};
   auto x = grouped_gemm_args(m);
@@ -856,6 +899,17 @@ TEST(Contract, ViewsOverlapOnlyWhereTheyShareAByte) {
   EXPECT_TRUE(views_overlap(at(base + 158, DType::bf16, {4}, {1}), stack));
   EXPECT_FALSE(views_overlap(stack, at(base + 160, DType::bf16, {4, 8}, {16, 1})));
   EXPECT_FALSE(views_overlap(at(base - 64, DType::bf16, {2, 8}, {16, 1}), stack));
+  // A dim of one element steps no stride, whatever its value: a one-expert stack with a negative expert
+  // stride still spans its rows.
+  const TensorView one_expert = at(base, DType::bf16, {1, 8, 8}, {-1, 16, 1});  // [base, base + 240)
+  EXPECT_TRUE(views_overlap(one_expert, at(base + 32, DType::bf16, {2, 8}, {8, 1})));
+  EXPECT_FALSE(views_overlap(one_expert, at(base + 240, DType::bf16, {2, 8}, {8, 1})));
+  // Addresses anywhere below 2^64: the byte arithmetic does not overflow.
+  constexpr uintptr_t high = 0x7ffffffffffffff0u, top = 0xffffffffffffffe0u;
+  EXPECT_TRUE(views_overlap(at(high, DType::bf16, {2, 8}, {8, 1}), at(high + 16, DType::bf16, {4}, {1})));
+  EXPECT_FALSE(views_overlap(at(high - 32, DType::bf16, {2, 8}, {8, 1}), at(high, DType::bf16, {8}, {1})));
+  EXPECT_TRUE(views_overlap(at(top, DType::f32, {2, 4}, {4, 1}), at(top + 16, DType::bf16, {4, 2}, {4, 1})));
+  EXPECT_FALSE(views_overlap(at(top, DType::bf16, {16}, {1}), at(0x10, DType::bf16, {16}, {1})));
   // Views without elements or without data share nothing.
   EXPECT_FALSE(views_overlap(v, at(base, DType::f32, {0}, {1})));
   EXPECT_FALSE(views_overlap(v, TensorView{}));

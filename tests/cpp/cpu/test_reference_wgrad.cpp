@@ -95,6 +95,39 @@ TEST_P(WgradReference, MatchesLoopFormula) {
   }
 }
 
+// Every expert's target is read from w_ptrs before any is written, as the kernels' map prologue reads the
+// table: a table inside an expert's output (not checked, docs/ops.md rule 9) does not send later experts
+// through an entry that an earlier expert's zeros overwrote.
+TEST(WgradReference, PointerTableIsReadBeforeAnyWrite) {
+  const int64_t M = 16, H = 8, N = 8;
+  HostTensor x = random_tensor(DType::bf16, {M, H}, 121);
+  HostTensor dy = random_tensor(DType::bf16, {M, N}, 122);
+  HostTensor offsets = offsets_from_sizes({0, M});  // expert 0 has no rows: its output is zeroed first
+  HostTensor w0(DType::f32, {H, N}), w1(DType::f32, {H, N});
+  poison(w1);
+  auto* table = static_cast<int64_t*>(w0.data());  // the table in expert 0's own output
+  table[0] = reinterpret_cast<int64_t>(w0.data());
+  table[1] = reinterpret_cast<int64_t>(w1.data());
+  GroupedGemmWgradArgs args;
+  args.x = x.view();
+  args.dy = dy.view();
+  args.offsets = offsets.view();
+  args.w_ptrs = TensorView::contiguous(table, DType::i64, {2});
+  reference::run(args);
+  Expected want({H, N});
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t n = 0; n < N; ++n) {
+      double s = 0;
+      for (int64_t r = 0; r < M; ++r) s += x(r, h) * dy(r, n);
+      want.close({h, n}, s);
+    }
+  EXPECT_TRUE(matches(w1, want));
+  Expected zeros({H, N});
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t n = 0; n < N; ++n) zeros.exact({h, n}, 0.0);
+  EXPECT_TRUE(matches(w0, zeros));
+}
+
 INSTANTIATE_TEST_SUITE_P(All, WgradReference,
                          ::testing::Combine(::testing::Bool(), ::testing::Bool(), ::testing::Bool(),
                                             ::testing::Values(DType::f32, DType::bf16)),
