@@ -373,7 +373,10 @@ def plan_peers(workloads, routings: int, calls: int, tflops: float) -> float:
         per = 1.0 + 3 * (calls * f / (tflops * 1e12) + 0.15)  # inputs; cuBLAS, torch, moegemm torch
         per += 2.0 + calls * f / (tflops * 1e12)  # the moegemm program: process, CUDA context, its inputs
         ragged = _ragged_dot_seconds(f, wl["E"])
-        per += 1.5 + (calls * ragged if ragged is not None else 0.0)  # jit compile + calls
+        if ragged is not None:  # jit compile, the call that picks the calls per sample, then the samples
+            per += 1.5 + ragged * (1 + calls * (JAX_CALLS if ragged < RAGGED_DOT_QUEUED_BELOW_S else 1))
+        else:
+            per += 1.5
         per += 1.5 + calls * f / (0.8 * tflops * 1e12)  # moegemm JAX: compile + calls
         total += per * routings
     return total

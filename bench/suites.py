@@ -20,9 +20,11 @@ group sizes, interleaved: bench/timing.py):
            moegemm_dgrad     torch.ops.moegemm.grouped_gemm(dy, w_down, offs): the plain dgrad GEMM, same shape
            moegemm_unfused   moegemm_dgrad + the SwiGLU backward as torch elementwise ops
            torch_grouped_mm  torch._grouped_mm(dy, w_down.mT, offs=offs): torch's dgrad GEMM alone
-           torch_unfused     torch_grouped_mm + the SwiGLU backward as torch elementwise ops
+           torch_unfused     torch_grouped_mm + the SwiGLU backward as torch elementwise ops (eager: 14 kernels)
+           torch_compiled_unfused   torch_grouped_mm + the same backward under torch.compile (fused by inductor;
+                                    GPU only)
          ratios fused_over_plain = t(dglu) / t(dgrad), target <= 1.08; speedup_vs_torch = t(torch_unfused) /
-         t(dglu).
+         t(dglu); speedup_vs_torch_compiled = t(torch_compiled_unfused) / t(dglu).
   mlp    one MoE expert MLP (SwiGLU, router prob), forward + backward with autograd, per model preset:
            moegemm_moe_mlp            moegemm.torch.moe_mlp(x, w_up, w_down, offs, prob) and autograd.grad
            torch_grouped_mm_autograd  the same layer from torch._grouped_mm, F.silu and products, autograd.grad
@@ -37,8 +39,10 @@ group sizes, interleaved: bench/timing.py):
            moegemm_unfused     moegemm_gemm + silu(gate) * up in torch
            torch_grouped_mm    torch._grouped_mm(x, w, offs=offs)
            torch_unfused       torch_grouped_mm + silu(gate) * up in torch
+           torch_compiled_unfused   torch_grouped_mm + silu(gate) * up under torch.compile (GPU only)
          ratios fused_over_plain = t(glu) / t(gemm), target <= 1.05 (also for the C + prob variant);
-         fused_over_unfused = t(glu) / t(moegemm_unfused); speedup_vs_torch = t(torch_unfused) / t(glu).
+         fused_over_unfused = t(glu) / t(moegemm_unfused); speedup_vs_torch = t(torch_unfused) / t(glu);
+         speedup_vs_torch_compiled = t(torch_compiled_unfused) / t(glu).
 
   ksweep the plain grouped GEMM at K/4, K/2 and K for every GEMM of the workloads file (M, N, E fixed):
            moegemm_k_quarter, moegemm_k_half, moegemm_k   torch.ops.moegemm.grouped_gemm(x, w, offs)
@@ -76,10 +80,11 @@ KSWEEP_SYSTEMS = {"moegemm": ("moegemm_k_quarter", "moegemm_k_half", "moegemm_k"
 
 SYSTEMS = {
     "wgrad": ("moegemm_wgrad", "moegemm_wgrad_f32", "torch_grouped_mm", "cublas_dense_same_flops"),
-    "dglu": ("moegemm_dglu", "moegemm_dgrad", "moegemm_unfused", "torch_grouped_mm", "torch_unfused"),
+    "dglu": ("moegemm_dglu", "moegemm_dgrad", "moegemm_unfused", "torch_grouped_mm", "torch_unfused",
+             "torch_compiled_unfused"),
     "mlp": ("moegemm_moe_mlp", "torch_grouped_mm_autograd", "moegemm_forward", "torch_forward"),
     "glu": ("moegemm_glu", "moegemm_glu_c_prob", "moegemm_gemm", "moegemm_unfused", "torch_grouped_mm",
-            "torch_unfused"),
+            "torch_unfused", "torch_compiled_unfused"),
     "ksweep": (*KSWEEP_SYSTEMS["moegemm"], *KSWEEP_SYSTEMS["torch"]),
 }
 
@@ -95,6 +100,7 @@ RATIOS = {
         "fused_over_plain": ("moegemm_dglu", "moegemm_dgrad", ("<=", 1.08)),
         "fused_over_unfused": ("moegemm_dglu", "moegemm_unfused", None),
         "speedup_vs_torch": ("torch_unfused", "moegemm_dglu", None),
+        "speedup_vs_torch_compiled": ("torch_compiled_unfused", "moegemm_dglu", None),
     },
     "mlp": {
         "speedup_vs_torch": ("torch_grouped_mm_autograd", "moegemm_moe_mlp", (">=", 1.3)),
@@ -105,6 +111,7 @@ RATIOS = {
         "fused_c_prob_over_plain": ("moegemm_glu_c_prob", "moegemm_gemm", ("<=", 1.05)),
         "fused_over_unfused": ("moegemm_glu", "moegemm_unfused", None),
         "speedup_vs_torch": ("torch_unfused", "moegemm_glu", None),
+        "speedup_vs_torch_compiled": ("torch_compiled_unfused", "moegemm_glu", None),
     },
     "ksweep": {
         "speedup_vs_torch": ("torch_k", "moegemm_k", (">=", 1.2)),
@@ -351,6 +358,20 @@ def swiglu_backward(dh, c, prob, i: int):
     return dc, dprob
 
 
+def swiglu_backward_functional(dh, c, prob, i: int):
+    """swiglu_backward without its out= writes into views of dc, for torch.compile (the same math, one
+    expression per output: inductor fuses each into one kernel)."""
+    import torch
+
+    gate, up = c[:, :i], c[:, i:]
+    sig = torch.sigmoid(gate)
+    silu = gate * sig
+    dhp = dh * prob.to(dh.dtype).unsqueeze(1)
+    dc = torch.cat([dhp * up * (sig * (1 + gate * (1 - sig))), dhp * silu], dim=1).to(c.dtype)
+    dprob = (silu * up * dh).sum(dim=1, dtype=torch.float32)
+    return dc, dprob
+
+
 # ---- the suites ------------------------------------------------------------------------------------
 
 
@@ -360,6 +381,7 @@ class Context:
     def __init__(self, torch, device: str, bench: Bench):
         self.torch, self.device, self.bench = torch, device, bench
         self.dtype = torch.bfloat16
+        self._compiled = {}
         try:
             self.mt = importlib.import_module("moegemm.torch")
             self.mt_why = None
@@ -380,6 +402,15 @@ class Context:
         import numpy as np
 
         return self.torch.tensor(np.cumsum(sizes), dtype=self.torch.int32, device=self.device)
+
+    def compiled(self, fn):
+        """`fn` under torch.compile with dynamic shapes (one compilation serves every row), made once per
+        function. GPU-only: on the CPU (smoke runs) it raises Unavailable rather than spend the run compiling."""
+        if self.device != "cuda":
+            raise Unavailable("skipped: --device cpu (the compiled baselines run on the GPU)")
+        if fn not in self._compiled:
+            self._compiled[fn] = self.torch.compile(fn, dynamic=True)
+        return self._compiled[fn]
 
     def moegemm(self, factory):
         """A moegemm system's factory, or one that raises why moegemm.torch is missing."""
@@ -434,8 +465,17 @@ def run_dglu(ctx: Context, c: dict, sizes, copies: int) -> dict:
         "moegemm_unfused": ctx.moegemm(lambda: [lambda s=s: moegemm_unfused(*s) for s in sets]),
         "torch_grouped_mm": lambda: [lambda s=s: torch._grouped_mm(s[0], s[1].mT, offs=offs) for s in sets],
         "torch_unfused": lambda: [lambda s=s: torch_unfused(*s) for s in sets],
+        "torch_compiled_unfused": lambda: compiled_calls(ctx, swiglu_backward_functional, sets, lambda s: (
+            torch._grouped_mm(s[0], s[1].mT, offs=offs), s[2], s[3], i)),
     }
     return measure(ctx.bench, systems)
+
+
+def compiled_calls(ctx: Context, fn, sets, operands) -> list:
+    """The calls of a baseline whose elementwise part is `fn` under torch.compile (Context.compiled): one per
+    input set, each `fn(*operands(set))`, the GEMM inside `operands` run eagerly as torch runs it."""
+    compiled = ctx.compiled(fn)
+    return [lambda s=s: compiled(*operands(s)) for s in sets]
 
 
 def run_glu(ctx: Context, c: dict, sizes, copies: int) -> dict:
@@ -462,6 +502,8 @@ def run_glu(ctx: Context, c: dict, sizes, copies: int) -> dict:
         "moegemm_unfused": ctx.moegemm(lambda: [lambda x=x, w=w: moegemm_unfused(x, w) for x, w in sets]),
         "torch_grouped_mm": lambda: [lambda x=x, w=w: torch._grouped_mm(x, w, offs=offs) for x, w in sets],
         "torch_unfused": lambda: [lambda x=x, w=w: swiglu(torch._grouped_mm(x, w, offs=offs), i) for x, w in sets],
+        "torch_compiled_unfused": lambda: compiled_calls(ctx, swiglu, sets, lambda s: (
+            torch._grouped_mm(s[0], s[1], offs=offs), i)),
     }
     return measure(ctx.bench, systems)
 
@@ -574,6 +616,8 @@ def run_suite(suite: str, ctx: Context, selected: list[dict], routings, group_si
 
 def elementwise_bytes(suite: str, system: str, c: dict) -> float:
     """Rough bytes moved by the elementwise torch ops of a system (the unfused SwiGLU, autograd), per call."""
+    if system == "torch_compiled_unfused":  # one fused pass: reads the GEMM's output (and C), writes the result
+        return 2.0 * c["M"] * (c["N"] * 1.5 if suite == "glu" else c["I"] * 5)
     if suite == "glu" and system.endswith("unfused"):
         return 2.0 * c["M"] * c["N"] * 2.5  # silu reads gate, writes; product reads both, writes I columns
     if suite == "dglu" and system.endswith("unfused"):
@@ -583,12 +627,15 @@ def elementwise_bytes(suite: str, system: str, c: dict) -> float:
     return 0.0
 
 
+COMPILE_S = 40.0  # torch.compile of a suite's elementwise baseline, once (dynamic shapes); rough
+
+
 def plan_seconds(suite: str, selected: list[dict], routings: int, calls: int, tflops: float,
                  bandwidth_tbs: float = 3.0, per_system_s: float = 0.15, per_case_s: float = 0.5) -> float:
     """Estimated wall time of a suite on an H200: GEMM FLOPs at `tflops`, elementwise bytes at `bandwidth_tbs`,
     `calls` calls per system (warm-up + timed), plus a fixed cost per system (set-up, empty_cache) and per case
     (allocating and filling the inputs)."""
-    total = 0.0
+    total = COMPILE_S if "torch_compiled_unfused" in SYSTEMS[suite] and selected else 0.0
     for c in selected:
         per_case = per_case_s
         for system in SYSTEMS[suite]:

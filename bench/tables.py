@@ -148,11 +148,25 @@ def peers_table(doc: dict) -> str:
     return "\n".join([*lines, "", *summary])
 
 
+def _compiled_columns(rows: list[dict]) -> bool:
+    """Whether a result has the compiled baselines (`torch_compiled_unfused`, run since 2026-12-04): results
+    from before render as they were."""
+    return any("torch_compiled_unfused" in r["systems"] for r in rows)
+
+
+def _compiled_cells(r: dict) -> str:
+    """The compiled baseline's µs and its time over the fused op's."""
+    entry = r["systems"].get("torch_compiled_unfused", {"status": "not run"})
+    return f" {_value(entry, 'time_us', _us)} | {_rv(r['ratios'].get('speedup_vs_torch_compiled', {}))} |"
+
+
 def glu_table(rows: list[dict]) -> str:
+    compiled = _compiled_columns(rows)
     lines = ["| workload | routing | M×2I×H, E | moegemm GEMM 2I cols | moegemm GLU fused | fused + C + prob "
              "| moegemm GEMM + torch SwiGLU | torch._grouped_mm | torch._grouped_mm + SwiGLU | fused / plain "
-             "| ≤ 1.05 | fused(C, prob) / plain | ≤ 1.05 | fused / unfused | torch / fused |",
-             "|" + " --- |" * 15]
+             "| ≤ 1.05 | fused(C, prob) / plain | ≤ 1.05 | fused / unfused | torch / fused |"
+             + (" torch._grouped_mm + compiled SwiGLU | torch compiled / fused |" if compiled else ""),
+             "|" + " --- |" * (17 if compiled else 15)]
     for r in rows:
         s, q = r["systems"], r["ratios"]
         t = [_value(s[name], "time_us", _us) for name in ("moegemm_gemm", "moegemm_glu", "moegemm_glu_c_prob",
@@ -160,7 +174,8 @@ def glu_table(rows: list[dict]) -> str:
         lines.append(f"| {r['workload']} | {r['routing']} | {r['M']}×{r['N']}×{r['K']}, {r['E']} | {' | '.join(t)} "
                      f"| {_rv(q['fused_over_plain'])} | {_met(q['fused_over_plain'])} "
                      f"| {_rv(q['fused_c_prob_over_plain'])} | {_met(q['fused_c_prob_over_plain'])} "
-                     f"| {_rv(q['fused_over_unfused'])} | {_rv(q['speedup_vs_torch'])} |")
+                     f"| {_rv(q['fused_over_unfused'])} | {_rv(q['speedup_vs_torch'])} |"
+                     + (_compiled_cells(r) if compiled else ""))
     return "\n".join([*lines, "", _summary(rows, "fused_over_plain", "fused / plain"),
                       _summary(rows, "fused_c_prob_over_plain", "fused (C, prob) / plain")])
 
@@ -184,16 +199,20 @@ def wgrad_table(rows: list[dict]) -> str:
 
 
 def dglu_table(rows: list[dict]) -> str:
+    compiled = _compiled_columns(rows)
     lines = ["| workload | routing | M×I×H, E | moegemm dgrad (plain) | moegemm dGLU (fused) "
              "| moegemm dgrad + torch SwiGLU bwd | torch._grouped_mm dgrad | torch._grouped_mm + SwiGLU bwd "
-             "| fused / plain | ≤ 1.08 | fused / unfused | torch / fused |", "|" + " --- |" * 12]
+             "| fused / plain | ≤ 1.08 | fused / unfused | torch / fused |"
+             + (" torch._grouped_mm + compiled SwiGLU bwd | torch compiled / fused |" if compiled else ""),
+             "|" + " --- |" * (14 if compiled else 12)]
     for r in rows:
         s, q = r["systems"], r["ratios"]
         t = [_value(s[name], "time_us", _us) for name in ("moegemm_dgrad", "moegemm_dglu", "moegemm_unfused",
                                                            "torch_grouped_mm", "torch_unfused")]
         lines.append(f"| {r['workload']} | {r['routing']} | {r['M']}×{r['I']}×{r['H']}, {r['E']} | {' | '.join(t)} "
                      f"| {_rv(q['fused_over_plain'])} | {_met(q['fused_over_plain'])} "
-                     f"| {_rv(q['fused_over_unfused'])} | {_rv(q['speedup_vs_torch'])} |")
+                     f"| {_rv(q['fused_over_unfused'])} | {_rv(q['speedup_vs_torch'])} |"
+                     + (_compiled_cells(r) if compiled else ""))
     return "\n".join([*lines, "", _summary(rows, "fused_over_plain", "fused / plain")])
 
 
