@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import statistics
 import sys
 from pathlib import Path
 
@@ -102,8 +101,7 @@ def sustain(torch, steps: dict, seconds: float, rounds: int = 2) -> dict:
     for name, runs in windows.items():
         per_round = [{"step_us": ms * 1e3 / n, "steps": n, **power.window_stats(samples, t0, t1)}
                      for t0, t1, ms, n in runs]
-        row = {key: statistics.median(x[key] for x in per_round if x[key] is not None)
-               for key in ("step_us", "sm_mhz", "watts", "capped") if any(x[key] is not None for x in per_round)}
+        row = power.medians(per_round, ("step_us", "sm_mhz", "watts", "capped"))
         row.update(steps=sum(x["steps"] for x in per_round), samples=sum(x["samples"] for x in per_round),
                    rounds=per_round)
         out[name] = row
@@ -159,8 +157,8 @@ def main() -> int:
                     row["systems"][name]["sustained"] = sustained
                     clock, watts = (f"{v:.0f}" if v is not None else "—"
                                     for v in (sustained.get("sm_mhz"), sustained.get("watts")))
-                    print(f"{model} {routing} {name}, {args.rounds} x {args.sustain:g} s back to back: {sustained['step_us']:.0f} µs "
-                          f"per step, SM clock {clock} MHz, {watts} W, capped in {sustained.get('capped') or 0:.0%} "
+                    print(f"{model} {routing} {name}, {args.rounds} x {args.sustain:g} s back to back: "
+                          f"{sustained['step_us']:.0f} µs per step, SM clock {clock} MHz, {watts} W, capped in {sustained.get('capped') or 0:.0%} "
                           f"of {sustained['samples']} samples")
             results.append(row)
             del x, w_up, w_down, prob, dy, layers, steps

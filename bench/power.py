@@ -89,6 +89,12 @@ def window_stats(samples, t0: float, t1: float) -> dict:
             "samples": len(inside)}
 
 
+def medians(per_round: list[dict], keys) -> dict:
+    """{key: median over the rounds that have a value for it} of each key that some round has a value for."""
+    return {key: statistics.median(x[key] for x in per_round if x[key] is not None)
+            for key in keys if any(x[key] is not None for x in per_round)}
+
+
 def run_window(torch, calls, seconds: float) -> tuple[float, float, float, int]:
     """Calls `calls` (rotating) for one second, then for `seconds`; (epoch start, epoch end, event ms, calls)."""
     def batch(n: int, i0: int) -> int:
@@ -175,8 +181,7 @@ def measure(torch, op: str, g: dict, seconds: float, rounds: int, l2_bytes: int,
         for t0, t1, ms, calls in runs:
             per_round.append({"tflops": calls * flops / (ms * 1e-3) / 1e12, "calls": calls,
                               **window_stats(samples, t0, t1)})
-        row = {key: statistics.median(x[key] for x in per_round if x[key] is not None)
-               for key in ("tflops", "sm_mhz", "watts", "capped") if any(x[key] is not None for x in per_round)}
+        row = medians(per_round, ("tflops", "sm_mhz", "watts", "capped"))
         if "watts" in row:
             row["gflop_per_j"] = row["tflops"] / row["watts"] * 1000
         row["rounds"] = per_round

@@ -452,7 +452,69 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
     Formula source: docs/ops.md §1 and §5; ``torch._grouped_mm`` (torch/_meta_registrations.py).
     """
     try:
-        return _grouped_mm(a, b, offs, bias, out_dtype, zero_tail, validate)
+        tensor = torch.Tensor
+        if not (isinstance(a, tensor) and isinstance(b, tensor) and (offs is None or isinstance(offs, tensor))
+                and (bias is None or isinstance(bias, tensor))):
+            for name, t in (("a", a), ("b", b), ("offs", offs), ("bias", bias)):
+                if not isinstance(t, tensor) and (t is not None or name in ("a", "b")):
+                    raise TypeError(f"{_OP}: {name}: expected a torch.Tensor, got {type(t).__name__}")
+        zero_tail, validate = check_flag(_OP, "zero_tail", zero_tail), check_flag(_OP, "validate", validate)
+        if offs is not None and offs.dim() != 1:
+            raise ValueError(f"{_OP}: offs: expected a 1-D (E,) torch.int32 tensor, got shape {tuple(offs.shape)}")
+        if out_dtype is not None and out_dtype not in _OUT_DTYPES and not (out_dtype == a.dtype == torch.float64):
+            raise ValueError(f"{_OP}: out_dtype: expected None, torch.bfloat16, torch.float16 or torch.float32 (or "
+                             f"torch.float64 with float64 inputs), got {out_dtype!r}")
+        if a.dtype not in _IN_DTYPES:  # in every mode, before an inner op would name its own operands
+            # 8-bit and FP4 inputs are NotImplementedError, as the ops raise for them (docs/ops.md §8)
+            error = NotImplementedError if a.dtype in _UNSUPPORTED_IN_DTYPES else ValueError
+            raise error(f"{_OP}: a: expected dtype torch.bfloat16 (torch.float16, torch.float32 or torch.float64 on "
+                        f"CPU), got {a.dtype}" + (" (8-bit and FP4 inputs are not supported yet)"
+                                                  if error is NotImplementedError else ""))
+        a_rank, b_rank = a.dim(), b.dim()
+        if a_rank == 2 and b_rank == 3:
+            if offs is None:
+                raise ValueError(f"{_OP}: offs: required for 2-D x 3-D inputs (an (E,) torch.int32 tensor), got None")
+            a = rows_or_columns(a)  # read in place row-major or column-major (M-major A tiles)
+            return _rows_mm(a, b, offs, bias, out_dtype, zero_tail, validate)
+        if a_rank == 2 and b_rank == 2:
+            if offs is None:
+                raise ValueError(f"{_OP}: offs: required for 2-D x 2-D inputs (an (E,) torch.int32 tensor), got None")
+            if bias is not None:
+                raise ValueError(f"{_OP}: bias: not supported in the 2-D x 2-D mode, got a tensor")
+            return _ragged_k_mm(a, b, offs, out_dtype, zero_tail, validate)
+        if a_rank == 3 and b_rank == 3:
+            if offs is not None:
+                raise ValueError(f"{_OP}: offs: must be None for 3-D x 3-D inputs, got a tensor")
+            e, m, k = a.shape
+            if b.shape[0] != e or b.shape[1] != k:
+                raise ValueError(f"{_OP}: b: expected shape (E={e}, K={k}, N) with E and K from a, got shape "
+                                 f"{tuple(b.shape)}")
+            if e > MAX_EXPERTS:
+                raise ValueError(f"{_OP}: a: expected at most {MAX_EXPERTS} groups (dim 0), got shape {tuple(a.shape)}")
+            if e * m > MAX_OFFSET_ROWS:  # the groups' ends are int32 offsets
+                raise ValueError(f"{_OP}: a: expected E * M <= {MAX_OFFSET_ROWS} rows in all (the groups' ends are "
+                                 f"int32 offsets), got shape {tuple(a.shape)}")
+            if bias is not None and tuple(bias.shape) != (e, b.shape[2]):
+                raise ValueError(f"{_OP}: bias: expected shape (E={e}, N={b.shape[2]}) with E and N from b, got "
+                                 f"{tuple(bias.shape)}")
+            rows = stacked_rows(a)
+            if rows is None:
+                raise ValueError(f"{_OP}: a: expected an (E, M, K) tensor whose K dim (stride(-1) == 1) or M dim "
+                                 f"(stride(-2) == 1) is contiguous, got strides {tuple(a.stride())}")
+            if e == 0:  # no groups, no output (as torch._grouped_mm); the empty product keeps the autograd graph
+                _check_no_groups(a, b, k, b.shape[1], "b.shape[1]", b.shape[2], out_dtype, bias=bias)
+                out = torch.matmul(a, b).to(out_dtype or a.dtype)
+                return out if bias is None else out + bias.unsqueeze(1).to(out.dtype)
+            ends = torch.arange(1, e + 1, device=a.device, dtype=torch.int32) * m
+            out = _rows_mm(rows, b, ends, bias, out_dtype, zero_tail)
+            return out.view(e, m, out.shape[-1])  # not -1: M = 0 gives 0 elements, which -1 cannot size
+        if a_rank == 3 and b_rank == 2:
+            if offs is None:
+                raise ValueError(f"{_OP}: offs: required for 3-D x 2-D inputs (a (G,) torch.int32 tensor), got None")
+            if bias is not None:
+                raise ValueError(f"{_OP}: bias: not supported in the 3-D x 2-D mode, got a tensor")
+            return _ragged_n_mm(a, b, offs, out_dtype, zero_tail, validate)
+        raise ValueError(f"{_OP}: expected 2-D or 3-D operands, got a of rank {a_rank} and b of rank {b_rank}")
     except (ValueError, RuntimeError, NotImplementedError):
         # A sparse operand fails with errors that do not name it, and the inner ops of the 2-D x 2-D and
         # 3-D x 2-D modes name a device mix by their own operands (x = a.t(), b.t(), ...).
@@ -461,69 +523,3 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
             raise
         raise error from None
 
-
-def _grouped_mm(a, b, offs, bias, out_dtype, zero_tail, validate):
-    """grouped_mm's body: its checks, then the mode's path."""
-    tensor = torch.Tensor
-    if not (isinstance(a, tensor) and isinstance(b, tensor) and (offs is None or isinstance(offs, tensor))
-            and (bias is None or isinstance(bias, tensor))):
-        for name, t in (("a", a), ("b", b), ("offs", offs), ("bias", bias)):
-            if not isinstance(t, tensor) and (t is not None or name in ("a", "b")):
-                raise TypeError(f"{_OP}: {name}: expected a torch.Tensor, got {type(t).__name__}")
-    zero_tail, validate = check_flag(_OP, "zero_tail", zero_tail), check_flag(_OP, "validate", validate)
-    if offs is not None and offs.dim() != 1:
-        raise ValueError(f"{_OP}: offs: expected a 1-D (E,) torch.int32 tensor, got shape {tuple(offs.shape)}")
-    if out_dtype is not None and out_dtype not in _OUT_DTYPES and not (out_dtype == a.dtype == torch.float64):
-        raise ValueError(f"{_OP}: out_dtype: expected None, torch.bfloat16, torch.float16 or torch.float32 (or "
-                         f"torch.float64 with float64 inputs), got {out_dtype!r}")
-    if a.dtype not in _IN_DTYPES:  # in every mode, before an inner op would name its own operands
-        # 8-bit and FP4 inputs are NotImplementedError, as the ops raise for them (docs/ops.md §8)
-        error = NotImplementedError if a.dtype in _UNSUPPORTED_IN_DTYPES else ValueError
-        raise error(f"{_OP}: a: expected dtype torch.bfloat16 (torch.float16, torch.float32 or torch.float64 on "
-                    f"CPU), got {a.dtype}" + (" (8-bit and FP4 inputs are not supported yet)"
-                                              if error is NotImplementedError else ""))
-    a_rank, b_rank = a.dim(), b.dim()
-    if a_rank == 2 and b_rank == 3:
-        if offs is None:
-            raise ValueError(f"{_OP}: offs: required for 2-D x 3-D inputs (an (E,) torch.int32 tensor), got None")
-        a = rows_or_columns(a)  # read in place row-major or column-major (M-major A tiles)
-        return _rows_mm(a, b, offs, bias, out_dtype, zero_tail, validate)
-    if a_rank == 2 and b_rank == 2:
-        if offs is None:
-            raise ValueError(f"{_OP}: offs: required for 2-D x 2-D inputs (an (E,) torch.int32 tensor), got None")
-        if bias is not None:
-            raise ValueError(f"{_OP}: bias: not supported in the 2-D x 2-D mode, got a tensor")
-        return _ragged_k_mm(a, b, offs, out_dtype, zero_tail, validate)
-    if a_rank == 3 and b_rank == 3:
-        if offs is not None:
-            raise ValueError(f"{_OP}: offs: must be None for 3-D x 3-D inputs, got a tensor")
-        e, m, k = a.shape
-        if b.shape[0] != e or b.shape[1] != k:
-            raise ValueError(f"{_OP}: b: expected shape (E={e}, K={k}, N) with E and K from a, got shape "
-                             f"{tuple(b.shape)}")
-        if e > MAX_EXPERTS:
-            raise ValueError(f"{_OP}: a: expected at most {MAX_EXPERTS} groups (dim 0), got shape {tuple(a.shape)}")
-        if e * m > MAX_OFFSET_ROWS:  # the groups' ends are int32 offsets
-            raise ValueError(f"{_OP}: a: expected E * M <= {MAX_OFFSET_ROWS} rows in all (the groups' ends are "
-                             f"int32 offsets), got shape {tuple(a.shape)}")
-        if bias is not None and tuple(bias.shape) != (e, b.shape[2]):
-            raise ValueError(f"{_OP}: bias: expected shape (E={e}, N={b.shape[2]}) with E and N from b, got "
-                             f"{tuple(bias.shape)}")
-        rows = stacked_rows(a)
-        if rows is None:
-            raise ValueError(f"{_OP}: a: expected an (E, M, K) tensor whose K dim (stride(-1) == 1) or M dim "
-                             f"(stride(-2) == 1) is contiguous, got strides {tuple(a.stride())}")
-        if e == 0:  # no groups, no output (as torch._grouped_mm); the empty product keeps the autograd graph
-            _check_no_groups(a, b, k, b.shape[1], "b.shape[1]", b.shape[2], out_dtype, bias=bias)
-            out = torch.matmul(a, b).to(out_dtype or a.dtype)
-            return out if bias is None else out + bias.unsqueeze(1).to(out.dtype)
-        ends = torch.arange(1, e + 1, device=a.device, dtype=torch.int32) * m
-        out = _rows_mm(rows, b, ends, bias, out_dtype, zero_tail)
-        return out.view(e, m, out.shape[-1])  # not -1: M = 0 gives 0 elements, which -1 cannot size
-    if a_rank == 3 and b_rank == 2:
-        if offs is None:
-            raise ValueError(f"{_OP}: offs: required for 3-D x 2-D inputs (a (G,) torch.int32 tensor), got None")
-        if bias is not None:
-            raise ValueError(f"{_OP}: bias: not supported in the 3-D x 2-D mode, got a tensor")
-        return _ragged_n_mm(a, b, offs, out_dtype, zero_tail, validate)
-    raise ValueError(f"{_OP}: expected 2-D or 3-D operands, got a of rank {a_rank} and b of rank {b_rank}")

@@ -285,11 +285,7 @@ void Rules::row_bytes(const char* name, const char* symbol, int64_t value, DType
 void Rules::table_matrices(const char* name, const char* row_symbol, int64_t rows, const char* col_symbol,
                            int64_t cols, DType dtype) const {
   if (rows <= 0 || cols <= 0) return;
-  int64_t bytes = 0;
-  if (!__builtin_mul_overflow(rows, cols, &bytes) &&
-      !__builtin_mul_overflow(bytes, static_cast<int64_t>(dtype_size(dtype)), &bytes) && bytes <= kMaxOperandBytes) {
-    return;
-  }
+  if (spans_at_most(TensorView::contiguous(nullptr, dtype, {rows, cols}), kMaxOperandBytes)) return;
   fail(ErrorCode::invalid_argument, name,
        std::string("each matrix it points to, (") + row_symbol + ", " + col_symbol + ") of " + dtype_name(dtype) +
            ", at most 2^62 bytes (its sizes multiplied)",
