@@ -1,6 +1,7 @@
 """Where the time of one MoE MLP training step goes: the GPU kernels of a forward + backward step, per kernel,
-for moegemm.torch.moe_mlp and for the same layer built from torch._grouped_mm (bench/suites.py's mlp suite,
-same inputs and group sizes), from torch.profiler's CUDA activity.
+for moegemm.torch.moe_mlp, for the same layer built from torch._grouped_mm (bench/suites.py's mlp suite,
+same inputs and group sizes) and for that layer under torch.compile (dynamic shapes, compiled once; its
+first steps, the warm-up, compile it), from torch.profiler's CUDA activity.
 
 For each model preset and routing it prints, per system: the step's span on the GPU (first kernel start to
 last kernel end, µs), the time some kernel runs in it (busy) and the rest (idle: launch gaps, host waits),
@@ -130,6 +131,7 @@ def main() -> int:
 
     models = json.loads((HERE / "workloads" / "moe_workloads.json").read_text())["models"]
     ctx = suites.Context(torch, "cuda", bench=None)
+    compiled_layer = ctx.compiled(suites.torch_moe_mlp_layer)
     results = []
     for model in args.model:
         cfg = models[model]
@@ -139,7 +141,8 @@ def main() -> int:
             x, w_up, w_down, prob, dy = suites.mlp_operands(ctx, m, h, i, e)
             layers = {
                 "moegemm_moe_mlp": lambda: mt.moe_mlp(x, w_up, w_down, offs, prob, zero_tail=False),
-                "torch_grouped_mm_autograd": lambda: suites.torch_moe_mlp(torch, x, w_up, w_down, offs, prob),
+                "torch_grouped_mm_autograd": lambda: suites.torch_moe_mlp_layer(x, w_up, w_down, offs, prob),
+                "torch_compiled_autograd": lambda: compiled_layer(x, w_up, w_down, offs, prob),
             }
             row = {"model": model, "routing": routing, "M": m, "H": h, "I": i, "E": e, "systems": {}}
             steps = {name: (lambda layer=layer: torch.autograd.grad(layer(), (x, w_up, w_down, prob), dy))

@@ -28,9 +28,12 @@ group sizes, interleaved: bench/timing.py):
   mlp    one MoE expert MLP (SwiGLU, router prob), forward + backward with autograd, per model preset:
            moegemm_moe_mlp            moegemm.torch.moe_mlp(x, w_up, w_down, offs, prob) and autograd.grad
            torch_grouped_mm_autograd  the same layer from torch._grouped_mm, F.silu and products, autograd.grad
+           torch_compiled_autograd    that layer under torch.compile (dynamic shapes; inductor fuses the
+                                      elementwise ops of the forward and of the backward), GPU only
            moegemm_forward, torch_forward   the forward alone (no autograd graph)
          gradients of x, w_up, w_down and prob; TFLOP/s = 18*M*H*I / time (the six GEMMs);
-         ratio speedup_vs_torch = t(torch) / t(moegemm), target >= 1.3.
+         ratios speedup_vs_torch = t(torch) / t(moegemm), target >= 1.3;
+         speedup_vs_torch_compiled = t(torch_compiled_autograd) / t(moegemm).
   glu    the up projection with SwiGLU, fused into the GEMM's epilogue versus a separate elementwise SwiGLU;
          cases: the "-up" GEMMs of the models and the seed GEMMs (N = 2I).
            moegemm_glu         torch.ops.moegemm.grouped_gemm_glu(x, w, offs): D (M, I) only
@@ -82,7 +85,8 @@ SYSTEMS = {
     "wgrad": ("moegemm_wgrad", "moegemm_wgrad_f32", "torch_grouped_mm", "cublas_dense_same_flops"),
     "dglu": ("moegemm_dglu", "moegemm_dgrad", "moegemm_unfused", "torch_grouped_mm", "torch_unfused",
              "torch_compiled_unfused"),
-    "mlp": ("moegemm_moe_mlp", "torch_grouped_mm_autograd", "moegemm_forward", "torch_forward"),
+    "mlp": ("moegemm_moe_mlp", "torch_grouped_mm_autograd", "torch_compiled_autograd", "moegemm_forward",
+            "torch_forward"),
     "glu": ("moegemm_glu", "moegemm_glu_c_prob", "moegemm_gemm", "moegemm_unfused", "torch_grouped_mm",
             "torch_unfused", "torch_compiled_unfused"),
     "ksweep": (*KSWEEP_SYSTEMS["moegemm"], *KSWEEP_SYSTEMS["torch"]),
@@ -104,6 +108,7 @@ RATIOS = {
     },
     "mlp": {
         "speedup_vs_torch": ("torch_grouped_mm_autograd", "moegemm_moe_mlp", (">=", 1.3)),
+        "speedup_vs_torch_compiled": ("torch_compiled_autograd", "moegemm_moe_mlp", None),
         "forward_speedup_vs_torch": ("torch_forward", "moegemm_forward", None),
     },
     "glu": {
@@ -516,6 +521,13 @@ def torch_moe_mlp(torch, x, w_up, w_down, offs, prob):
     return torch._grouped_mm(h, w_down, offs=offs)
 
 
+def torch_moe_mlp_layer(x, w_up, w_down, offs, prob):
+    """torch_moe_mlp as a function of its tensors only, the form torch.compile takes (Context.compiled)."""
+    import torch
+
+    return torch_moe_mlp(torch, x, w_up, w_down, offs, prob)
+
+
 def mlp_operands(ctx: Context, m: int, h: int, i: int, e: int) -> tuple:
     """(x (M, H), w_up (E, H, 2I), w_down (E, I, H), prob (M,), dy (M, H)) of one MoE MLP step, the first four
     requiring grad; weights scaled by 1/sqrt(K) so that every GEMM result is O(1)."""
@@ -542,14 +554,13 @@ def run_mlp(ctx: Context, c: dict, sizes, copies: int) -> dict:
         # Rows past the last offset left unwritten, as torch._grouped_mm leaves them in the layer it is timed against.
         return ctx.mt.moe_mlp(x, w_up, w_down, o, p, zero_tail=False)
 
-    def torch_layer(x, w_up, w_down, o, p):
-        return torch_moe_mlp(torch, x, w_up, w_down, o, p)
-
     systems = {
         "moegemm_moe_mlp": ctx.moegemm(lambda: [lambda s=s: step(moegemm_layer, s) for s in sets]),
-        "torch_grouped_mm_autograd": lambda: [lambda s=s: step(torch_layer, s) for s in sets],
+        "torch_grouped_mm_autograd": lambda: [lambda s=s: step(torch_moe_mlp_layer, s) for s in sets],
+        "torch_compiled_autograd": lambda: [lambda s=s, layer=ctx.compiled(torch_moe_mlp_layer): step(layer, s)
+                                            for s in sets],
         "moegemm_forward": ctx.moegemm(lambda: [lambda s=s: forward(moegemm_layer, s) for s in sets]),
-        "torch_forward": lambda: [lambda s=s: forward(torch_layer, s) for s in sets],
+        "torch_forward": lambda: [lambda s=s: forward(torch_moe_mlp_layer, s) for s in sets],
     }
     return measure(ctx.bench, systems)
 
@@ -622,12 +633,14 @@ def elementwise_bytes(suite: str, system: str, c: dict) -> float:
         return 2.0 * c["M"] * c["N"] * 2.5  # silu reads gate, writes; product reads both, writes I columns
     if suite == "dglu" and system.endswith("unfused"):
         return 2.0 * c["M"] * c["I"] * 14  # about 14 (M, I) bf16 passes (sigmoid, products, cat, dprob)
+    if suite == "mlp" and system == "torch_compiled_autograd":  # fused: about 2 passes forward, 4 backward
+        return 2.0 * c["M"] * c["I"] * 12
     if suite == "mlp" and system.startswith("torch"):
         return 2.0 * c["M"] * c["I"] * (6 if system == "torch_forward" else 20)
     return 0.0
 
 
-COMPILE_S = 40.0  # torch.compile of a suite's elementwise baseline, once (dynamic shapes); rough
+COMPILE_S = 40.0  # torch.compile of a suite's compiled torch baseline, once (dynamic shapes); rough
 
 
 def plan_seconds(suite: str, selected: list[dict], routings: int, calls: int, tflops: float,
@@ -635,7 +648,8 @@ def plan_seconds(suite: str, selected: list[dict], routings: int, calls: int, tf
     """Estimated wall time of a suite on an H200: GEMM FLOPs at `tflops`, elementwise bytes at `bandwidth_tbs`,
     `calls` calls per system (warm-up + timed), plus a fixed cost per system (set-up, empty_cache) and per case
     (allocating and filling the inputs)."""
-    total = COMPILE_S if "torch_compiled_unfused" in SYSTEMS[suite] and selected else 0.0
+    compiles = any(name.startswith("torch_compiled") for name in SYSTEMS[suite])
+    total = COMPILE_S if compiles and selected else 0.0
     for c in selected:
         per_case = per_case_s
         for system in SYSTEMS[suite]:

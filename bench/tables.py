@@ -148,16 +148,16 @@ def peers_table(doc: dict) -> str:
     return "\n".join([*lines, "", *summary])
 
 
-def _compiled_columns(rows: list[dict]) -> bool:
-    """Whether a result has the compiled baselines (`torch_compiled_unfused`, run since 2026-12-04): results
-    from before render as they were."""
-    return any("torch_compiled_unfused" in r["systems"] for r in rows)
+def _compiled_columns(rows: list[dict], system: str = "torch_compiled_unfused") -> bool:
+    """Whether a result has a compiled baseline (glu and dglu: `torch_compiled_unfused`, since 2026-12-04;
+    mlp: `torch_compiled_autograd`, since 2026-12-05): results from before render as they were."""
+    return any(system in r["systems"] for r in rows)
 
 
-def _compiled_cells(r: dict) -> str:
-    """The compiled baseline's µs and its time over the fused op's."""
-    entry = r["systems"].get("torch_compiled_unfused", {"status": "not run"})
-    return f" {_value(entry, 'time_us', _us)} | {_rv(r['ratios'].get('speedup_vs_torch_compiled', {}))} |"
+def _compiled_cells(r: dict, system: str = "torch_compiled_unfused", unit=_us) -> str:
+    """The compiled baseline's time and its time over moegemm's."""
+    entry = r["systems"].get(system, {"status": "not run"})
+    return f" {_value(entry, 'time_us', unit)} | {_rv(r['ratios'].get('speedup_vs_torch_compiled', {}))} |"
 
 
 def glu_table(rows: list[dict]) -> str:
@@ -217,9 +217,11 @@ def dglu_table(rows: list[dict]) -> str:
 
 
 def mlp_table(rows: list[dict]) -> str:
+    compiled = _compiled_columns(rows, "torch_compiled_autograd")
     lines = ["| model | routing | M, H, I, E | moegemm fwd+bwd ms | torch fwd+bwd ms | moegemm TFLOP/s "
-             "| torch TFLOP/s | torch / moegemm | ≥ 1.3 | moegemm fwd ms | torch fwd ms | fwd: torch / moegemm |",
-             "|" + " --- |" * 12]
+             "| torch TFLOP/s | torch / moegemm | ≥ 1.3 | moegemm fwd ms | torch fwd ms | fwd: torch / moegemm |"
+             + (" torch compiled fwd+bwd ms | torch compiled / moegemm |" if compiled else ""),
+             "|" + " --- |" * (14 if compiled else 12)]
     for r in rows:
         s, q = r["systems"], r["ratios"]
         m, t = s["moegemm_moe_mlp"], s["torch_grouped_mm_autograd"]
@@ -227,7 +229,8 @@ def mlp_table(rows: list[dict]) -> str:
                      f"| {_value(m, 'time_us', _ms)} | {_value(t, 'time_us', _ms)} | {_value(m, 'tflops', _tf)} "
                      f"| {_value(t, 'tflops', _tf)} | {_rv(q['speedup_vs_torch'])} | {_met(q['speedup_vs_torch'])} "
                      f"| {_value(s['moegemm_forward'], 'time_us', _ms)} | {_value(s['torch_forward'], 'time_us', _ms)} "
-                     f"| {_rv(q['forward_speedup_vs_torch'])} |")
+                     f"| {_rv(q['forward_speedup_vs_torch'])} |"
+                     + (_compiled_cells(r, "torch_compiled_autograd", _ms) if compiled else ""))
     return "\n".join([*lines, "", _summary(rows, "speedup_vs_torch", "torch / moegemm (forward + backward)")])
 
 
@@ -405,6 +408,7 @@ def run_table(doc: dict) -> str:
 
 
 _MLP_SYSTEMS = ("moegemm_moe_mlp", "torch_grouped_mm_autograd")
+_MLP_COMPILED = "torch_compiled_autograd"  # bench/mlp_profile.py's compiled torch layer
 
 
 def _is_gemm(kernel_name: str) -> bool:
@@ -419,26 +423,35 @@ def _gemm_us(system: dict) -> float:
 
 
 def mlp_profile_tables(doc: dict) -> str:
-    """bench/mlp_profile.py's JSON: the profiled steps, then (if it ran with --sustain) the sustained ones."""
+    """bench/mlp_profile.py's JSON: the profiled steps, then (if it ran with --sustain) the sustained ones. The
+    compiled torch layer's columns appear where the result has it (since 2026-12-05)."""
+    compiled = any(_MLP_COMPILED in row["systems"] for row in doc["rows"])
     lines = ["| model | routing | moegemm step ms | of which idle µs | torch step ms | torch GEMMs ms "
              "| torch other kernels ms | idle µs | torch / moegemm | moegemm GEMMs / torch GEMMs "
-             "| 1.3× as a share of torch's GEMM time |", "|" + " --- |" * 11]
+             "| 1.3× as a share of torch's GEMM time |"
+             + (" torch compiled step ms | torch compiled / moegemm |" if compiled else ""),
+             "|" + " --- |" * (13 if compiled else 11)]
     sustained = []
     for row in doc["rows"]:
         ours, theirs = (row["systems"][name] for name in _MLP_SYSTEMS)
+        fused = row["systems"].get(_MLP_COMPILED)
         gemm_ours, gemm_theirs = _gemm_us(ours), _gemm_us(theirs)
         lines.append(f"| {row['model']} | {row['routing']} | {_ms(ours['span_us'])} | {ours['idle_us']:.0f} "
                      f"| {_ms(theirs['span_us'])} | {_ms(gemm_theirs)} | {_ms(theirs['busy_us'] - gemm_theirs)} "
                      f"| {theirs['idle_us']:.0f} | {theirs['span_us'] / ours['span_us']:.2f} "
-                     f"| {gemm_ours / gemm_theirs:.2f} | {theirs['span_us'] / 1.3 / gemm_theirs:.2f} |")
+                     f"| {gemm_ours / gemm_theirs:.2f} | {theirs['span_us'] / 1.3 / gemm_theirs:.2f} |"
+                     + ("" if not compiled else " — | — |" if fused is None else
+                        f" {_ms(fused['span_us'])} | {fused['span_us'] / ours['span_us']:.2f} |"))
         if "sustained" in ours and "sustained" in theirs:
-            sustained.append((row, ours["sustained"], theirs["sustained"]))
+            sustained.append((row, ours["sustained"], theirs["sustained"], (fused or {}).get("sustained")))
     out = "\n".join(lines)
     if sustained:
         rows = ["| model | routing | moegemm ms per step | SM MHz | W | J per step | torch ms per step | SM MHz | W "
-                "| J per step | torch / moegemm | ≥ 1.3 |", "|" + " --- |" * 12]
+                "| J per step | torch / moegemm | ≥ 1.3 |"
+                + (" torch compiled ms per step | torch compiled / moegemm |" if compiled else ""),
+                "|" + " --- |" * (14 if compiled else 12)]
         met = 0
-        for row, a, b in sustained:
+        for row, a, b, f in sustained:
             cells = []
             for v in (a, b):
                 watts = v.get("watts")
@@ -447,7 +460,9 @@ def mlp_profile_tables(doc: dict) -> str:
             ratio = b["step_us"] / a["step_us"]
             met += ratio >= 1.3
             rows.append(f"| {row['model']} | {row['routing']} | {cells[0]} | {cells[1]} | {ratio:.2f} "
-                        f"| {'yes' if ratio >= 1.3 else 'no'} |")
+                        f"| {'yes' if ratio >= 1.3 else 'no'} |"
+                        + ("" if not compiled else " — | — |" if f is None else
+                           f" {_ms(f['step_us'])} | {f['step_us'] / a['step_us']:.2f} |"))
         out += ("\n\nSustained (each system's steps back to back, clock and power sampled by nvidia-smi):\n\n"
                 + "\n".join(rows) + f"\n\ntorch / moegemm >= 1.3 sustained: met on {met} of {len(sustained)} rows.")
     return out

@@ -30,6 +30,10 @@ def test_every_default_suite_runs_on_the_cpu_and_renders(tmp_path):
     assert doc["rows"] and all("tflops" in row["systems"]["moegemm_torch"] for row in doc["rows"])
     assert all(row["dense_rotating_copies"] >= 1 for row in doc["rows"])
     assert doc["glu"] and all(doc["backward"][suite] for suite in ("wgrad", "dglu", "mlp"))
+    compiled = {"torch_compiled_unfused": doc["glu"] + doc["backward"]["dglu"],
+                "torch_compiled_autograd": doc["backward"]["mlp"]}
+    for system, rows in compiled.items():  # recorded, as skipped on the CPU
+        assert all(row["systems"][system]["status"].startswith("skipped") for row in rows), system
     tables = subprocess.run([sys.executable, str(BENCH / "tables.py"), str(out)], capture_output=True, text=True,
                             timeout=120)
     assert tables.returncode == 0, tables.stderr[-3000:]
@@ -37,3 +41,4 @@ def test_every_default_suite_runs_on_the_cpu_and_renders(tmp_path):
                     "MoE MLP forward + backward"):
         assert f"### {heading}" in tables.stdout
     assert "moegemm torch front end / torch._grouped_mm >= 1.2: met on" in tables.stdout
+    assert "torch compiled / fused" in tables.stdout and "torch compiled / moegemm" in tables.stdout
