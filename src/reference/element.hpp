@@ -23,13 +23,13 @@ inline T load(const void* base, DType t, int64_t i) {
   }
 }
 
-/// Store `v` at linear element offset `i`, rounded to nearest even for 16-bit types. A double headed for a
-/// 16-bit type is rounded to f32 first (only the f64 gradient-check path does this).
+/// Store `v` at linear element offset `i`, rounded to nearest even (once: narrowed_for_16bit) for 16-bit
+/// types.
 template <class T>
 inline void store(void* base, DType t, int64_t i, T v) {
   switch (t) {
-    case DType::bf16: static_cast<uint16_t*>(base)[i] = float_to_bf16(static_cast<float>(v)); return;
-    case DType::f16: static_cast<uint16_t*>(base)[i] = float_to_f16(static_cast<float>(v)); return;
+    case DType::bf16: static_cast<uint16_t*>(base)[i] = float_to_bf16(narrowed_for_16bit(v)); return;
+    case DType::f16: static_cast<uint16_t*>(base)[i] = float_to_f16(narrowed_for_16bit(v)); return;
     case DType::f32: static_cast<float*>(base)[i] = static_cast<float>(v); return;
     case DType::f64: static_cast<double*>(base)[i] = static_cast<double>(v); return;
     default: throw Error(ErrorCode::internal, "reference: not a floating dtype");
@@ -57,12 +57,12 @@ template <class T> inline void put_row(const TensorView& v, int64_t r, const T* 
   switch (v.dtype) {
     case DType::bf16: {
       uint16_t* p = reinterpret_cast<uint16_t*>(row);
-      for (int64_t j = 0; j < n; ++j) p[j * cs] = float_to_bf16(static_cast<float>(x[j]));
+      for (int64_t j = 0; j < n; ++j) p[j * cs] = float_to_bf16(narrowed_for_16bit(x[j]));
       return;
     }
     case DType::f16: {
       uint16_t* p = reinterpret_cast<uint16_t*>(row);
-      for (int64_t j = 0; j < n; ++j) p[j * cs] = float_to_f16(static_cast<float>(x[j]));
+      for (int64_t j = 0; j < n; ++j) p[j * cs] = float_to_f16(narrowed_for_16bit(x[j]));
       return;
     }
     case DType::f32: {
@@ -83,8 +83,8 @@ template <class T> inline void put_row(const TensorView& v, int64_t r, const T* 
 template <class T>
 inline T rounded_to(DType t, T x) {
   switch (t) {
-    case DType::bf16: return static_cast<T>(bf16_to_float(float_to_bf16(static_cast<float>(x))));
-    case DType::f16: return static_cast<T>(f16_to_float(float_to_f16(static_cast<float>(x))));
+    case DType::bf16: return static_cast<T>(bf16_to_float(float_to_bf16(narrowed_for_16bit(x))));
+    case DType::f16: return static_cast<T>(f16_to_float(float_to_f16(narrowed_for_16bit(x))));
     case DType::f32: return static_cast<T>(static_cast<float>(x));
     case DType::f64: return x;
     default: throw Error(ErrorCode::internal, "reference: not a floating dtype");

@@ -19,6 +19,23 @@ inline float bits_float(uint32_t u) {
   return x;
 }
 
+/// v in f32 rounded to odd: truncated toward zero, its last bit set when that lost anything. Rounding the
+/// result to nearest even in a 16-bit type (at most 11 of f32's 24 significant bits, and f32's finer
+/// subnormals) gives v correctly rounded, where v rounded to nearest in f32 first can land on a 16-bit tie
+/// and round twice (Boldo & Melquiond, "Emulation of FMA and correctly rounded sums: proved algorithms using
+/// rounding to odd", IEEE Trans. Computers 57(4), 2008). Past f32's range it gives FLT_MAX, which rounds to inf.
+inline float to_float_round_to_odd(double v) {
+  float f = static_cast<float>(v);
+  if (std::isnan(v) || static_cast<double>(f) == v) return f;
+  if (std::fabs(static_cast<double>(f)) > std::fabs(v)) f = std::nextafter(f, 0.0f);
+  return bits_float(float_bits(f) | 1u);
+}
+
+/// The compute type's value narrowed to f32 on its way to a 16-bit type: itself for f32, rounded to odd for
+/// f64 (the gradient-check path), so that the 16-bit rounding after it is the only one.
+inline float narrowed_for_16bit(float v) { return v; }
+inline float narrowed_for_16bit(double v) { return to_float_round_to_odd(v); }
+
 /// bfloat16 bits -> f32 (exact: bf16 is the upper half of an f32).
 inline float bf16_to_float(uint16_t h) { return bits_float(static_cast<uint32_t>(h) << 16); }
 

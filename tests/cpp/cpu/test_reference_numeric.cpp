@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <vector>
 
 #include "common/expected.hpp"
 #include "common/float_codec.hpp"
@@ -12,6 +13,7 @@
 #include "common/offsets.hpp"
 #include "common/poison.hpp"
 #include "common/random_fill.hpp"
+#include "reference/element.hpp"
 #include "reference/expert_rows.hpp"
 #include "reference/numeric.hpp"
 #include "reference/reference.hpp"
@@ -61,6 +63,42 @@ TEST(Numeric, F16RoundsToNearestEven) {
   EXPECT_EQ(reference::float_to_f16(std::ldexp(1.0f, -24)), 0x0001);
   EXPECT_EQ(reference::float_to_f16(std::ldexp(1.0f, -25)), 0x0000);          // tie to even (zero)
   EXPECT_EQ(reference::float_to_f16(std::ldexp(3.0f, -25)), 0x0002);          // tie to even (up)
+}
+
+// f64 results (the gradient-check path) stored to a 16-bit output are rounded once, from the double: a
+// double just past a 16-bit tie used to round to nearest f32 first, onto the tie, and then to even.
+TEST(Numeric, DoublesRoundOnceTo16BitTypes) {
+  std::mt19937_64 rng(3);
+  std::vector<double> values;
+  for (int i = 0; i < 400000; ++i) {
+    uint64_t u = rng();
+    double v;
+    std::memcpy(&v, &u, 8);
+    if (std::isnan(v)) continue;
+    if (i % 2) v = std::ldexp(std::fmod(v, 2.0), static_cast<int>(rng() % 300) - 150);  // 16-bit ranges
+    values.push_back(v);
+  }
+  // Near the ties of both types: k/2^9 and k/2^12 (halfway for bf16 and f16 at [1, 2)), nudged by 2^-40,
+  // at several exponents down to the subnormals.
+  for (int k = 1; k < 512; k += 2)
+    for (int e : {0, -20, -130, -133, 100})
+      for (double nudge : {-1.0, 0.0, 1.0}) {
+        values.push_back(std::ldexp(1.0 + k / 512.0 + nudge * std::ldexp(1.0, -40), e));
+        values.push_back(-std::ldexp(1.0 + k / 4096.0 + nudge * std::ldexp(1.0, -40), e / 8));
+      }
+  values.push_back(std::ldexp(1.0, 200));  // past f32's range: inf in both
+  values.push_back(-std::ldexp(1.0, -1000));  // below both: -0
+  for (double v : values) {
+    uint16_t bf = 0, h = 0;
+    reference::store<double>(&bf, DType::bf16, 0, v);
+    reference::store<double>(&h, DType::f16, 0, v);
+    ASSERT_EQ(bf, encode_bf16(v)) << std::hexfloat << v;
+    ASSERT_EQ(h, encode_f16(v)) << std::hexfloat << v;
+    ASSERT_EQ(reference::rounded_to<double>(DType::bf16, v), decode_bf16(encode_bf16(v))) << std::hexfloat << v;
+  }
+  uint16_t bf = 0;
+  reference::store<double>(&bf, DType::bf16, 0, 1.00390625 + std::ldexp(1.0, -40));  // just past the tie
+  EXPECT_EQ(bf, 0x3f81);
 }
 
 TEST(Offsets, GarbageIsClampedIntoRange) {
