@@ -280,7 +280,8 @@ void gemm_dsrelu(const GemmDsreluArgs& args, void* workspace, std::size_t worksp
 /// Throws Error(invalid_argument) naming the first bad index: negative, decreasing, or past M.
 void validate_offsets(const TensorView& offsets, int64_t M);
 
-/// Whether this process can run the device kernels (an sm_90 GPU is present and the kernels were built).
+/// Whether this process can run the device kernels on the current device (the kernels were built and the
+/// current device is an sm_90 GPU).
 bool device_kernels_available();
 
 }  // namespace moegemm

@@ -5,8 +5,26 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
+#include <string>
+
+#include "moegemm/error.hpp"
 
 namespace moegemm {
+
+namespace detail {
+/// a * b, saturated at the int64 range instead of overflowing (undefined behaviour in this inline code, which
+/// is compiled into the caller's program): extents that large are refused by every op's size rules anyway.
+constexpr int64_t saturating_mul(int64_t a, int64_t b) {
+  if (a == 0 || b == 0) return 0;
+  const uint64_t ua = a < 0 ? 0 - static_cast<uint64_t>(a) : static_cast<uint64_t>(a);
+  const uint64_t ub = b < 0 ? 0 - static_cast<uint64_t>(b) : static_cast<uint64_t>(b);
+  const bool negative = (a < 0) != (b < 0);
+  if (ua > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / ub)
+    return negative ? std::numeric_limits<int64_t>::min() : std::numeric_limits<int64_t>::max();
+  return a * b;
+}
+}  // namespace detail
 
 /// Element types. f64 is accepted by the host (CPU reference) backend only, for gradient checks.
 enum class DType : uint8_t { bf16, f16, f32, f64, i32, i64, u8, e4m3, e5m2, e2m1 };
@@ -39,7 +57,7 @@ struct TensorView {
   int stored_rank() const { return rank < kMaxRank ? rank : kMaxRank; }
   int64_t numel() const {
     int64_t n = 1;
-    for (int i = 0; i < stored_rank(); ++i) n *= shape[i];
+    for (int i = 0; i < stored_rank(); ++i) n = detail::saturating_mul(n, shape[i]);
     return n;
   }
   int64_t size(int dim) const { return shape[dim]; }
@@ -49,7 +67,7 @@ struct TensorView {
     int64_t expect = 1;
     for (int i = stored_rank() - 1; i >= 0; --i) {
       if (shape[i] != 1 && strides[i] != expect) return false;
-      expect *= shape[i];
+      expect = detail::saturating_mul(expect, shape[i]);
     }
     return true;
   }
@@ -77,13 +95,18 @@ struct TensorView {
     int64_t st = 1;
     for (int d = (v.rank < kMaxRank ? v.rank : kMaxRank) - 1; d >= 0; --d) {
       v.strides[d] = st;
-      st *= v.shape[d];
+      st = detail::saturating_mul(st, v.shape[d]);
     }
     return v;
   }
-  /// A strided view; strides in elements (at most kMaxRank are stored, as for the shape).
+  /// A strided view; strides in elements, one per dim (at most kMaxRank are stored, as for the shape).
+  /// Throws Error(invalid_argument) when the counts of strides and extents differ.
   static TensorView strided(void* data, DType dtype, std::initializer_list<int64_t> shape,
                             std::initializer_list<int64_t> strides, Device device = Device::host) {
+    if (strides.size() != shape.size())
+      throw Error(ErrorCode::invalid_argument, "TensorView::strided: strides: expected one per dim (" +
+                                                   std::to_string(shape.size()) + "), got " +
+                                                   std::to_string(strides.size()));
     TensorView v = contiguous(data, dtype, shape, device);
     int i = 0;
     for (int64_t s : strides) {

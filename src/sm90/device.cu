@@ -46,7 +46,11 @@ const DeviceFacts& current_device() {
   if (err != cudaSuccess) {  // not cached: a device may become usable later
     cudaGetLastError();
     thread_local DeviceFacts none;
-    none.mismatch = std::string("no usable CUDA device (cudaGetDevice: ") + cudaGetErrorString(err) + ")";
+    // The runtime reports a machine with no NVIDIA driver as an insufficient driver: say both.
+    const char* hint = err == cudaErrorInsufficientDriver ? "; no NVIDIA driver is loaded, or it is older than the "
+                                                            "CUDA runtime this library was built with"
+                                                          : "";
+    none.mismatch = std::string("no usable CUDA device (cudaGetDevice: ") + cudaGetErrorString(err) + hint + ")";
     return none;
   }
   if (device != cached_device) {

@@ -1,5 +1,6 @@
 // The public entry points: validate_offsets, workspace queries, checks before allocation, backend dispatch
 // and the guarantee that a rejected call writes nothing.
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -269,6 +270,12 @@ TEST(Api, DeviceCallWithoutAnSm90GpuNamesTheOp) {
   x.d.data = nullptr;  // the check a binding makes before allocating d says the same
   expect_error([&] { grouped_gemm_check(x, nullptr); }, ErrorCode::unsupported,
                {"grouped_gemm: device: expected a GPU of compute capability 9.0 for cuda tensors", "got "});
+  // With no driver at all the runtime says "insufficient driver": the message says what that can mean.
+  int device = 0;
+  if (cudaGetDevice(&device) == cudaErrorInsufficientDriver)
+    expect_error([&] { grouped_gemm_check(x, nullptr); }, ErrorCode::unsupported,
+                 {"no NVIDIA driver is loaded, or it is older than the CUDA runtime"});
+  cudaGetLastError();
 }
 
 // A Device value from outside the enum is named with its operand, not taken for cuda.

@@ -201,11 +201,23 @@ TEST(Contract, RankAboveFourAndNegativeExtentsAreNamed) {
 // The factories store at most four extents and strides: a longer list neither writes past the view's arrays
 // (it overwrote the strides and the device before) nor loses its rank, which every op then rejects.
 TEST(Contract, FactoriesKeepLongShapesInBoundsAndRejectable) {
-  const TensorView v = TensorView::strided(reinterpret_cast<void*>(0x7f0000000000), DType::bf16, {kM, kK},
-                                           {kK, 1, 7, 7, 7, 7}, Device::cuda);
-  EXPECT_EQ(v.rank, 2);
-  EXPECT_EQ(v.strides[0], kK);
+  void* const p = reinterpret_cast<void*>(0x7f0000000000);
+  // One stride per dim, no more and no fewer (a short list used to keep row-major strides for the rest).
+  for (auto strides : {std::initializer_list<int64_t>{kK, 1, 7, 7, 7, 7}, std::initializer_list<int64_t>{kK}})
+    expect_error([&] { (void)TensorView::strided(p, DType::bf16, {kM, kK}, strides, Device::cuda); },
+                 ErrorCode::invalid_argument,
+                 {"TensorView::strided: strides: expected one per dim (2), got " + std::to_string(strides.size())});
+  const TensorView v = TensorView::strided(p, DType::bf16, {1, 2, 2, 2, 8}, {64, 32, 16, 8, 1}, Device::cuda);
+  EXPECT_EQ(v.rank, 5);
+  EXPECT_EQ(v.strides[3], 8);  // the first four strides stored, the fifth not written past the array
   EXPECT_EQ(v.device, Device::cuda);
+  // Products past int64 saturate (they overflowed, undefined in this inline code): every op refuses the view.
+  const int64_t big = int64_t(1) << 40, most = std::numeric_limits<int64_t>::max();
+  const TensorView huge = TensorView::contiguous(p, DType::bf16, {big, big, big, 2}, Device::cuda);
+  EXPECT_EQ(huge.strides[0], most);
+  EXPECT_EQ(huge.strides[1], 2 * big);
+  EXPECT_EQ(huge.numel(), most);
+  EXPECT_TRUE(huge.is_contiguous());
   Maker m{Device::cuda};
   auto x = grouped_gemm_args(m);
   x.a = TensorView::contiguous(x.a.data, DType::bf16, {1, 2, 2, 2, 8}, Device::cuda);
