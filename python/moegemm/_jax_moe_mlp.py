@@ -98,7 +98,9 @@ def moe_mlp(x, w_up, w_down, group_sizes=None, offsets=None, prob=None, activati
       ValueError / TypeError at trace time for operands that do not fit.
     """
     if (group_sizes is None) == (offsets is None):
-        raise ValueError("moegemm.jax.moe_mlp: pass exactly one of group_sizes and offsets")
+        got = "neither" if group_sizes is None else "both"
+        raise ValueError(f"moegemm.jax.moe_mlp: group_sizes, offsets: expected exactly one of group_sizes and "
+                         f"offsets, got {got}")
     chk.check_rank(_OP, "x", x, 2, "(M, H)")
     chk.check_dtype(_OP, "x", x, chk.SIXTEEN_BIT)
     chk.check_rank(_OP, "w_up", w_up, 3, "(E, H, 2I)")
@@ -115,7 +117,8 @@ def moe_mlp(x, w_up, w_down, group_sizes=None, offsets=None, prob=None, activati
     if w_up.shape[2] == 0:
         raise ValueError(f"moegemm.jax.moe_mlp: w_up: expected 2I > 0 (its last dim), got shape {tuple(w_up.shape)}")
     if w_up.shape[2] % 2:
-        raise ValueError(f"moegemm.jax.moe_mlp: w_up: 2I must be even, got shape {w_up.shape}")
+        raise ValueError(f"moegemm.jax.moe_mlp: w_up: expected an even last dim (2I), got shape "
+                         f"{tuple(w_up.shape)}")
     groups = getattr(group_sizes if group_sizes is not None else offsets, "shape", None)
     if w_down.shape[0] != e and groups is not None and len(groups) == 1 and groups[0] == w_down.shape[0]:
         # the groups and w_down agree on E: the odd one out is w_up

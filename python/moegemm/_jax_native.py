@@ -77,7 +77,8 @@ def library() -> ctypes.CDLL:
 
 
 def device_kernels_available() -> bool:
-    """Whether the sm_90a kernels can run in this process (an sm_90 GPU and a build with kernels)."""
+    """Whether the sm_90a kernels can run in this process (a build with kernels, and the current CUDA device
+    an sm_90 GPU)."""
     return bool(library().moegemm_jax_device_kernels_available())
 
 
@@ -131,7 +132,9 @@ def _ffi_attr(value):
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
     if isinstance(value, (float, np.floating)):
-        with np.errstate(over="ignore"):  # checked before: only a clamp limit may be past the f32 range (inf)
+        # Past the f32 range a value becomes +-inf: an infinite clamp limit (docs/ops.md §0), or a dense op's
+        # alpha that the caller asked for (torch's front end rounds it the same way).
+        with np.errstate(over="ignore"):
             return np.float32(value)
     return value
 

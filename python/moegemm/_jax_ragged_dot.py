@@ -62,11 +62,13 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
         size counts as 0): sizes summing past M are clamped at M, as in jax.lax.ragged_dot.
       precision: accepted for compatibility and ignored: products accumulate in f32 always.
       preferred_element_type: output dtype, bf16/f16/f32 (default lhs.dtype).
-      group_offset: not supported (raises NotImplementedError, as jax's default lowering does).
+      group_offset: not supported (raises NotImplementedError; jax.lax.ragged_dot refuses an array there
+        too, with a TypeError).
     G = 0, K = 0 and N = 0 are accepted, as by jax.lax.ragged_dot: the result is then zero (or has no
     columns); G <= 1024.
     Returns:
-      (M, N) array. Differentiable (reverse mode, jax.custom_vjp) in lhs and rhs:
+      (M, N) array. Differentiable (reverse mode only, jax.custom_vjp: jax.jvp and jax.jacfwd raise JAX's
+      TypeError for a custom_vjp function) in lhs and rhs:
       d lhs = grouped_gemm(dout, rhs as nk, zero_tail=True), d rhs = grouped_gemm_wgrad(lhs, dout)
       (empty groups get exact zeros). A f32 cotangent is rounded to lhs's dtype first.
     Raises:

@@ -45,7 +45,8 @@ GLU_LAYOUTS = ("halves", "interleaved32", "interleaved32_up_first")
 
 
 def device_kernels_available() -> bool:
-    """True when the sm_90a kernels can run in this process (loads the native library)."""
+    """True when the sm_90a kernels can run in this process on the current CUDA device (loads the native
+    library)."""
     return native.device_kernels_available()
 
 

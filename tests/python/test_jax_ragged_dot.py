@@ -440,8 +440,12 @@ def test_moe_mlp_offsets_argument_and_errors():
     y1 = mj.moe_mlp(x, w_up, w_down, group_sizes=jnp.array([10, 22]))
     y2 = mj.moe_mlp(x, w_up, w_down, offsets=offsets_of([10, 22]))
     np.testing.assert_array_equal(np.asarray(y1), np.asarray(y2))
-    with pytest.raises(ValueError, match="exactly one of group_sizes and offsets"):
+    with pytest.raises(ValueError, match="offsets: expected exactly one of group_sizes and offsets, got neither"):
         mj.moe_mlp(x, w_up, w_down)
+    with pytest.raises(ValueError, match="offsets: expected exactly one of group_sizes and offsets, got both"):
+        mj.moe_mlp(x, w_up, w_down, group_sizes=jnp.array([10, 22]), offsets=offsets_of([10, 22]))
+    with pytest.raises(ValueError, match=r"moe_mlp: w_up: expected an even last dim \(2I\), got shape \(2, 16, 31\)"):
+        mj.moe_mlp(x, rand(rng, (2, 16, 31)), w_down, group_sizes=jnp.array([10, 22]))
     with pytest.raises(ValueError, match=r"moe_mlp: w_down: expected dim 1 = 16 \(I from w_up\)"):
         mj.moe_mlp(x, w_up, rand(rng, (2, 8, 16)), group_sizes=jnp.array([10, 22]))
     # Errors name moe_mlp's own operands, not the a, b, d of the ops it calls.
