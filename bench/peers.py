@@ -408,7 +408,8 @@ def plan(doc: dict, suites, workloads, routings, args) -> int:
             selected = training.select(training.cases(doc, suite), suite, args.only, args.quick)
             if args.tiny:
                 selected = [training.tiny(c) for c in selected]
-            secs = training.plan_seconds(suite, selected, len(routings), calls, args.plan_tflops)
+            secs = training.plan_seconds(suite, selected, len(routings), calls, args.plan_tflops,
+                                         compile_baselines=not args.no_compile)
             gemm_tf = sum(training.flops(suite, c) for c in selected) * 1e-12
             what = f"{len(selected)} cases: {', '.join(c['name'] for c in selected)}; {gemm_tf:.1f} TFLOP per pass"
         elif suite == "dispatch":
@@ -458,6 +459,9 @@ def main(argv=None) -> int:
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
                    help="cpu: a smoke run of the torch systems on host tensors (implies --tiny); GPU-only systems "
                         "(the C++ program, JAX, the dispatch scripts) are skipped with a note")
+    p.add_argument("--no-compile", action="store_true",
+                   help="skip the torch.compile baselines (glu, dglu, mlp: a compilation each, about 40 s on an "
+                        "H200 host), recorded as skipped")
     p.add_argument("--tiny", action="store_true", help="tiny shapes (at most 128 rows, 8 experts, dims / 64): a smoke "
                                                        "run of every code path, not a measurement")
     p.add_argument("--plan", action="store_true", help="print the estimated H200 wall time of the selected suites "
@@ -551,7 +555,7 @@ def main(argv=None) -> int:
         elif suite in training.SUITES:
             if ctx is None:
                 bench = training.Bench(tw.torch, args.device, args.warmup, args.iters, l2_bytes)
-                ctx = training.Context(tw.torch, args.device, bench)
+                ctx = training.Context(tw.torch, args.device, bench, compile_baselines=not args.no_compile)
             selected = training.select(training.cases(wdoc, suite), suite, args.only, args.quick)
             if args.tiny:
                 selected = [training.tiny(c) for c in selected]

@@ -383,8 +383,9 @@ def swiglu_backward_functional(dh, c, prob, i: int):
 class Context:
     """What every suite needs: torch, the device, the timer, moegemm.torch (or why it is missing)."""
 
-    def __init__(self, torch, device: str, bench: Bench):
+    def __init__(self, torch, device: str, bench: Bench, compile_baselines: bool = True):
         self.torch, self.device, self.bench = torch, device, bench
+        self.compile_baselines = compile_baselines
         self.dtype = torch.bfloat16
         self._compiled = {}
         try:
@@ -410,9 +411,12 @@ class Context:
 
     def compiled(self, fn):
         """`fn` under torch.compile with dynamic shapes (one compilation serves every row), made once per
-        function. GPU-only: on the CPU (smoke runs) it raises Unavailable rather than spend the run compiling."""
+        function. GPU-only: on the CPU (smoke runs), or with compile_baselines off (peers.py --no-compile), it
+        raises Unavailable rather than spend the run compiling."""
         if self.device != "cuda":
             raise Unavailable("skipped: --device cpu (the compiled baselines run on the GPU)")
+        if not self.compile_baselines:
+            raise Unavailable("skipped: --no-compile")
         if fn not in self._compiled:
             self._compiled[fn] = self.torch.compile(fn, dynamic=True)
         return self._compiled[fn]
@@ -644,15 +648,17 @@ COMPILE_S = 40.0  # torch.compile of a suite's compiled torch baseline, once (dy
 
 
 def plan_seconds(suite: str, selected: list[dict], routings: int, calls: int, tflops: float,
-                 bandwidth_tbs: float = 3.0, per_system_s: float = 0.15, per_case_s: float = 0.5) -> float:
+                 bandwidth_tbs: float = 3.0, per_system_s: float = 0.15, per_case_s: float = 0.5,
+                 compile_baselines: bool = True) -> float:
     """Estimated wall time of a suite on an H200: GEMM FLOPs at `tflops`, elementwise bytes at `bandwidth_tbs`,
     `calls` calls per system (warm-up + timed), plus a fixed cost per system (set-up, empty_cache) and per case
-    (allocating and filling the inputs)."""
-    compiles = any(name.startswith("torch_compiled") for name in SYSTEMS[suite])
+    (allocating and filling the inputs), and a compilation where the suite has a compiled baseline."""
+    systems = [name for name in SYSTEMS[suite] if compile_baselines or not name.startswith("torch_compiled")]
+    compiles = any(name.startswith("torch_compiled") for name in systems)
     total = COMPILE_S if compiles and selected else 0.0
     for c in selected:
         per_case = per_case_s
-        for system in SYSTEMS[suite]:
+        for system in systems:
             t = (system_flops(suite, system, c) / (tflops * 1e12)
                  + elementwise_bytes(suite, system, c) / (bandwidth_tbs * 1e12))
             per_case += t * calls + per_system_s

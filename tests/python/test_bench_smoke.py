@@ -42,3 +42,21 @@ def test_every_default_suite_runs_on_the_cpu_and_renders(tmp_path):
         assert f"### {heading}" in tables.stdout
     assert "moegemm torch front end / torch._grouped_mm >= 1.2: met on" in tables.stdout
     assert "torch compiled / fused" in tables.stdout and "torch compiled / moegemm" in tables.stdout
+
+
+def _planned_seconds(*args: str) -> float:
+    run = subprocess.run([sys.executable, str(BENCH / "peers.py"), "--plan", *args], capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    total = [line for line in run.stdout.splitlines() if line.split()[:1] == ["total"]]
+    return float(total[0].split()[1])
+
+
+def test_no_compile_leaves_the_compilations_out_of_the_plan():
+    sys.path.insert(0, str(BENCH))
+    import suites
+
+    # glu, dglu and mlp each compile one baseline; --no-compile skips all three, and their calls.
+    with_compile = _planned_seconds("--quick", "--suite", "glu", "dglu", "mlp")
+    without = _planned_seconds("--quick", "--suite", "glu", "dglu", "mlp", "--no-compile")
+    assert with_compile - without >= 3 * suites.COMPILE_S - 1
