@@ -885,6 +885,7 @@ TEST(Contract, ViewsOverlapOnlyWhereTheyShareAByte) {
   // Contiguous ranges: adjacent ones are disjoint, one shared byte is an overlap.
   const TensorView v = at(base, DType::f32, {16}, {1});  // [base, base + 64)
   EXPECT_FALSE(views_overlap(v, at(base + 64, DType::f32, {4}, {1})));
+  EXPECT_FALSE(views_overlap(v, at(base - 16, DType::f32, {4}, {1})));  // ends where v starts
   EXPECT_TRUE(views_overlap(v, at(base + 60, DType::bf16, {8}, {1})));
   EXPECT_TRUE(views_overlap(at(base + 16, DType::f32, {2}, {1}), v));  // inside
   // Two (4, 8) bf16 halves of one (4, 16) buffer (pitch 32 bytes): disjoint; one element into the other: not.
@@ -1369,6 +1370,112 @@ TEST(Contract, DenseOps) {
   gd.dc = m.t(DType::bf16, {kM, kN});
   expect_error([&] { contract::check(gd); }, ErrorCode::invalid_argument,
                {"gemm_dsrelu: c: expected shape (M=96, N=128)", "got none"});
+}
+
+// ---- operands that each had no test of their own (found by mutating the checks) ---------------------------
+
+TEST(Contract, GluSavedPreactivationIsChecked) {
+  Maker m{Device::cuda};
+  auto x = glu_args(m);
+  x.c = m.t(DType::bf16, {kM, kN / 2});  // I columns where the op writes 2I
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm_glu: c: expected shape (M=96, 2I=128)", "got (96, 64)"});
+  x = glu_args(m);
+  x.c = m.t(DType::i32, {kM, kN});
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument, {"grouped_gemm_glu: c: expected dtype", "got i32"});
+}
+
+// With f32 inputs on the host, x's and dy's rows keep the 16-byte rule while a 16-bit weight gradient's rows
+// may not: the rule is checked on the output's own last dim (H transposed, N otherwise).
+TEST(Contract, WgradPointerTableRowsFollowTheOutputsLastDim) {
+  for (bool transposed : {true, false}) {
+    Maker m{Device::host};
+    const int64_t H = transposed ? 12 : 16, N = transposed ? 16 : 12;
+    auto x = wgrad_args(m, H, N);
+    x.x = m.t(DType::f32, {kM, H});
+    x.dy = m.t(DType::f32, {kM, N});
+    x.w = TensorView{};
+    x.w_ptrs = m.t(DType::i64, {kE});
+    x.w_dtype = DType::bf16;
+    x.transpose_output = transposed;
+    auto* table = x.w_ptrs.ptr<int64_t>();
+    for (int64_t g = 0; g < kE; ++g) table[g] = reinterpret_cast<int64_t>(m.memory(H * N * 2));
+    const std::string last = transposed ? "H" : "N";
+    expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+                 {"grouped_gemm_wgrad: w_ptrs: expected " + last + " * sizeof(bf16) a multiple of 16 bytes",
+                  "got " + last + "=12 (24 bytes)"});
+    x.w_dtype = DType::f32;  // 48-byte rows
+    EXPECT_EQ(contract::check(x), Device::host);
+  }
+}
+
+TEST(Contract, DenseRowVectorsAreChecked) {
+  Maker m{Device::cuda};
+  GemmDsreluArgs gd;
+  gd.a = m.t(DType::bf16, {kM, kK});
+  gd.b = m.t(DType::bf16, {kN, kK});
+  gd.c = m.t(DType::bf16, {kM, kN});
+  gd.dc = m.t(DType::bf16, {kM, kN});
+  gd.dprob = m.t(DType::f32, {kM - 1});
+  expect_error([&] { contract::check(gd); }, ErrorCode::invalid_argument, {"gemm_dsrelu: dprob: expected", "(95"});
+  gd.dprob = m.t(DType::bf16, {kM});
+  expect_error([&] { contract::check(gd); }, ErrorCode::invalid_argument, {"gemm_dsrelu: dprob: expected dtype f32", "got bf16"});
+  GemmSreluArgs gs;
+  gs.a = m.t(DType::bf16, {kM, kK});
+  gs.b = m.t(DType::bf16, {kN, kK});
+  gs.d = m.t(DType::bf16, {kM, kN});
+  gs.prob = m.t(DType::f32, {kM + 1});
+  expect_error([&] { contract::check(gs); }, ErrorCode::invalid_argument, {"gemm_srelu: prob: expected", "(97"});
+}
+
+// Two experts: vectors and rows of two elements are held to the same rules as longer ones.
+TEST(Contract, TwoExpertOperandsKeepTheRules) {
+  for (Device dev : {Device::cuda, Device::host}) {
+    Maker m{dev};
+    auto x = grouped_gemm_args(m);
+    x.b.dense = m.t(DType::bf16, {2, kN, kK});
+    x.alpha = TensorView{};
+    x.offsets = TensorView::strided(m.memory(4 * sizeof(int32_t)), DType::i32, {2}, {2}, dev);
+    x.bias = m.t(DType::f32, {2, kN});
+    expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+                 {"grouped_gemm: offsets: expected a contiguous vector", "got stride(0)=2"});
+    x.offsets = m.t(DType::i32, {2});
+    x.bias = TensorView::strided(m.memory(2 * (kN + 8) * 4), DType::f32, {2, kN}, {kN + 8, 1}, dev);
+    if (dev == Device::cuda) {
+      expect_error([&] { contract::check(x); }, ErrorCode::unsupported,
+                   {"grouped_gemm: bias: expected contiguous rows on the cuda backend", "got stride(0)=136"});
+    } else {
+      EXPECT_EQ(contract::check(x), Device::host);
+    }
+  }
+}
+
+// The largest M the cuda backend takes, 2^31 - 1, is accepted (only past it is unsupported).
+TEST(Contract, DeviceExtentsUpToThirtyTwoBitsAreAccepted) {
+  constexpr int64_t kLargest = 2147483647;
+  Maker m{Device::cuda};
+  auto x = grouped_gemm_args(m);
+  x.a = TensorView::contiguous(reinterpret_cast<void*>(0x700000000000), DType::bf16, {kLargest, kK}, Device::cuda);
+  x.d = TensorView::contiguous(reinterpret_cast<void*>(0x7a0000000000), DType::bf16, {kLargest, kN}, Device::cuda);
+  x.prob = x.alpha = x.bias = x.c = TensorView{};
+  EXPECT_EQ(contract::check(x, contract::Pointers::ignore), Device::cuda);
+}
+
+// Outputs back to back in one buffer (d's last byte just before c's first) are disjoint and accepted.
+TEST(Contract, OutputsBackToBackAreDisjoint) {
+  for (Device dev : {Device::cuda, Device::host}) {
+    Maker m{dev};
+    auto x = grouped_gemm_args(m);
+    char* buffer = static_cast<char*>(m.memory(2 * kM * kN * 2));
+    x.d = TensorView::contiguous(buffer, DType::bf16, {kM, kN}, dev);
+    x.c = TensorView::contiguous(buffer + kM * kN * 2, DType::bf16, {kM, kN}, dev);
+    EXPECT_EQ(contract::check(x), dev);
+    std::swap(x.c.data, x.d.data);  // c first, then d
+    EXPECT_EQ(contract::check(x), dev);
+    std::swap(x.c.data, x.d.data);
+    x.c = TensorView::contiguous(buffer + kM * kN * 2 - 16, DType::bf16, {kM, kN}, dev);  // 8 elements shared
+    expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument, {"grouped_gemm: d:", "overlapping c"});
+  }
 }
 
 }  // namespace

@@ -208,9 +208,12 @@ TEST(SreluReference, DenseForwardAndBackward) {
 }
 
 TEST(GemmAmaxReference, ValuesAndAmax) {
+  // b and then -b: whichever sign the largest product has, one pass takes it from a negative value.
+  for (double sign : {1.0, -1.0}) {
   const int64_t M = 90, N = 56, K = 72;
   HostTensor a = random_tensor(DType::bf16, {M, K}, 101);
   HostTensor b = random_tensor(DType::bf16, {N, K}, 102, -0.3, 0.3);
+  for (int64_t i = 0; i < b.numel(); ++i) b.set_at(b.offset_of_linear(i), sign * b.get_at(b.offset_of_linear(i)));
   HostTensor c(DType::bf16, {M, N}, 8), amax(DType::f32, {1});
   poison(c);
   poison(amax);
@@ -230,8 +233,34 @@ TEST(GemmAmaxReference, ValuesAndAmax) {
       m = std::max(m, std::fabs(s));
     }
   want_amax.close({0}, m);
-  EXPECT_TRUE(matches(c, want));
+  EXPECT_TRUE(matches(c, want)) << "sign " << sign;
   EXPECT_TRUE(matches(amax, want_amax, Tolerance{1e-5, 1e-5, 1e-5}));  // from f32 values, before rounding
+  }
+}
+
+// amax keeps a NaN (docs/ops.md §7): one NaN in the saved pre-activation of an addressed row makes its dC
+// NaN, and the amax of dC with it.
+TEST(SreluReference, GroupedBackwardAmaxKeepsNaN) {
+  HostTensor dy = random_tensor(DType::bf16, {kM, kK}, 91);
+  naive::Weights b(BMode::dense_nk, DType::bf16, kE, kN, kK, 92, 2.0 / std::sqrt(double(kK)));
+  HostTensor c = random_tensor(DType::bf16, {kM, kN}, 93, -2.0, 2.0);
+  c.set({40, 7}, NAN);  // row 40: expert 2 (rows 33..92)
+  HostTensor offsets = offsets_from_sizes(kSizes);
+  HostTensor dc(DType::bf16, {kM, kN}), amax(DType::f32, {1});
+  poison(dc);
+  poison(amax);
+  GroupedGemmDsreluArgs args;
+  args.a = dy.view();
+  args.b = b.ew;
+  args.c = c.view();
+  args.offsets = offsets.view();
+  args.dc = dc.view();
+  args.amax = amax.view();
+  reference::run(args);
+  // NaN, and written: not the poison's signalling NaN.
+  EXPECT_TRUE(std::isnan(dc(40, 7)) && !is_poison(dc, dc.offset({40, 7})));
+  EXPECT_TRUE(std::isnan(amax(0)) && !is_poison(amax, amax.offset({0})));
+  EXPECT_FALSE(std::isnan(dc(40, 8)));
 }
 
 TEST(GemmAmaxReference, EmptyMWritesZero) {
