@@ -91,10 +91,11 @@ inline GluValue<T> glu_eval(const GluParams& p, T gate, T up) {
       const T u = std::clamp(up, -limit, limit);
       const T s = sigmoid(aa * g);
       // g * s first (gpt-oss's order): for a gate below about -4e37 (f32), (u + lo) * g overflows to -inf,
-      // and times s (0 there) would give NaN where h is -0.
+      // and times s (0 there) would give NaN where h is -0. Likewise d_gate = (u + lo) * s * (1 + aa g (1 - s))
+      // is formed as s + aa * (g s (1 - s)): aa * g overflows below about -2e38 (aa = 1.702).
       v.h = (u + lo) * (g * s);
       if (kGrad) {
-        v.d_gate = gate <= limit ? (u + lo) * s * (T(1) + aa * g * (T(1) - s)) : T(0);
+        v.d_gate = gate <= limit ? (u + lo) * (s + aa * ((g * s) * (T(1) - s))) : T(0);
         v.d_up = (up >= -limit && up <= limit) ? g * s : T(0);
       }
       break;

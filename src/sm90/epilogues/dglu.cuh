@@ -41,8 +41,8 @@ __device__ __forceinline__ GluGrad glu_grad(const KernelParams& p, float gate, f
     const float g = min_nan(gate, p.limit);
     const float u = clamp_keep_nan(up, -p.limit, p.limit);
     const float s = sigmoid_fast(p.act_alpha * g);
-    v.h = (u + p.linear_offset) * g * s;
-    v.d_gate = gate <= p.limit ? (u + p.linear_offset) * s * (1.f + p.act_alpha * g * (1.f - s)) : 0.f;
+    v.h = (u + p.linear_offset) * (g * s);  // the reference's order (glu.cuh)
+    v.d_gate = gate <= p.limit ? (u + p.linear_offset) * (s + p.act_alpha * ((g * s) * (1.f - s))) : 0.f;
     v.d_up = (up >= -p.limit && up <= p.limit) ? g * s : 0.f;
   }
   return v;

@@ -33,7 +33,8 @@ __device__ __forceinline__ float glu_activation(const KernelParams& p, float gat
   } else {
     const float g = min_nan(gate, p.limit);
     const float u = clamp_keep_nan(up, -p.limit, p.limit);
-    return (u + p.linear_offset) * g * sigmoid_fast(p.act_alpha * g);
+    // g * s first, as the reference: (u + offset) * g can overflow to inf where s is 0 (NaN for h = 0).
+    return (u + p.linear_offset) * (g * sigmoid_fast(p.act_alpha * g));
   }
 }
 

@@ -201,6 +201,7 @@ TEST(GluReference, SavedClampSideNeedsAFiniteNeighbour) {
 
 // A very negative finite gate: swiglu_clamped's h is (u' + 1) * g' * sigmoid(1.702 g') = -0, as torch computes
 // it (g' * sigmoid first), not (u' + 1) * g' = -inf times sigmoid = 0, a NaN; so are dprob's terms (§3).
+// d_gate is (u' + 1) * 0 too, also where 1.702 g' overflows (below about -2e38).
 TEST(GluReference, ClampedHugeNegativeGateGivesZeroNotNan) {
   GluParams p;
   p.activation = Activation::swiglu_clamped;
@@ -209,6 +210,7 @@ TEST(GluReference, ClampedHugeNegativeGateGivesZeroNotNan) {
       SCOPED_TRACE("gate " + std::to_string(gate) + " up " + std::to_string(up));
       const auto v = reference::glu_eval<float, true>(p, gate, up);
       EXPECT_EQ(v.h, 0.f);
+      EXPECT_EQ(v.d_gate, 0.f);
       EXPECT_EQ(v.d_up, 0.f);
     }
   }

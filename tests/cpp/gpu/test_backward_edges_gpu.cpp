@@ -300,77 +300,77 @@ constexpr ClampProbes kClampProbes[] = {
 double probe_gate(const ClampProbes& s, int64_t j, int64_t k) { return s.probes[(j / 8 + k) % 8]; }
 double probe_up(const ClampProbes& s, int64_t j, int64_t k) { return s.probes[(j + k) % 8]; }
 
-TEST(BackwardGpu, CaseC10ClampBoundaries) {
-  REQUIRE_GPU();
+/// swiglu_clamped forward and backward over the probes of `set` in every pairing, against the reference.
+/// With `boundaries`, also: the gradient is exactly 0 strictly beyond a clamp and non-zero at its bound.
+void check_clamp_probes(const ClampProbes& set, bool boundaries, int& variant) {
   const int64_t inter = 64, m = 96;  // 2I = 128: a multiple of 64 for the interleaved layouts
-  int variant = 0;
-  for (const ClampProbes& set : kClampProbes) {
-    for (GluLayout pairing : {GluLayout::halves, GluLayout::interleaved32, GluLayout::interleaved32_up_first}) {
-      const std::string name = "limit " + std::to_string(set.limit) + " layout " + std::to_string(int(pairing));
-      SCOPED_TRACE(name);
-      GluParams glu;
-      glu.activation = Activation::swiglu_clamped;
-      glu.layout = pairing;
-      glu.limit = set.limit;
-      {  // Forward: A row r is one-hot at k = r % 8, so G[r, col] = B[col, r % 8] exactly.
-        HostTensor a(DType::bf16, {m, 8}), b(DType::bf16, {2, 2 * inter, 8});
-        for (int64_t r = 0; r < m; ++r)
-          for (int64_t k = 0; k < 8; ++k) a.set({r, k}, k == r % 8 ? 1.0 : 0.0);
-        for (int64_t g = 0; g < 2; ++g)
-          for (int64_t k = 0; k < 8; ++k)
-            for (int64_t j = 0; j < inter; ++j) {
-              int64_t gc, uc;
-              naive::glu_pair(pairing, inter, j, gc, uc);
-              b.set({g, gc, k}, probe_gate(set, j, k));
-              b.set({g, uc, k}, probe_up(set, j, k));
-            }
-        const Operand da(std::move(a)), db(std::move(b)), offsets(offsets_from_sizes({50, 40}));
-        const Operand prob(random_tensor(DType::f32, {m}, 61 + variant, 0.25, 1.0));
-        HostTensor d[2], c[2];
-        for (int device = 0; device < 2; ++device) {
-          d[device] = poisoned(DType::f32, {m, inter});
-          c[device] = poisoned(DType::f32, {m, 2 * inter});
-          OutputBuffer dout(d[device], device), cbuf(c[device], device);
-          GroupedGemmGluArgs args;
-          args.a = da.view(device);
-          args.b.dense = db.view(device);
-          args.offsets = offsets.view(device);
-          args.prob = prob.view(device);
-          args.glu = glu;
-          args.d = dout.view();
-          args.c = cbuf.view();
-          call_op(grouped_gemm_glu_workspace_bytes, grouped_gemm_glu, args, device);
-          fetch_all({&dout, &cbuf});
-        }
-        EXPECT_TRUE(matches(d[1], expect_rows(d[0], 90, false))) << "forward d";
-        EXPECT_TRUE(matches(c[1], expect_rows(c[0], 90, false))) << "forward c";
-      }
-      {  // Backward: C holds the probes, dH random.
-        Grouped p;
-        p.op = GroupedOp::dglu;
-        p.glu = glu;
-        p.m = m;
-        p.n = inter;
-        p.sizes = {50, 40};
-        p.prob = true;
-        p.dprob = true;
-        p.dbias = 1;
-        p.amax = true;
-        p.out = variant % 2 ? DType::bf16 : DType::f32;
-        p.layout = variant % 2 ? BLayout::kn : BLayout::nk;
-        p.seed = 62 + 10 * variant;
-        GroupedInputs in(p);
-        for (int64_t r = 0; r < m; ++r)
+  for (GluLayout pairing : {GluLayout::halves, GluLayout::interleaved32, GluLayout::interleaved32_up_first}) {
+    const std::string name = "limit " + std::to_string(set.limit) + " layout " + std::to_string(int(pairing));
+    SCOPED_TRACE(name);
+    GluParams glu;
+    glu.activation = Activation::swiglu_clamped;
+    glu.layout = pairing;
+    glu.limit = set.limit;
+    {  // Forward: A row r is one-hot at k = r % 8, so G[r, col] = B[col, r % 8] exactly.
+      HostTensor a(DType::bf16, {m, 8}), b(DType::bf16, {2, 2 * inter, 8});
+      for (int64_t r = 0; r < m; ++r)
+        for (int64_t k = 0; k < 8; ++k) a.set({r, k}, k == r % 8 ? 1.0 : 0.0);
+      for (int64_t g = 0; g < 2; ++g)
+        for (int64_t k = 0; k < 8; ++k)
           for (int64_t j = 0; j < inter; ++j) {
             int64_t gc, uc;
             naive::glu_pair(pairing, inter, j, gc, uc);
-            in.c.host.set({r, gc}, probe_gate(set, j, r % 8));
-            in.c.host.set({r, uc}, probe_up(set, j, r % 8));
+            b.set({g, gc, k}, probe_gate(set, j, k));
+            b.set({g, uc, k}, probe_up(set, j, k));
           }
-        in.c.dev.upload(in.c.host);
-        const GroupedOutputs ref = run_grouped(p, in, false);
-        const GroupedOutputs got = run_grouped(p, in, true);
-        expect_matches_reference(p, in, ref, got);
+      const Operand da(std::move(a)), db(std::move(b)), offsets(offsets_from_sizes({50, 40}));
+      const Operand prob(random_tensor(DType::f32, {m}, 61 + variant, 0.25, 1.0));
+      HostTensor d[2], c[2];
+      for (int device = 0; device < 2; ++device) {
+        d[device] = poisoned(DType::f32, {m, inter});
+        c[device] = poisoned(DType::f32, {m, 2 * inter});
+        OutputBuffer dout(d[device], device), cbuf(c[device], device);
+        GroupedGemmGluArgs args;
+        args.a = da.view(device);
+        args.b.dense = db.view(device);
+        args.offsets = offsets.view(device);
+        args.prob = prob.view(device);
+        args.glu = glu;
+        args.d = dout.view();
+        args.c = cbuf.view();
+        call_op(grouped_gemm_glu_workspace_bytes, grouped_gemm_glu, args, device);
+        fetch_all({&dout, &cbuf});
+      }
+      EXPECT_TRUE(matches(d[1], expect_rows(d[0], 90, false))) << "forward d";
+      EXPECT_TRUE(matches(c[1], expect_rows(c[0], 90, false))) << "forward c";
+    }
+    {  // Backward: C holds the probes, dH random.
+      Grouped p;
+      p.op = GroupedOp::dglu;
+      p.glu = glu;
+      p.m = m;
+      p.n = inter;
+      p.sizes = {50, 40};
+      p.prob = true;
+      p.dprob = true;
+      p.dbias = 1;
+      p.amax = true;
+      p.out = variant % 2 ? DType::bf16 : DType::f32;
+      p.layout = variant % 2 ? BLayout::kn : BLayout::nk;
+      p.seed = 62 + 10 * variant;
+      GroupedInputs in(p);
+      for (int64_t r = 0; r < m; ++r)
+        for (int64_t j = 0; j < inter; ++j) {
+          int64_t gc, uc;
+          naive::glu_pair(pairing, inter, j, gc, uc);
+          in.c.host.set({r, gc}, probe_gate(set, j, r % 8));
+          in.c.host.set({r, uc}, probe_up(set, j, r % 8));
+        }
+      in.c.dev.upload(in.c.host);
+      const GroupedOutputs ref = run_grouped(p, in, false);
+      const GroupedOutputs got = run_grouped(p, in, true);
+      expect_matches_reference(p, in, ref, got);
+      if (boundaries) {
         // Strictly beyond the clamp the gradient is exactly 0; at the boundary it passes (reference non-zero).
         Expected want = expect_rows(ref.dc, 90, false);
         for (int64_t r = 0; r < 90; ++r)
@@ -386,9 +386,26 @@ TEST(BackwardGpu, CaseC10ClampBoundaries) {
           }
         EXPECT_TRUE(matches(got.dc, want)) << "dc: exact zeros beyond the clamp";
       }
-      ++variant;
     }
+    ++variant;
   }
+}
+
+TEST(BackwardGpu, CaseC10ClampBoundaries) {
+  REQUIRE_GPU();
+  int variant = 0;
+  for (const ClampProbes& set : kClampProbes) check_clamp_probes(set, true, variant);
+}
+
+// A gate far below zero makes sigmoid(act_alpha * g) 0, h = -0 and d_gate 0. (u + linear_offset) * g alone
+// would overflow to inf there (from about -4.3e37 with u + offset = 8), and act_alpha * g below about -2e38,
+// so an order of products that forms either gives NaN: in D, in dC, and in dprob, dbias and amax. The
+// reference and the kernels form g * s first.
+TEST(BackwardGpu, ClampedHugeNegativeGateGivesZeroNotNan) {
+  REQUIRE_GPU();
+  constexpr ClampProbes kHuge = {7.0f, {-1e38, -6e37, -3e38, -8.0, 0.5, 7.0, 9.0, -2e37}};
+  int variant = 0;
+  check_clamp_probes(kHuge, false, variant);
 }
 
 TEST(BackwardGpu, DgluOverItsSavedActivationIsRefusedBeforeLaunch) {
