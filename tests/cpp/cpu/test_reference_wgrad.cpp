@@ -26,13 +26,14 @@ TEST_P(WgradReference, MatchesLoopFormula) {
   HostTensor offsets = offsets_from_sizes(sizes);
   const std::vector<int64_t> wshape = transpose ? std::vector<int64_t>{N, H} : std::vector<int64_t>{H, N};
 
-  // Outputs: dense (E, ., .) with padded rows, or one buffer per expert. With accumulate they start from
-  // random values (kept by empty experts); otherwise they are poisoned.
+  // Outputs: dense (E, ., .) with padded rows, or one buffer per expert followed by a poisoned guard row
+  // (a write past an expert's matrix lands there). With accumulate they start from random values (kept by
+  // empty experts); otherwise they are poisoned.
   HostTensor dense(out, {E, wshape[0], wshape[1]}, pointers ? 0 : 4);
   std::vector<HostTensor> per_expert;
   std::vector<const void*> addrs;
   for (int64_t g = 0; g < E; ++g) {
-    per_expert.emplace_back(out, wshape);
+    per_expert.emplace_back(out, std::vector<int64_t>{wshape[0] + 1, wshape[1]});
     addrs.push_back(per_expert.back().data());
   }
   HostTensor table = pointer_table(addrs);
@@ -40,7 +41,11 @@ TEST_P(WgradReference, MatchesLoopFormula) {
   std::vector<double> before(E * H * N, 0.0);
   if (accumulate) {
     fill_uniform(dense, 113);
-    for (int64_t g = 0; g < E; ++g) fill_uniform(per_expert[g], 114 + g);
+    for (int64_t g = 0; g < E; ++g) {
+      fill_uniform(per_expert[g], 114 + g);
+      for (int64_t j = 0; j < wshape[1]; ++j)
+        per_expert[g].set_bits_at(per_expert[g].offset({wshape[0], j}), poison_bits(out));
+    }
     for (int64_t g = 0; g < E; ++g)
       for (int64_t i = 0; i < wshape[0]; ++i)
         for (int64_t j = 0; j < wshape[1]; ++j) before[(g * wshape[0] + i) * wshape[1] + j] = w_at(g, i, j);
@@ -64,7 +69,8 @@ TEST_P(WgradReference, MatchesLoopFormula) {
   reference::run(args);
 
   const naive::Rows rs = naive::rows(offsets, M);
-  std::vector<Expected> want(E, Expected(wshape));
+  // Per expert, with the guard row after the matrix (untouched: the poison).
+  std::vector<Expected> want(E, Expected({wshape[0] + 1, wshape[1]}));
   for (int64_t g = 0; g < E; ++g)
     for (int64_t h = 0; h < H; ++h)
       for (int64_t n = 0; n < N; ++n) {
@@ -81,9 +87,9 @@ TEST_P(WgradReference, MatchesLoopFormula) {
   } else {
     // Compare expert slices of the dense output through per-expert copies of its values.
     Expected all({E, wshape[0], wshape[1]});
+    const int64_t matrix = wshape[0] * wshape[1];  // want[g]'s elements before its guard row
     for (int64_t g = 0; g < E; ++g)
-      for (int64_t lin = 0; lin < want[g].numel(); ++lin)
-        all.set(g * want[g].numel() + lin, want[g].kind(lin), want[g].value(lin));
+      for (int64_t lin = 0; lin < matrix; ++lin) all.set(g * matrix + lin, want[g].kind(lin), want[g].value(lin));
     if (accumulate) {
       // The padding held no poison (only view elements were filled): compare the view through a copy.
       HostTensor copy(out, {E, wshape[0], wshape[1]});
