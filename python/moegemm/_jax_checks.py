@@ -74,11 +74,12 @@ def static_bool(op: str, name: str, value) -> bool:
         try:
             return bool(value)
         except jax.errors.ConcretizationTypeError as e:  # TracerBoolConversionError derives from it
-            raise TypeError(f"moegemm.jax.{op}: {name}: expected a Python bool (it decides the compiled call's "
+            raise TypeError(f"moegemm.jax.{op}: {name}: expected a bool (it decides the compiled call's "
                             f"outputs), got a traced value; pass a constant, or mark the argument static in "
                             f"jax.jit") from e
     got = f"{type(value).__name__} of shape {tuple(shape)}" if shape is not None else repr(value)
-    raise TypeError(f"moegemm.jax.{op}: {name}: expected a Python bool, got {got}")
+    raise TypeError(f"moegemm.jax.{op}: {name}: expected a bool (Python, NumPy or a concrete 0-d bool array), "
+                    f"got {got}")
 
 
 # The smallest double that f32 rounds to infinity: halfway between the largest f32 and 2^128 (ties go to the

@@ -131,11 +131,11 @@ def moe_mlp(x, w_up, w_down, group_sizes=None, offsets=None, prob=None, activati
     # Alignment of H and I here, so that an error names x or w_up rather than the inner ops' operands.
     chk.check_aligned(_OP, "x", x, 1, "H")
     if glu_layout in ("interleaved32", "interleaved32_up_first") and w_up.shape[2] % 64:
-        raise ValueError(f"moegemm.jax.moe_mlp: w_up: 2I = {w_up.shape[2]} (its last dim) is not a multiple of 64, "
-                         f"as glu_layout {glu_layout!r} pairs whole 32-column gate/up blocks")
+        raise ValueError(f"moegemm.jax.moe_mlp: w_up: expected 2I (its last dim) a multiple of 64, as glu_layout "
+                         f"{glu_layout!r} pairs whole 32-column gate/up blocks, got 2I = {w_up.shape[2]}")
     if (w_up.shape[2] // 2) % 8:
-        raise ValueError(f"moegemm.jax.moe_mlp: w_up: I = {w_up.shape[2] // 2} (half of its last dim) is not a "
-                         f"multiple of 8; the GLU output's 16-bit rows must be 16-byte aligned "
+        raise ValueError(f"moegemm.jax.moe_mlp: w_up: expected I (half of its last dim) a multiple of 8, as the "
+                         f"GLU output's 16-bit rows must be 16-byte aligned, got I = {w_up.shape[2] // 2} "
                          f"(shape {tuple(w_up.shape)})")
     if group_sizes is not None:
         chk.check_group_sizes(_OP, group_sizes, e, "E from w_up", "x", x)

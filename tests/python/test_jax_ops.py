@@ -286,7 +286,7 @@ def test_trace_time_errors_name_the_operand():
     with pytest.raises(TypeError, match=r"grouped_gemm_glu: limit: expected a Python float"):
         jax.jit(lambda s: mj.grouped_gemm_glu(a, b, off, activation="swiglu_clamped", limit=s))(jnp.float32(5.0))
     # So do the flags that decide the call's outputs (a traced bool has no value at trace time).
-    flag = r"expected a Python bool \(it decides the compiled call's outputs\), got a traced value"
+    flag = r"expected a bool \(it decides the compiled call's outputs\), got a traced value"
     with pytest.raises(TypeError, match=r"grouped_gemm: zero_tail: " + flag):
         jax.jit(lambda z: mj.grouped_gemm(a, b, off, zero_tail=z))(True)
     with pytest.raises(TypeError, match=r"grouped_gemm_glu: generate_c: " + flag):
@@ -298,7 +298,8 @@ def test_trace_time_errors_name_the_operand():
     # A flag is a bool: a string (truthy), None or an array of several values is refused by name, not read
     # as True or False; a concrete 0-d bool array is a bool.
     for bad, got in (("no", "'no'"), (None, "None"), (jnp.array([True, False]), r"\w+ of shape \(2,\)")):
-        with pytest.raises(TypeError, match=rf"grouped_gemm: zero_tail: expected a Python bool, got {got}$"):
+        with pytest.raises(TypeError, match=rf"grouped_gemm: zero_tail: expected a bool \(Python, NumPy or a "
+                                            rf"concrete 0-d bool array\), got {got}$"):
             mj.grouped_gemm(a, b, off, zero_tail=bad)
     np.testing.assert_array_equal(np.asarray(mj.grouped_gemm(a, b, off, zero_tail=jnp.array(True))),
                                   np.asarray(mj.grouped_gemm(a, b, off, zero_tail=True)))
