@@ -6,7 +6,7 @@ import torch
 
 from ._torch_errors import call_named, check_same_device, misfit_operand
 from ._torch_first_order import first_order_only
-from ._torch_layouts import column_major, is_column_major, row_major, rows_or_columns, stacked_rows
+from ._torch_layouts import check_aligned_base, column_major, is_column_major, row_major, rows_or_columns, stacked_rows
 from ._torch_options import MAX_EXPERTS, MAX_OFFSET_ROWS, MAX_OPERAND_BYTES, check_flag
 from ._torch_weights import dense_grad, flipped, operand_view, weight_grad_like, weight_operand
 
@@ -193,7 +193,7 @@ def _check_aligned_rows(t, name="a", cols="K"):
     if rows > 1 and stride_bytes % 16:
         raise ValueError(f"{_OP}: {name}: expected a row stride that is a multiple of 16 bytes (16-byte alignment "
                          f"rule), got stride(0)={t.stride(0)} elements ({stride_bytes} bytes)")
-    _check_aligned_base(t, name)
+    check_aligned_base(_OP, name, t)
 
 
 def _check_rows_operand(t, name, dims="(M, K)", cols="K"):
@@ -201,19 +201,12 @@ def _check_rows_operand(t, name, dims="(M, K)", cols="K"):
     column-major (``rows_or_columns`` passed it: a column-major one's column stride meets the 16-byte rule),
     for a call that runs no op."""
     if is_column_major(t):
-        _check_aligned_base(t, name)
+        check_aligned_base(_OP, name, t)
         return
     if t.shape[0] > 1 and t.shape[1] > 1 and t.stride(1) != 1:
         raise ValueError(f"{_OP}: {name}: expected a row-major or column-major {dims} tensor (stride(1) == 1 or "
                          f"stride(0) == 1), got strides {tuple(t.stride())}")
     _check_aligned_rows(t, name, cols)
-
-
-def _check_aligned_base(t, name):
-    """The 16-byte rule on the base address of an operand the ops read, named ``name``."""
-    if t.numel() and not torch.compiler.is_compiling() and t.data_ptr() % 16:  # traced tensors have no address
-        raise ValueError(f"{_OP}: {name}: expected a 16-byte aligned base address (16-byte alignment rule), got "
-                         f"{t.data_ptr():#x}")
 
 
 class _NoGroupsMM(torch.autograd.Function):

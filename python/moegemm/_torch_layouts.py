@@ -10,6 +10,18 @@ docstring.
 from __future__ import annotations
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
+
+
+def check_aligned_base(op: str, name: str, t: torch.Tensor) -> None:
+    """The 16-byte rule on the base address of an operand the ops read: ValueError naming ``op: name`` where it
+    fails. Tensors without an address pass: empty, meta and fake ones (torch.compile's tracing, FakeTensorMode's
+    shape propagation), whose ``data_ptr()`` torch deprecates."""
+    if not t.numel() or t.device.type == "meta" or torch.compiler.is_compiling() or is_fake(t):
+        return
+    if t.data_ptr() % 16:
+        raise ValueError(f"{op}: {name}: expected a 16-byte aligned base address (16-byte alignment rule), got "
+                         f"{t.data_ptr():#x}")
 
 
 def _rows_readable(t: torch.Tensor) -> bool:

@@ -9,6 +9,7 @@ import torch
 
 from ._torch_errors import call_named, check_row_major, check_same_device, misfit_operand
 from ._torch_first_order import first_order_only
+from ._torch_layouts import check_aligned_base
 from ._torch_options import ACTIVATIONS, GLU_LAYOUTS, MAX_EXPERTS, check_choice, check_flag
 from ._torch_weights import dense_grad, flipped, operand_view, weight_grad_like, weight_operand
 
@@ -192,9 +193,7 @@ def _check_operands(op, x, w_up, w_down, offsets, prob, activation, glu_layout) 
     if torch.compiler.is_compiling():
         return  # traced tensors have no addresses
     for name, t in (("x", x), ("w_up", w_up), ("w_down", w_down)):
-        if t.numel() and t.device.type != "meta" and t.data_ptr() % 16:
-            raise ValueError(f"{op}: {name}: expected a 16-byte aligned base address (16-byte alignment rule), "
-                             f"got {t.data_ptr():#x}")
+        check_aligned_base(op, name, t)
     if x.shape[0] > 1 and x.stride(0) < h:  # overlapping rows (an expanded x, say)
         raise ValueError(f"{op}: x: expected a row stride stride(0) >= H={h}, got stride(0)={x.stride(0)}")
     if x.shape[0] > 1 and x.stride(0) * x.element_size() % 16:

@@ -173,3 +173,27 @@ def test_compile_reports_a_fake_kernels_error_with_its_message():
         compiled(x, dy, offsets)
     with pytest.raises(ValueError, match=message):
         ops.grouped_gemm_wgrad(x, dy, offsets)  # the same call, eagerly
+
+
+def test_fake_tensor_mode_propagates_shapes_without_reading_addresses():
+    """Shape propagation under FakeTensorMode (outside torch.compile) runs moe_mlp and every mode of
+    grouped_mm without reading a fake tensor's data_ptr(), which torch deprecates (a warning now, an error
+    later), and gives eager's shapes, dtypes and strides."""
+    import warnings
+
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    g, m, k, n = 4, 16, 32, 64
+    offs_m, offs_k = offsets_of([5, 0, 9, 2]), offsets_of([8, 16, 0, 8])
+    calls = [
+        (mt.moe_mlp, (randn(m, k), randn(g, k, 2 * n, seed=1), randn(g, n, k, seed=2), offs_m)),
+        (mt.grouped_mm, (randn(m, k, seed=3), randn(g, k, n, seed=4), offs_m)),
+        (mt.grouped_mm, (randn(k, 32, seed=5).t(), randn(32, n, seed=6), offs_k)),
+        (mt.grouped_mm, (randn(g, m, k, seed=7), randn(g, k, n, seed=8), None)),
+    ]
+    for fn, args in calls:
+        eager = fn(*args)
+        with FakeTensorMode() as mode, warnings.catch_warnings():
+            warnings.simplefilter("error")  # a data_ptr() deprecation warning fails the test
+            fake = fn(*(None if t is None else mode.from_tensor(t) for t in args))
+        assert (fake.shape, fake.dtype, fake.stride()) == (eager.shape, eager.dtype, eager.stride())
