@@ -61,7 +61,11 @@ std::string escaped_bytes(const std::string& text) {
   return out;
 }
 
-/// The document, refusing a key that appears twice in one object: nlohmann would keep one of the two silently.
+/// How deep a workloads file's objects and arrays may nest.
+constexpr std::size_t kMaxWorkloadsDepth = 32;
+
+/// The document, refusing a key that appears twice in one object (nlohmann would keep one of the two silently)
+/// and nesting deeper than kMaxWorkloadsDepth.
 nlohmann::ordered_json parse_without_duplicate_keys(const std::string& text, const std::string& source) {
   struct Container {
     std::string name;  // for the message: the top-level object, object "key", "key" (an array), an entry of "key"
@@ -78,6 +82,12 @@ nlohmann::ordered_json parse_without_duplicate_keys(const std::string& text, con
       return (array ? "\"" : "object \"") + last_key + "\"";
     };
     if (event == Event::object_start || event == Event::array_start) {
+      // The schema nests 3 deep. A deeper file is refused at once: the parser and the container names above
+      // would otherwise take memory that grows with the depth (quadratically for nested arrays' names).
+      if (open.size() >= kMaxWorkloadsDepth) {
+        throw UsageError("workloads file " + source + ": nested deeper than " + std::to_string(kMaxWorkloadsDepth) +
+                         " levels (its schema nests 3)");
+      }
       const bool array = event == Event::array_start;
       open.push_back({child_name(array), array, {}});
     } else if (event == Event::object_end || event == Event::array_end) {

@@ -171,6 +171,10 @@ moegemm_bad_workloads_test(gemm_unknown_field
                            "gemm 0: unknown field \"bias\" \\(known: name, M, N, K, E\\)")
 moegemm_bad_workloads_test(top_k_past_experts
                            "model narrow: field \"top_k\" must be at most \"experts\" = 8 \\(a token goes to top_k distinct experts\\), got 9\n")
+# Nesting past the limit is refused before the parser's memory grows with the depth (it took gigabytes for
+# 10^5 nested arrays).
+moegemm_bad_workloads_test(nested_too_deep
+                           "workloads_nested_too_deep.json: nested deeper than 32 levels \\(its schema nests 3\\)")
 # Valid JSON whose number no double holds: nlohmann's out_of_range, not a parse_error (it used to exit 1).
 moegemm_bad_workloads_test(number_overflow
                            "workloads file [^\n]*workloads_number_overflow.json cannot be parsed: [^\n]*number overflow")
