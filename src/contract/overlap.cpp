@@ -21,16 +21,23 @@ struct Footprint {
 
 Wide floor_div(Wide a, Wide b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
 
+/// `rows` ranges of `width` bytes at `pitch`; one range where no padding separates them (a column-major view
+/// of a contiguous block, the transpose torch makes), so that it is compared exactly with any other view.
+Footprint matrix(Wide base, Wide pitch, Wide rows, Wide width) {
+  if (pitch == width || rows == 1) return Footprint{base, 0, 1, rows * width};
+  return Footprint{base, pitch, rows, width};
+}
+
 std::optional<Footprint> footprint(const TensorView& t) {
   if (!t.defined() || t.data == nullptr || t.numel() <= 0) return std::nullopt;
   const Wide base = static_cast<Wide>(reinterpret_cast<uintptr_t>(t.data));
   const auto size = static_cast<int64_t>(dtype_size(t.dtype));
   if (t.is_contiguous()) return Footprint{base, 0, 1, static_cast<Wide>(t.numel()) * size};
   if (t.rank == 2 && t.strides[1] == 1 && t.strides[0] >= t.shape[1]) {
-    return Footprint{base, static_cast<Wide>(t.strides[0]) * size, t.shape[0], static_cast<Wide>(t.shape[1]) * size};
+    return matrix(base, static_cast<Wide>(t.strides[0]) * size, t.shape[0], static_cast<Wide>(t.shape[1]) * size);
   }
   if (t.rank == 2 && t.strides[0] == 1 && t.strides[1] >= t.shape[0]) {  // column-major: columns as the rows
-    return Footprint{base, static_cast<Wide>(t.strides[1]) * size, t.shape[1], static_cast<Wide>(t.shape[0]) * size};
+    return matrix(base, static_cast<Wide>(t.strides[1]) * size, t.shape[1], static_cast<Wide>(t.shape[0]) * size);
   }
   // Any other view (a strided stack of weights): the bytes from its first element to its last, a superset of
   // what it touches. A dim of one element steps no stride, whatever its value; the strides the rules admit on

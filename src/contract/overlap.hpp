@@ -5,8 +5,9 @@
 
 namespace moegemm::contract {
 
-/// Whether views `x` and `y` have a byte in common. Exact for contiguous tensors of any rank and row-major
-/// matrices with unit column stride (rows of one byte width at one row pitch); any other view (a strided
+/// Whether views `x` and `y` have a byte in common. Exact for contiguous tensors of any rank, row-major
+/// matrices with unit column stride (rows of one byte width at one row pitch), and column-major ones (the
+/// same with columns for rows; without padding, one range like a contiguous tensor); any other view (a strided
 /// stack of expert weights, an input) counts as the whole span from its first byte to its last, so that an
 /// output inside its gaps is refused too. Two padded matrices of different row pitches are taken as disjoint
 /// unless they start at the same address (their overlap is a number-theoretic question the rules never need

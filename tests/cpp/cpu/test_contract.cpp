@@ -906,6 +906,16 @@ TEST(Contract, ViewsOverlapOnlyWhereTheyShareAByte) {
   // Different row pitches: one start in common is an overlap; otherwise not established, taken as disjoint.
   EXPECT_TRUE(views_overlap(left, at(base, DType::bf16, {4, 8}, {32, 1})));
   EXPECT_FALSE(views_overlap(left, at(base + 16, DType::bf16, {4, 8}, {24, 1})));
+  // A column-major view of one contiguous block (a (K, M) tensor transposed: column stride M) is that block,
+  // whatever the other view's pitch: a padded matrix starting inside it overlaps it, one starting past it not.
+  const TensorView columns = at(base, DType::bf16, {16, 16}, {1, 16});  // [base, base + 512)
+  EXPECT_TRUE(views_overlap(columns, at(base + 32, DType::f32, {16, 8}, {16, 1})));
+  EXPECT_TRUE(views_overlap(at(base + 480, DType::f32, {16, 8}, {16, 1}), columns));
+  EXPECT_FALSE(views_overlap(columns, at(base + 512, DType::f32, {16, 8}, {16, 1})));
+  // Padded columns (stride 24 for 16 rows) keep their gaps: a range inside one is disjoint.
+  const TensorView padded_columns = at(base, DType::bf16, {16, 4}, {1, 24});
+  EXPECT_FALSE(views_overlap(padded_columns, at(base + 32, DType::bf16, {8}, {1})));
+  EXPECT_TRUE(views_overlap(padded_columns, at(base + 32, DType::bf16, {9}, {1})));
   // A strided stack (every other (2, 8) bf16 matrix of a buffer) counts as its whole span, gaps included.
   const TensorView stack = at(base, DType::bf16, {3, 2, 8}, {32, 8, 1});  // [base, base + 160)
   EXPECT_TRUE(views_overlap(stack, at(base + 32, DType::bf16, {8}, {1})));  // in the gap after matrix 0
@@ -942,6 +952,13 @@ TEST(Contract, OutputsSharingMemoryWithAnyOperandAreRejected) {
     auto g = grouped_gemm_args(m);
     g.d.data = m.memory(kM * kN * 2);
     g.a.data = g.d.data;
+    aliased([&] { contract::check(g); }, "grouped_gemm", "d", "a");
+    // A column-major a over one contiguous block (a (K, M) tensor transposed) and a padded d starting inside it:
+    // their pitches differ, yet a is one range.
+    g = grouped_gemm_args(m);
+    auto* block = static_cast<char*>(m.memory(kM * kK * 2 + kM * (kN + 8) * 2));
+    g.a = TensorView::strided(block, DType::bf16, {kM, kK}, {1, kM}, dev);
+    g.d = TensorView::strided(block + 64, DType::bf16, {kM, kN}, {kN + 8, 1}, dev);
     aliased([&] { contract::check(g); }, "grouped_gemm", "d", "a");
     g = grouped_gemm_args(m);
     g.c.data = g.d.data;
