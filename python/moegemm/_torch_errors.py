@@ -7,12 +7,21 @@ The ops they call check everything before any launch, but name their own operand
 from __future__ import annotations
 
 import torch
+from torch.fx.experimental.symbolic_shapes import guard_or_false
+
+
+def known(condition) -> bool:
+    """A shape condition as a bool: itself in eager; under torch.compile a condition on a size known only when
+    the graph runs (an unbacked size: a token count from ``nonzero`` or ``x[mask]``) is False, where ``bool()``
+    would fail the trace with "could not guard on data-dependent expression". For the Python checks that
+    only name an operand: the op checks the same rule when the graph runs."""
+    return guard_or_false(condition)  # a bool passes through; torch.compile traces this call as it is
 
 
 def check_row_major(op: str, name: str, t: torch.Tensor, dims: str, hint: str = "") -> None:
     """ValueError ``"<op>: <name>: expected a row-major <dims> tensor (stride(1) == 1), ..."`` unless the 2-D
     ``t`` has a unit column stride (or a single row or column, where strides do not matter)."""
-    if t.shape[0] > 1 and t.shape[1] > 1 and t.stride(1) != 1:
+    if known(t.shape[0] > 1) and known(t.shape[1] > 1) and known(t.stride(1) != 1):
         raise ValueError(f"{op}: {name}: expected a row-major {dims} tensor (stride(1) == 1), got strides "
                          f"{tuple(t.stride())}{hint}")
 

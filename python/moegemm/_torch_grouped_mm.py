@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import torch
 
-from ._torch_errors import call_named, check_same_device, misfit_operand
+from . import _torch_ops  # noqa: F401  (the ops, also where this module is imported on its own)
+from ._torch_errors import call_named, check_same_device, known, misfit_operand
 from ._torch_first_order import first_order_only
 from ._torch_layouts import check_aligned_base, column_major, is_column_major, row_major, rows_or_columns, stacked_rows
 from ._torch_options import MAX_EXPERTS, MAX_OFFSET_ROWS, MAX_OPERAND_BYTES, check_flag
-from ._torch_weights import dense_grad, flipped, operand_view, weight_grad_like, weight_operand
+from ._torch_weights import dense_grad, flipped, saved_operand, weight_grad_like, weight_operand
 
 _OP = "grouped_mm"
-# The ops, bound once (moegemm.torch loads the library before it imports this module): the lookup through
-# torch.ops costs ~0.3 us per call, a tenth of this wrapper's own host time.
+# The ops, bound once (_torch_ops has loaded the library): the lookup through torch.ops costs ~0.3 us per
+# call, a tenth of this wrapper's own host time.
 _GROUPED_GEMM = torch.ops.moegemm.grouped_gemm.default
 _WGRAD = torch.ops.moegemm.grouped_gemm_wgrad.default
 _OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -91,7 +92,7 @@ class _RaggedRowsMM(torch.autograd.Function):
     @first_order_only  # the backward runs moegemm ops, which have no derivative of their own
     def backward(ctx, saved, dout):
         a, b, offs = saved
-        b_op = operand_view(b, ctx.layout)
+        b_op, b_read = saved_operand(b, ctx.layout, _OP, "b")  # b as it is now (a saved-tensor hook may copy it)
         if ctx.needs_input_grad[3]:  # from the incoming gradient as it is (f32 with out_dtype=f32)
             dbias = _segment_column_sums(dout, offs, ctx.bias_dtype)
         else:
@@ -99,7 +100,7 @@ class _RaggedRowsMM(torch.autograd.Function):
         dout = dense_grad(dout, a.dtype)  # the kernels read bf16 operands: dA and dB see dout rounded to it
         da = db = None
         if ctx.needs_input_grad[0]:
-            da, _ = _GROUPED_GEMM(dout, b_op, offs, b_layout=flipped(ctx.layout), zero_tail=ctx.zero_tail)
+            da, _ = _GROUPED_GEMM(dout, b_op, offs, b_layout=flipped(b_read), zero_tail=ctx.zero_tail)
         if ctx.needs_input_grad[1]:
             transpose, fix = weight_grad_like(ctx.layout)
             x = row_major(a)  # the weight gradient reads x token-major: a column-major a is copied here
@@ -307,7 +308,7 @@ def _ragged_k_mm(a, b, offs, out_dtype, zero_tail=False, validate=False):
     # out[g] = a[:, rows_g] @ b[rows_g, :] = X[rows_g]^T @ dY[rows_g] with X = a.T (T, H), dY = b (T, N). The
     # kernels read both token-major (T the rows in memory); a row-major a or column-major b is copied to it.
     a, b = column_major(a), row_major(b)
-    if a.stride(0) != 1 and a.shape[0] > 1:
+    if known(a.stride(0) != 1) and known(a.shape[0] > 1):
         raise ValueError(
             f"{_OP}: a: expected a row-major or column-major (H, T) tensor (stride(1) == 1 or stride(0) == 1, "
             f"without overlapping rows or columns), got shape {tuple(a.shape)} with strides {tuple(a.stride())}")
@@ -316,7 +317,7 @@ def _ragged_k_mm(a, b, offs, out_dtype, zero_tail=False, validate=False):
                          f"a.shape[1], got {tuple(b.shape)}")
     if b.dtype != a.dtype:
         raise ValueError(f"{_OP}: b: expected a's dtype {a.dtype}, got {b.dtype}")
-    if b.shape[0] > 1 and b.shape[1] > 1 and b.stride(1) != 1:
+    if known(b.shape[0] > 1) and known(b.shape[1] > 1) and known(b.stride(1) != 1):
         raise ValueError(f"{_OP}: b: expected a row-major or column-major (T, N) tensor (stride(1) == 1 or "
                          f"stride(0) == 1, without overlapping rows or columns), got strides {tuple(b.stride())}")
     if a.shape[0] == 0 and offs.dim() == 1 and offs.dtype == torch.int32:  # H = 0: the empty (E, 0, N) product

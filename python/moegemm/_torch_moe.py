@@ -7,11 +7,12 @@ import operator
 
 import torch
 
-from ._torch_errors import call_named, check_row_major, check_same_device, misfit_operand
+from . import _torch_ops  # noqa: F401  (the ops, also where this module is imported on its own: unpickling)
+from ._torch_errors import call_named, check_row_major, check_same_device, known, misfit_operand
 from ._torch_first_order import first_order_only
 from ._torch_layouts import check_aligned_base
 from ._torch_options import ACTIVATIONS, GLU_LAYOUTS, MAX_EXPERTS, check_choice, check_flag
-from ._torch_weights import dense_grad, flipped, operand_view, weight_grad_like, weight_operand
+from ._torch_weights import dense_grad, flipped, saved_operand, weight_grad_like, weight_operand
 
 _OP = "moe_mlp"
 
@@ -47,6 +48,7 @@ class _MoEMLPFunction(torch.autograd.Function):
         # connects a second derivative to the saved tensors that require grad.
         ctx.save_for_backward(x, w_up, w_down, offsets, prob, h, c)
         ctx.layouts = (up_layout, down_layout)
+        ctx.op = op
         ctx.config = (glu, zero_tail)
         ctx.dtypes = (w_up.dtype, w_down.dtype, None if prob is None else prob.dtype)
         return y
@@ -55,8 +57,12 @@ class _MoEMLPFunction(torch.autograd.Function):
     @first_order_only  # the backward runs moegemm ops, which have no derivative of their own
     def backward(ctx, saved, dy):
         x, w_up, w_down, offsets, prob, h, c = saved
+        # The weight gradients take the forward's layouts (the stride order of the caller's weights); the
+        # dgrad GEMMs read the saved weights as they are now (a saved-tensor hook may have copied them).
         up_layout, down_layout = ctx.layouts
-        up, down, prob32 = operand_view(w_up, up_layout), operand_view(w_down, down_layout), _as_f32(prob)
+        up, up_read = saved_operand(w_up, up_layout, ctx.op, "w_up", ("H", "2I"))
+        down, down_read = saved_operand(w_down, down_layout, ctx.op, "w_down", ("I", "H"))
+        prob32 = _as_f32(prob)
         glu, zero_tail = ctx.config
         w_up_dtype, w_down_dtype, prob_dtype = ctx.dtypes
         need_x, need_up, need_down, _, need_prob = ctx.needs_input_grad[:5]
@@ -66,12 +72,12 @@ class _MoEMLPFunction(torch.autograd.Function):
             # prob's gradient is written on every row: zeros past offsets[-1] (rows that no expert owns)
             # whatever zero_tail, since it feeds the router.
             dc, dprob32, _, _ = torch.ops.moegemm.grouped_gemm_dglu(
-                dy, down, c, offsets, b_layout=flipped(down_layout), prob=prob32, compute_dprob=bool(need_prob),
+                dy, down, c, offsets, b_layout=flipped(down_read), prob=prob32, compute_dprob=bool(need_prob),
                 zero_tail=zero_tail or bool(need_prob), **glu)
             if need_prob:
                 dprob = dprob32.to(prob_dtype)
             if need_x:
-                dx, _ = torch.ops.moegemm.grouped_gemm(dc, up, offsets, b_layout=flipped(up_layout),
+                dx, _ = torch.ops.moegemm.grouped_gemm(dc, up, offsets, b_layout=flipped(up_read),
                                                        zero_tail=zero_tail)
             if need_up:
                 transpose, fix = weight_grad_like(up_layout)
@@ -151,7 +157,7 @@ def _check_operands(op, x, w_up, w_down, offsets, prob, activation, glu_layout) 
     if prob is not None and tuple(prob.shape) != (x.shape[0],):
         raise ValueError(f"{op}: prob: expected shape (M={x.shape[0]},) with M from x, got {tuple(prob.shape)}")
     # The op's rule, checked before the float32 conversion (which would copy a strided prob of another dtype).
-    if prob is not None and prob.shape[0] > 1 and prob.stride(0) != 1:
+    if prob is not None and known(prob.shape[0] > 1) and known(prob.stride(0) != 1):
         raise ValueError(f"{op}: prob: expected a contiguous vector (stride(0) == 1), got stride(0)={prob.stride(0)}")
     check_same_device(op, x=x, w_up=w_up, w_down=w_down, offsets=offsets, prob=prob)
     check_row_major(op, "x", x, "(M, H)", "; pass x.contiguous()")
@@ -351,6 +357,10 @@ class MoEMLP(torch.nn.Module):
             raise
 
     def extra_repr(self) -> str:
+        """The constructor's arguments, as nn.Linear's repr gives its own; the clamp's with swiglu_clamped."""
         e, h, n2 = self.w_up.shape
-        return (f"experts={e}, hidden={h}, intermediate={n2 // 2}, activation={self.activation}, "
-                f"glu_layout={self.glu_layout}")
+        text = (f"num_experts={e}, hidden={h}, intermediate={n2 // 2}, activation={self.activation!r}, "
+                f"glu_layout={self.glu_layout!r}, zero_tail={self.zero_tail}")
+        if self.activation == "swiglu_clamped":
+            text += "".join(f", {name}={value!r}" for name, value in self.clamp.items())
+        return text

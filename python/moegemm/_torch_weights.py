@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from ._torch_errors import known
+
 _FLIP = {"kn": "nk", "nk": "kn"}
 
 
@@ -58,9 +60,20 @@ def weight_operand(w: torch.Tensor, op: str, name: str, shape: torch.Size | None
 
 def operand_view(w: torch.Tensor, layout: str) -> torch.Tensor:
     """The moegemm b of ``w`` read with ``layout`` (no checks): ``w`` itself for "kn", the (E, N, K) tensor it
-    views for "nk". weight_operand returns it; an autograd Function saves the caller's ``w`` and takes it again
-    in its backward, so that the saved tensor is the one that requires grad."""
+    views for "nk". weight_operand returns it; an autograd Function saves the caller's ``w``, so that the saved
+    tensor is the one that requires grad, and takes it again in its backward with saved_operand."""
     return w if layout == "kn" else w.mT
+
+
+def saved_operand(w: torch.Tensor, layout: str, op: str, name: str, dims: tuple[str, str] = ("K", "N")) -> tuple:
+    """(b, b_layout) of a weight that an autograd Function saved in its forward, where weight_operand read it
+    with ``layout``. A saved-tensor hook may hand back another tensor than the one saved:
+    ``torch.autograd.graph.save_on_cpu`` packs a contiguous copy, so that a ``w.mT`` read as "nk" comes back
+    N-contiguous. Such a tensor is read with the layout its strides give (weight_operand's rules and errors)."""
+    strides, shape = w.stride(), w.shape
+    if layout == "kn" and (strides[2] == 1 or shape[2] <= 1) or layout == "nk" and (strides[1] == 1 or shape[1] <= 1):
+        return operand_view(w, layout), layout
+    return weight_operand(w, op, name, shape, dims)
 
 
 def dense_grad(g: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -68,7 +81,7 @@ def dense_grad(g: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     with all-zero strides, which ``contiguous()`` keeps (nothing to copy) and the ops' stride checks
     reject; an empty one is replaced by a fresh empty tensor of the same shape (no data, no fill)."""
     g = g.to(dtype)
-    return g.contiguous() if g.numel() else g.new_empty(g.shape)
+    return g.new_empty(g.shape) if known(g.numel() == 0) else g.contiguous()
 
 
 def flipped(layout: str) -> str:

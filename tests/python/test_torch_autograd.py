@@ -628,3 +628,71 @@ def test_prob_grad_is_zero_past_the_last_offset_without_zero_tail():
     y[:64].float().sum().backward()
     assert torch.isfinite(prob.grad).all() and (prob.grad[64:] == 0).all()
     assert (prob.grad[:64] != 0).any()
+
+
+def _contiguous_copies():
+    """Saved-tensor hooks that pack each saved tensor into a contiguous copy, as an offloading hook may."""
+    return torch.autograd.graph.saved_tensors_hooks(lambda t: t.clone(memory_format=torch.contiguous_format),
+                                                    lambda t: t)
+
+
+@pytest.mark.parametrize("hooks", [lambda: torch.autograd.graph.save_on_cpu(pin_memory=True), _contiguous_copies],
+                         ids=["save_on_cpu", "contiguous_copies"])
+@pytest.mark.parametrize("device", DEVICES)
+def test_saved_tensor_hooks_that_copy_transposed_weights(device, hooks):
+    """torch.autograd.graph.save_on_cpu(pin_memory=True) packs each saved tensor into a contiguous copy, so that
+    weights passed as w.mT come back to the backward in the other layout: moe_mlp and grouped_mm read them as
+    they are then, and give the gradients of the same calls without hooks, bitwise, in the weights' own stride
+    order."""
+    m, h, i = 24, 32, 16
+    offsets = offsets_of([5, 0, 11, 8], device)
+    x = randn(m, h, seed=80, device=device)
+    w_up = randn(4, 2 * i, h, seed=81, scale=0.2, device=device).mT  # (E, H, 2I) views of (E, 2I, H)
+    w_down = randn(4, h, i, seed=82, scale=0.2, device=device).mT  # (E, I, H) views of (E, H, I)
+    prob = torch.rand(m, generator=torch.Generator().manual_seed(83)).to(device)
+    dy = randn(m, h, seed=84, device=device)
+    calls = [(lambda x, up, down, p: mt.moe_mlp(x, up, down, offsets, p), (x, w_up, w_down, prob)),
+             (lambda x, down: mt.grouped_mm(x, down.mT, offsets), (x, w_down))]
+    for fn, args in calls:
+        results = []
+        for hooked in (False, True):
+            leaves = [t.detach().requires_grad_() for t in args]
+            if hooked:
+                with hooks():
+                    y = fn(*leaves)
+            else:
+                y = fn(*leaves)
+            y.backward(dy[:, :y.shape[1]])
+            results.append([t.grad for t in leaves])
+        for plain, hooked, leaf in zip(*results, args):
+            assert torch.equal(plain, hooked) and hooked.stride() == leaf.stride()
+
+
+def test_a_module_unpickled_in_a_new_process_finds_the_ops(tmp_path):
+    """torch.save of a whole MoEMLP pickles its class, moegemm._torch_moe: torch.load in a process that never
+    imported moegemm.torch imports only that module, which loads the ops itself."""
+    import subprocess
+    import sys
+
+    mlp = mt.MoEMLP(4, 32, 16, dtype=torch.float32)
+    x, offsets = randn(8, 32, dtype=torch.float32, seed=85), offsets_of([2, 2, 2, 2])
+    torch.save((mlp, x, offsets, mlp(x, offsets).detach()), tmp_path / "mlp.pt")
+    script = ("import sys, torch\n"
+              f"mlp, x, offsets, y = torch.load({str(tmp_path / 'mlp.pt')!r}, weights_only=False)\n"
+              "assert 'moegemm.torch' not in sys.modules\n"
+              "assert torch.equal(mlp(x, offsets), y)\n")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+
+
+@pytest.mark.parametrize("kwargs", [dict(), dict(activation="geglu", glu_layout="interleaved32", zero_tail=False),
+                                    dict(activation="swiglu_clamped", limit=5.0, act_alpha=1.5, linear_offset=0.5)])
+def test_module_repr_gives_its_constructor_arguments(kwargs):
+    """MoEMLP's repr names every argument it was built with (the clamp's with swiglu_clamped): those arguments
+    build a module of the same configuration."""
+    mlp = mt.MoEMLP(4, 32, 32, **kwargs)
+    rebuilt = eval(f"mt.MoEMLP({mlp.extra_repr()})")
+    assert (rebuilt.activation, rebuilt.glu_layout, rebuilt.zero_tail, rebuilt.clamp, rebuilt.w_up.shape,
+            rebuilt.w_down.shape) == (mlp.activation, mlp.glu_layout, mlp.zero_tail, mlp.clamp, mlp.w_up.shape,
+                                      mlp.w_down.shape)
+    assert ("limit=" in repr(mlp)) == (kwargs.get("activation") == "swiglu_clamped")

@@ -197,3 +197,57 @@ def test_fake_tensor_mode_propagates_shapes_without_reading_addresses():
             warnings.simplefilter("error")  # a data_ptr() deprecation warning fails the test
             fake = fn(*(None if t is None else mode.from_tensor(t) for t in args))
         assert (fake.shape, fake.dtype, fake.stride()) == (eager.shape, eager.dtype, eager.stride())
+
+
+def test_compile_fullgraph_with_a_token_count_known_only_at_run_time():
+    """Tokens chosen by a mask (an unbacked size under torch.compile: only the run knows it) trace with
+    fullgraph=True through moe_mlp forward and backward, and through grouped_mm's 2-D x 3-D and 2-D x 2-D
+    modes, with eager's values: the Python checks that would guard on the count leave it to the ops."""
+    k, i = 32, 16
+    w_up, w_down, w = randn(4, k, 2 * i, seed=1, scale=0.2), randn(4, i, k, seed=2, scale=0.2), randn(4, k, i, seed=3)
+    x, score = randn(40, k, seed=4), torch.rand(40, generator=torch.Generator().manual_seed(5))
+
+    def layer(x, score, w_up, w_down, w):
+        keep = (score > 0.3).nonzero().squeeze(1)
+        xs, prob = x.index_select(0, keep), score.index_select(0, keep)
+        offsets = (torch.arange(1, 5) * xs.shape[0] // 4).to(torch.int32)
+        y = mt.moe_mlp(xs, w_up, w_down, offsets, prob)
+        return y, mt.grouped_mm(xs, w, offsets), mt.grouped_mm(xs.t(), y, offsets)
+
+    results = []
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):  # nonzero inside the graph
+        for run in (layer, torch.compile(layer, fullgraph=True, backend="aot_eager")):
+            leaves = [t.detach().requires_grad_() for t in (x, score, w_up, w_down, w)]
+            outs = run(*leaves)
+            sum(o.float().square().sum() for o in outs).backward()
+            results.append([o.detach() for o in outs] + [t.grad for t in leaves])
+    for eager, compiled in zip(*results):
+        assert torch.equal(eager, compiled)
+
+
+def test_export_of_moe_mlp_and_grouped_mm_gives_eager_outputs(tmp_path):
+    """torch.export of a module that calls MoEMLP and grouped_mm, with a dynamic token count, gives eager's
+    outputs at other token counts, also after torch.export.save and load (docs/torch.md: a forward program)."""
+
+    class Layer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.mlp = mt.MoEMLP(4, 32, 16, dtype=torch.bfloat16)
+            self.w = torch.nn.Parameter(randn(4, 32, 24, seed=1))
+
+        def forward(self, x, offsets):
+            return self.mlp(x, offsets), mt.grouped_mm(x, self.w, offsets, zero_tail=True)
+
+    layer = Layer()
+    tokens = torch.export.Dim("tokens", min=2, max=4096)
+    with torch.no_grad():
+        program = torch.export.export(layer, (randn(24, 32, seed=2), offsets_of([5, 0, 11, 8])),
+                                      dynamic_shapes=({0: tokens}, None))
+        torch.export.save(program, tmp_path / "layer.pt2")
+        loaded = torch.export.load(tmp_path / "layer.pt2")
+        for m, sizes in ((24, [5, 0, 11, 8]), (40, [1, 20, 0, 13])):
+            x, offsets = randn(m, 32, seed=m), offsets_of(sizes)
+            for exported in (program.module(), loaded.module()):
+                for want, got in zip(layer(x, offsets), exported(x, offsets)):
+                    assert torch.equal(want, got)
