@@ -4,6 +4,7 @@ these (through the workspace query) and cover the rest (alignment, strides, E <=
 
 from __future__ import annotations
 
+import functools
 from typing import Iterable
 
 import jax
@@ -200,12 +201,14 @@ def check_group_sizes(op: str, group_sizes, groups: int, what: str, rows_name: s
                          f"(their sums become int32 offsets), got shape {tuple(rows_of.shape)}")
 
 
+@functools.partial(jax.jit, static_argnums=1)
 def offsets_from_sizes(group_sizes, m: int):
     """(G,) int32 offsets = cumsum(group_sizes) clamped to [0, M], computed in the traced function (it stays
     on the device). No sum wraps, whatever the dtype: each size is clipped to [0, M] in its own dtype (a
     negative size counts as 0), then the sizes are summed in uint32 with saturation at M (each step adds two
     values <= M < 2^31). For sizes >= 0 that is exactly min(cumsum, M): a size of M or more fills every row
-    that is left either way."""
+    that is left either way. Jitted, so that an eager call moves no Python scalar to the device (as
+    ``jax.lax.ragged_dot`` moves none; ``jax.transfer_guard("disallow")`` refuses such a transfer)."""
     dtype = jax.dtypes.canonicalize_dtype(group_sizes.dtype)  # int64 is int32 unless jax_enable_x64
     if dtype.itemsize < 4:  # widen first, so that M is representable in the clip
         group_sizes = group_sizes.astype(jnp.uint32 if jnp.issubdtype(dtype, jnp.unsignedinteger) else jnp.int32)

@@ -4,7 +4,7 @@ trace-time workspace query, and the one function that emits a custom call.
 Every op is the FFI target ``moegemm_<op>``, registered twice under that name: for platform ``CUDA``
 (the sm_90a kernels on XLA's stream, command-buffer compatible) and for platform ``cpu`` (the CPU
 reference). XLA picks the handler by the platform the computation is compiled for. Loading and
-registration happen on first use, once per process.
+registration happen once per process, when moegemm.jax is imported.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import numpy as np
 from moegemm import _jax_vma as vma
 from moegemm import _native
 
-_OPS = (
+OPS = (  # the ops, each the FFI target target_name(op)
     "grouped_gemm",
     "grouped_gemm_glu",
     "grouped_gemm_dglu",
@@ -47,7 +47,8 @@ def target_name(op: str) -> str:
 
 
 def library() -> ctypes.CDLL:
-    """libmoegemm_jax.so, loaded and its targets registered on the first call (thread-safe).
+    """libmoegemm_jax.so, loaded and its targets registered on the first call (thread-safe; moegemm.jax
+    makes that call when imported).
 
     Raises ImportError when the library is not built (see moegemm._native.library_path).
     """
@@ -67,7 +68,7 @@ def library() -> ctypes.CDLL:
                 ctypes.POINTER(ctypes.c_uint64), ctypes.c_char_p, ctypes.c_size_t,
             ]
             lib.moegemm_jax_device_kernels_available.restype = ctypes.c_int
-            for op in _OPS:
+            for op in OPS:
                 for platform, suffix in (("cpu", "cpu"), ("CUDA", "cuda")):
                     handler = getattr(lib, f"moegemm_jax_{op}_{suffix}")
                     jax.ffi.register_ffi_target(

@@ -17,7 +17,8 @@ Conventions of every function here:
   on an sm_90 GPU the sm_90a kernels (every op, forward and backward, so ragged_dot and moe_mlp with
   their gradients run entirely on the GPU). The kernels take bf16 inputs: f16 operands run on the CPU
   backend, and on the GPU the call fails with UNIMPLEMENTED (a JaxRuntimeError naming the op).
-Importing this module needs jax; ``import moegemm`` does not.
+Importing this module needs jax (``import moegemm`` does not), loads libmoegemm_jax.so and registers its
+FFI targets (ImportError naming the folder where the library is missing).
 """
 
 from __future__ import annotations
@@ -34,19 +35,28 @@ except ImportError as exc:  # pragma: no cover - exercised only without jax
 from moegemm import _jax_checks as chk
 from moegemm import _jax_native as native
 
+# The FFI targets are registered here, not at the first op call: a process that runs only deserialized code
+# (jax.export, jax.experimental.serialize_executable) traces no op and needs them all the same.
+native.library()
+
 __all__ = [
     "grouped_gemm", "grouped_gemm_glu", "grouped_gemm_dglu", "grouped_gemm_srelu", "grouped_gemm_dsrelu",
     "grouped_gemm_wgrad", "gemm_swiglu", "gemm_amax", "gemm_srelu", "gemm_dsrelu",
-    "GroupedBackward", "ragged_dot", "moe_mlp", "device_kernels_available",
+    "GroupedBackward", "ragged_dot", "moe_mlp", "device_kernels_available", "FFI_TARGETS",
 ]
+
+FFI_TARGETS = tuple(native.target_name(op) for op in native.OPS)
+"""The XLA FFI target names of the ten ops (``moegemm_grouped_gemm``, ...). ``jax.export`` refuses custom
+calls without a compatibility guarantee unless told: pass
+``disabled_checks=[jax.export.DisabledSafetyCheck.custom_call(t) for t in FFI_TARGETS]``. The targets' ABI is
+this build's: run exported code with the moegemm it was exported with (docs/jax.md)."""
 
 ACTIVATIONS = ("swiglu", "geglu", "swiglu_clamped")
 GLU_LAYOUTS = ("halves", "interleaved32", "interleaved32_up_first")
 
 
 def device_kernels_available() -> bool:
-    """True when the sm_90a kernels can run in this process on the current CUDA device (loads the native
-    library)."""
+    """True when the sm_90a kernels can run in this process on the current CUDA device."""
     return native.device_kernels_available()
 
 
