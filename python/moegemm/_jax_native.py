@@ -50,29 +50,33 @@ def library() -> ctypes.CDLL:
     """libmoegemm_jax.so, loaded and its targets registered on the first call (thread-safe; moegemm.jax
     makes that call when imported).
 
-    Raises ImportError when the library is not built (see moegemm._native.library_path).
+    Raises ImportError when the library is not built (see moegemm._native.library_path) or does not load
+    (moegemm._native.load_failed: a truncated file, a stale build without one of the symbols).
     """
     global _lib
     if _lib is not None:
         return _lib
     with _lock:
         if _lib is None:
-            lib = ctypes.CDLL(str(_native.library_path("moegemm_jax")))
-            lib.moegemm_jax_workspace_bytes.restype = ctypes.c_int
-            lib.moegemm_jax_workspace_bytes.argtypes = [
-                ctypes.c_char_p, ctypes.c_char_p,
-                ctypes.c_int32, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_int32),
-                ctypes.POINTER(ctypes.c_int64),
-                ctypes.c_int32, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_int32),
-                ctypes.POINTER(ctypes.c_int64),
-                ctypes.POINTER(ctypes.c_uint64), ctypes.c_char_p, ctypes.c_size_t,
-            ]
-            lib.moegemm_jax_device_kernels_available.restype = ctypes.c_int
-            for op in OPS:
-                for platform, suffix in (("cpu", "cpu"), ("CUDA", "cuda")):
-                    handler = getattr(lib, f"moegemm_jax_{op}_{suffix}")
-                    jax.ffi.register_ffi_target(
-                        target_name(op), jax.ffi.pycapsule(handler), platform=platform)
+            path = _native.library_path("moegemm_jax")
+            try:
+                lib = ctypes.CDLL(str(path))
+                lib.moegemm_jax_workspace_bytes.restype = ctypes.c_int
+                lib.moegemm_jax_workspace_bytes.argtypes = [
+                    ctypes.c_char_p, ctypes.c_char_p,
+                    ctypes.c_int32, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_int32),
+                    ctypes.POINTER(ctypes.c_int64),
+                    ctypes.c_int32, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_int32),
+                    ctypes.POINTER(ctypes.c_int64),
+                    ctypes.POINTER(ctypes.c_uint64), ctypes.c_char_p, ctypes.c_size_t,
+                ]
+                lib.moegemm_jax_device_kernels_available.restype = ctypes.c_int
+                handlers = {(op, platform): getattr(lib, f"moegemm_jax_{op}_{suffix}")
+                            for op in OPS for platform, suffix in (("cpu", "cpu"), ("CUDA", "cuda"))}
+            except (OSError, AttributeError) as error:
+                raise _native.load_failed(path, error) from error
+            for (op, platform), handler in handlers.items():
+                jax.ffi.register_ffi_target(target_name(op), jax.ffi.pycapsule(handler), platform=platform)
             _lib = lib
     return _lib
 

@@ -14,6 +14,8 @@ from moegemm import _jax_vma as vma
 from moegemm.jax import grouped_gemm, grouped_gemm_wgrad
 
 _OP = "ragged_dot"
+# Jitted, so that an eager call moves no host scalar to the device (jax.lax.ragged_dot's zeros move none).
+_zeros = jax.jit(jnp.zeros, static_argnums=(0, 1))
 
 
 def _wgrad_as(lhs, dout, offsets, dtype):
@@ -94,6 +96,6 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
     if rhs.shape[0] == 0 or lhs.shape[1] == 0 or rhs.shape[2] == 0:
         # No groups (every row is past the last one), nothing to contract or no columns: zero (or empty), as
         # jax.lax.ragged_dot gives; no kernel to run. Inside shard_map typed as varying like the operands.
-        zeros = jnp.zeros((lhs.shape[0], rhs.shape[2]), out_dtype)
+        zeros = _zeros((lhs.shape[0], rhs.shape[2]), out_dtype)
         return vma.cast_all([zeros], vma.union([lhs, rhs, group_sizes]))[0]
     return _ragged_dot(lhs, rhs, group_sizes, out_dtype)

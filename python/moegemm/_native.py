@@ -7,9 +7,10 @@ from pathlib import Path
 
 
 def library_dir() -> Path:
-    """Folder holding libmoegemm.so and the binding libraries: $MOEGEMM_LIB_DIR, else this package."""
+    """Folder holding libmoegemm.so and the binding libraries: $MOEGEMM_LIB_DIR, else this package. Absolute
+    either way: the loader searches its own path for a file name without a slash ("lib.so" from "." alone)."""
     override = os.environ.get("MOEGEMM_LIB_DIR")
-    return Path(override) if override else Path(__file__).resolve().parent
+    return Path(override).absolute() if override else Path(__file__).resolve().parent
 
 
 def library_path(stem: str) -> Path:
@@ -21,3 +22,11 @@ def library_path(stem: str) -> Path:
             "(pip install --no-build-isolation .) or set MOEGEMM_LIB_DIR"
         )
     return path
+
+
+def load_failed(path: Path, error: Exception) -> ImportError:
+    """The ImportError for a native library that is there but does not load (a truncated or stale build: the
+    loader's OSError, or an AttributeError for a symbol it lacks), so that ``except ImportError`` around an
+    optional front end catches it as it catches a missing library."""
+    return ImportError(f"moegemm: native library {path.name} in {path.parent} does not load ({error}); rebuild "
+                       "the package (pip install --no-build-isolation .) or set MOEGEMM_LIB_DIR")

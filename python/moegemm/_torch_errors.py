@@ -7,7 +7,11 @@ The ops they call check everything before any launch, but name their own operand
 from __future__ import annotations
 
 import torch
-from torch.fx.experimental.symbolic_shapes import guard_or_false
+
+try:
+    from torch.fx.experimental.symbolic_shapes import guard_or_false
+except ImportError:  # an older torch: a condition is evaluated as it is (unbacked sizes then fail to trace)
+    guard_or_false = bool
 
 
 def known(condition) -> bool:

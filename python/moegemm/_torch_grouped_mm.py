@@ -282,7 +282,9 @@ class _RaggedKMM(torch.autograd.Function):
             da_t, _ = _GROUPED_GEMM(b, dout, offs, b_layout="nk", zero_tail=ctx.zero_tail)
             da = da_t.t()  # (H, T) with stride(0) == 1, like a
         if ctx.needs_input_grad[1]:
-            db, _ = _GROUPED_GEMM(a.t(), dout, offs, b_layout="kn", zero_tail=ctx.zero_tail)
+            # a.t() as the kernels read it in place, or copied: a saved-tensor hook may hand a back
+            # row-major, whose transpose is column-major at an unaligned column stride.
+            db, _ = _GROUPED_GEMM(rows_or_columns(a.t()), dout, offs, b_layout="kn", zero_tail=ctx.zero_tail)
         return da, db, None, None, None, None
 
 

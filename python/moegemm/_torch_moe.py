@@ -154,7 +154,7 @@ def _check_operands(op, x, w_up, w_down, offsets, prob, activation, glu_layout) 
         raise ValueError(f"{op}: x: expected a 2-D (M, H) tensor, got shape {tuple(x.shape)}")
     if prob is not None and not prob.is_floating_point():
         raise ValueError(f"{op}: prob: expected a floating dtype, got {prob.dtype}")
-    if prob is not None and tuple(prob.shape) != (x.shape[0],):
+    if prob is not None and (prob.dim() != 1 or known(prob.shape[0] != x.shape[0])):
         raise ValueError(f"{op}: prob: expected shape (M={x.shape[0]},) with M from x, got {tuple(prob.shape)}")
     # The op's rule, checked before the float32 conversion (which would copy a strided prob of another dtype).
     if prob is not None and known(prob.shape[0] > 1) and known(prob.stride(0) != 1):
@@ -361,6 +361,7 @@ class MoEMLP(torch.nn.Module):
         e, h, n2 = self.w_up.shape
         text = (f"num_experts={e}, hidden={h}, intermediate={n2 // 2}, activation={self.activation!r}, "
                 f"glu_layout={self.glu_layout!r}, zero_tail={self.zero_tail}")
-        if self.activation == "swiglu_clamped":
-            text += "".join(f", {name}={value!r}" for name, value in self.clamp.items())
+        if self.activation == "swiglu_clamped":  # float('inf') where repr would give inf, which eval cannot read
+            text += "".join(f", {name}={value!r}" if math.isfinite(value) else f", {name}=float('{value}')"
+                            for name, value in self.clamp.items())
         return text

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from ._native import library_path
+from ._native import library_path, load_failed
 from ._torch_errors import check_same_device
 from ._torch_options import ACTIVATIONS as _ACTIVATIONS
 from ._torch_options import B_LAYOUTS as _B_LAYOUTS
@@ -19,7 +19,11 @@ from ._torch_options import b_layouts_text as _b_layouts_text
 from ._torch_options import GLU_LAYOUTS as _GLU_LAYOUTS
 from ._torch_options import check_choice as _check_choice
 
-torch.ops.load_library(str(library_path("moegemm_torch")))
+_LIBRARY = library_path("moegemm_torch")
+try:
+    torch.ops.load_library(str(_LIBRARY))
+except OSError as error:
+    raise load_failed(_LIBRARY, error) from error
 
 
 def _dims(t: torch.Tensor) -> str:

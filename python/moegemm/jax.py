@@ -410,3 +410,7 @@ def gemm_dsrelu(dy, b, c, *, b_layout="nk", alpha=1.0, prob=None, compute_dprob=
 
 from moegemm._jax_ragged_dot import ragged_dot  # noqa: E402
 from moegemm._jax_moe_mlp import moe_mlp  # noqa: E402
+
+# Pickled by reference as moegemm.jax.<name>: unpickling imports this module first, which defines the ops
+# that the modules of these two import from it.
+ragged_dot.__module__ = moe_mlp.__module__ = __name__

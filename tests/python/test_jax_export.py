@@ -103,3 +103,30 @@ def test_a_serialized_executable_runs_in_a_process_that_traced_no_op(tmp_path):
     path = tmp_path / "layer.pkl"
     path.write_bytes(pickle.dumps((payload, in_tree, out_tree, [np.asarray(a) for a in args], want)))
     assert "deserialized ok" in _run_fresh(_LOAD, str(path))
+
+
+_UNPICKLE = r'''
+import pickle, sys
+import numpy as np
+
+with open(sys.argv[1], "rb") as f:
+    calls, want = pickle.load(f)
+for (fn, args), w in zip(calls, want):
+    assert np.array_equal(w, np.asarray(fn(*args), np.float32))
+print("unpickled ok")
+'''
+
+
+def test_pickled_entry_points_run_in_a_new_process(tmp_path):
+    """ragged_dot and moe_mlp pickle by reference as moegemm.jax's (also inside functools.partial): unpickling
+    them in a new process imports moegemm.jax, which defines what their own modules import from it."""
+    import functools
+    import pickle
+
+    x, w_up, w_down, sizes = (np.asarray(a) for a in _inputs())
+    calls = [(mj.ragged_dot, (x, w_up, sizes)),
+             (functools.partial(mj.moe_mlp, activation="geglu"), (x, w_up, w_down, sizes))]
+    want = [np.asarray(fn(*args), np.float32) for fn, args in calls]
+    path = tmp_path / "calls.pkl"
+    path.write_bytes(pickle.dumps((calls, want)))
+    assert "unpickled ok" in _run_fresh(_UNPICKLE, str(path))

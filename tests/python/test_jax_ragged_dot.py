@@ -193,15 +193,18 @@ def test_zero_groups_give_zeros_like_jax():
 
 @pytest.mark.parametrize("platform", PLATFORMS)
 def test_eager_calls_move_nothing_from_the_host(platform):
-    """Eager ragged_dot and moe_mlp transfer no host value to the device, as jax.lax.ragged_dot transfers none
-    (jax.transfer_guard("disallow") refuses any such transfer), and give their jitted values."""
+    """Eager ragged_dot (also with no groups, which runs no kernel) and moe_mlp transfer no host value to the
+    device, as jax.lax.ragged_dot transfers none (jax.transfer_guard("disallow") refuses any such transfer), and
+    give their jitted values."""
     rng = np.random.default_rng(16)
     device = platform_device(platform)
     x, w, w_up, w_down = (jax.device_put(rand(rng, shape, scale=0.3), device)
                           for shape in ((24, 16), (4, 16, 32), (4, 16, 32), (4, 16, 16)))
     gs, prob = jax.device_put(jnp.asarray([5, 0, 11, 6], jnp.int32), device), jax.device_put(
         jnp.asarray(rng.random(24), jnp.float32), device)
-    calls = [lambda: mj.ragged_dot(x, w, gs), lambda: mj.moe_mlp(x, w_up, w_down, gs, prob=prob)]
+    no_groups = jax.device_put(jnp.zeros((0,), jnp.int32), device), jax.device_put(rand(rng, (0, 16, 8)), device)
+    calls = [lambda: mj.ragged_dot(x, w, gs), lambda: mj.moe_mlp(x, w_up, w_down, gs, prob=prob),
+             lambda: mj.ragged_dot(x, no_groups[1], no_groups[0])]
     jitted = [jax.jit(call)() for call in calls]
     with jax.transfer_guard("disallow"):
         eager = [call() for call in calls]

@@ -641,9 +641,9 @@ def _contiguous_copies():
 @pytest.mark.parametrize("device", DEVICES)
 def test_saved_tensor_hooks_that_copy_transposed_weights(device, hooks):
     """torch.autograd.graph.save_on_cpu(pin_memory=True) packs each saved tensor into a contiguous copy, so that
-    weights passed as w.mT come back to the backward in the other layout: moe_mlp and grouped_mm read them as
-    they are then, and give the gradients of the same calls without hooks, bitwise, in the weights' own stride
-    order."""
+    weights passed as w.mT, and the 2-D x 2-D mode's column-major a, come back to the backward in the other
+    layout: moe_mlp and grouped_mm read them as they are then, and give the gradients of the same calls
+    without hooks, bitwise and with the same strides."""
     m, h, i = 24, 32, 16
     offsets = offsets_of([5, 0, 11, 8], device)
     x = randn(m, h, seed=80, device=device)
@@ -651,8 +651,10 @@ def test_saved_tensor_hooks_that_copy_transposed_weights(device, hooks):
     w_down = randn(4, h, i, seed=82, scale=0.2, device=device).mT  # (E, I, H) views of (E, H, I)
     prob = torch.rand(m, generator=torch.Generator().manual_seed(83)).to(device)
     dy = randn(m, h, seed=84, device=device)
+    t, offsets_t = 20, offsets_of([5, 0, 7, 8], device)  # 2-D x 2-D: T = 20 rows, 40 bytes a bf16 column
     calls = [(lambda x, up, down, p: mt.moe_mlp(x, up, down, offsets, p), (x, w_up, w_down, prob)),
-             (lambda x, down: mt.grouped_mm(x, down.mT, offsets), (x, w_down))]
+             (lambda x, down: mt.grouped_mm(x, down.mT, offsets), (x, w_down)),
+             (lambda a, b: mt.grouped_mm(a.t(), b, offsets_t).flatten(1), (x[:t], dy[:t, :8]))]
     for fn, args in calls:
         results = []
         for hooked in (False, True):
@@ -662,10 +664,10 @@ def test_saved_tensor_hooks_that_copy_transposed_weights(device, hooks):
                     y = fn(*leaves)
             else:
                 y = fn(*leaves)
-            y.backward(dy[:, :y.shape[1]])
+            y.backward(randn(*y.shape, seed=85, device=device))
             results.append([t.grad for t in leaves])
-        for plain, hooked, leaf in zip(*results, args):
-            assert torch.equal(plain, hooked) and hooked.stride() == leaf.stride()
+        for plain, hooked in zip(*results):
+            assert torch.equal(plain, hooked) and hooked.stride() == plain.stride()
 
 
 def test_a_module_unpickled_in_a_new_process_finds_the_ops(tmp_path):
@@ -686,7 +688,8 @@ def test_a_module_unpickled_in_a_new_process_finds_the_ops(tmp_path):
 
 
 @pytest.mark.parametrize("kwargs", [dict(), dict(activation="geglu", glu_layout="interleaved32", zero_tail=False),
-                                    dict(activation="swiglu_clamped", limit=5.0, act_alpha=1.5, linear_offset=0.5)])
+                                    dict(activation="swiglu_clamped", limit=5.0, act_alpha=1.5, linear_offset=0.5),
+                                    dict(activation="swiglu_clamped", limit=float("inf"))])
 def test_module_repr_gives_its_constructor_arguments(kwargs):
     """MoEMLP's repr names every argument it was built with (the clamp's with swiglu_clamped): those arguments
     build a module of the same configuration."""

@@ -200,7 +200,7 @@ def test_fake_tensor_mode_propagates_shapes_without_reading_addresses():
 
 
 def test_compile_fullgraph_with_a_token_count_known_only_at_run_time():
-    """Tokens chosen by a mask (an unbacked size under torch.compile: only the run knows it) trace with
+    """Tokens chosen by a mask (unbacked sizes under torch.compile: only the run knows them) trace with
     fullgraph=True through moe_mlp forward and backward, and through grouped_mm's 2-D x 3-D and 2-D x 2-D
     modes, with eager's values: the Python checks that would guard on the count leave it to the ops."""
     k, i = 32, 16
@@ -208,8 +208,8 @@ def test_compile_fullgraph_with_a_token_count_known_only_at_run_time():
     x, score = randn(40, k, seed=4), torch.rand(40, generator=torch.Generator().manual_seed(5))
 
     def layer(x, score, w_up, w_down, w):
-        keep = (score > 0.3).nonzero().squeeze(1)
-        xs, prob = x.index_select(0, keep), score.index_select(0, keep)
+        keep = score > 0.3
+        xs, prob = x[keep], torch.masked_select(score, keep)  # two counts, equal only when the graph runs
         offsets = (torch.arange(1, 5) * xs.shape[0] // 4).to(torch.int32)
         y = mt.moe_mlp(xs, w_up, w_down, offsets, prob)
         return y, mt.grouped_mm(xs, w, offsets), mt.grouped_mm(xs.t(), y, offsets)
