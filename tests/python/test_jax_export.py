@@ -16,6 +16,8 @@ import jax.numpy as jnp  # noqa: E402
 
 import moegemm.jax as mj  # noqa: E402
 
+from jax_helpers import on_cpu  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -96,10 +98,11 @@ def test_a_serialized_executable_runs_in_a_process_that_traced_no_op(tmp_path):
 
     from jax.experimental import serialize_executable
 
-    args = _inputs()
-    compiled = jax.jit(_layer).lower(*args).compile()
-    want = [np.asarray(o, np.float32) for o in compiled(*args)]
-    payload, in_tree, out_tree = serialize_executable.serialize(compiled)
+    with on_cpu():  # the new process runs on the CPU platform
+        args = _inputs()
+        compiled = jax.jit(_layer).lower(*args).compile()
+        want = [np.asarray(o, np.float32) for o in compiled(*args)]
+        payload, in_tree, out_tree = serialize_executable.serialize(compiled)
     path = tmp_path / "layer.pkl"
     path.write_bytes(pickle.dumps((payload, in_tree, out_tree, [np.asarray(a) for a in args], want)))
     assert "deserialized ok" in _run_fresh(_LOAD, str(path))
@@ -126,7 +129,8 @@ def test_pickled_entry_points_run_in_a_new_process(tmp_path):
     x, w_up, w_down, sizes = (np.asarray(a) for a in _inputs())
     calls = [(mj.ragged_dot, (x, w_up, sizes)),
              (functools.partial(mj.moe_mlp, activation="geglu"), (x, w_up, w_down, sizes))]
-    want = [np.asarray(fn(*args), np.float32) for fn, args in calls]
+    with on_cpu():  # the new process runs on the CPU platform
+        want = [np.asarray(fn(*args), np.float32) for fn, args in calls]
     path = tmp_path / "calls.pkl"
     path.write_bytes(pickle.dumps((calls, want)))
     assert "unpickled ok" in _run_fresh(_UNPICKLE, str(path))
