@@ -9,6 +9,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.ad_checkpoint import checkpoint_name
 
 from moegemm import _jax_checks as chk
 from moegemm._jax_first_order import first_order_only
@@ -17,6 +18,8 @@ from moegemm.jax import (ACTIVATIONS, GLU_LAYOUTS, grouped_gemm, grouped_gemm_dg
                          grouped_gemm_wgrad)
 
 _OP = "moe_mlp"
+# The names of the residuals the backward reads besides the inputs: the GLU output h and the pre-activation C.
+RESIDUAL_NAMES = ("moe_mlp_h", "moe_mlp_c")
 
 
 class _Glu(NamedTuple):
@@ -48,9 +51,16 @@ def _moe_mlp(x, w_up, w_down, offsets, prob, glu):
     return _forward(x, w_up, w_down, offsets, prob, glu)[0]
 
 
-@first_order_only(_OP, static_argnums=(5,))
+_forward_first_order = first_order_only(_OP, static_argnums=(5,))(_forward)
+
+
 def _moe_mlp_fwd(x, w_up, w_down, offsets, prob, glu):
-    y, h, c = _forward(x, w_up, w_down, offsets, prob, glu)
+    y, h, c = _forward_first_order(x, w_up, w_down, offsets, prob, glu)
+    # h and C named for jax.checkpoint policies: save_only_these_names(*RESIDUAL_NAMES) keeps the up-projection's
+    # two outputs, so that a rematerialised backward does not run it again (the names cost nothing otherwise).
+    # Named here, outside the first-order rule's custom_jvp, whose inside the policies do not see; the inputs
+    # are the rule's arguments, not its outputs, which a policy would count as more values to recompute.
+    h, c = (checkpoint_name(t, name) for t, name in zip((h, c), RESIDUAL_NAMES))
     return y, (x, w_up, w_down, offsets, prob, h, c)
 
 
@@ -93,7 +103,9 @@ def moe_mlp(x, w_up, w_down, group_sizes=None, offsets=None, prob=None, activati
         activation; gets a gradient.
       activation, limit, act_alpha, linear_offset: as grouped_gemm_glu.
     Returns:
-      y (M, H) in x's dtype. Differentiable in x, w_up, w_down and prob (reverse mode).
+      y (M, H) in x's dtype. Differentiable in x, w_up, w_down and prob (reverse mode). The backward's
+      residuals h and C are named "moe_mlp_h" and "moe_mlp_c" for jax.checkpoint policies
+      (save_only_these_names keeps them: a rematerialised backward then runs no second GLU).
     Raises:
       ValueError / TypeError at trace time for operands that do not fit.
     """

@@ -572,3 +572,25 @@ def test_second_derivatives_raise():
                 w_down).astype(jnp.float32) ** 2))(x)
         with pytest.raises(NotImplementedError, match="moegemm.jax.ragged_dot: second derivatives"):
             jax.hessian(lambda l: mj.ragged_dot(l, w_down, sizes).astype(jnp.float32).sum())(x)
+
+
+def test_moe_mlp_residuals_are_named_for_remat_policies():
+    """Under jax.checkpoint, save_only_these_names("moe_mlp_h", "moe_mlp_c") keeps the up-projection's outputs,
+    so that the backward does not run grouped_gemm_glu again (it does with nothing_saveable); the gradients are
+    those without remat, bitwise. The loss is linear in y, so that the backward needs no recomputed y."""
+    rng = np.random.default_rng(17)
+    x, w_up, w_down = rand(rng, (32, 16)), rand(rng, (4, 16, 32), scale=0.2), rand(rng, (4, 16, 16), scale=0.2)
+    gs, cot = jnp.asarray([8, 0, 16, 6], jnp.int32), jnp.asarray(rng.standard_normal((32, 16)), jnp.float32)
+
+    def loss(x, w_up, w_down):
+        return jnp.sum(mj.moe_mlp(x, w_up, w_down, gs).astype(jnp.float32) * cot)
+
+    with on_cpu():
+        plain = jax.grad(loss, (0, 1, 2))(x, w_up, w_down)
+        policies = jax.checkpoint_policies
+        for policy, glu_calls in ((policies.save_only_these_names("moe_mlp_h", "moe_mlp_c"), 1),
+                                  (policies.nothing_saveable, 2)):
+            grad = jax.grad(jax.checkpoint(loss, policy=policy), (0, 1, 2))
+            assert str(jax.make_jaxpr(grad)(x, w_up, w_down)).count("moegemm_grouped_gemm_glu") == glu_calls
+            for want, got in zip(plain, jax.jit(grad)(x, w_up, w_down)):
+                assert np.array_equal(np.asarray(want, np.float32), np.asarray(got, np.float32))
