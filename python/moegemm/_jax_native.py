@@ -51,7 +51,7 @@ def library() -> ctypes.CDLL:
     makes that call when imported).
 
     Raises ImportError when the library is not built (see moegemm._native.library_path) or does not load
-    (moegemm._native.load_failed: a truncated file, a stale build without one of the symbols).
+    (moegemm._native.load_failed: an empty or foreign file, a stale build without one of the symbols).
     """
     global _lib
     if _lib is not None:

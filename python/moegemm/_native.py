@@ -25,8 +25,9 @@ def library_path(stem: str) -> Path:
 
 
 def load_failed(path: Path, error: Exception) -> ImportError:
-    """The ImportError for a native library that is there but does not load (a truncated or stale build: the
-    loader's OSError, or an AttributeError for a symbol it lacks), so that ``except ImportError`` around an
-    optional front end catches it as it catches a missing library."""
+    """The ImportError for a native library that is there but does not load (the loader's OSError for an empty
+    or foreign file, or an AttributeError for a symbol a stale build lacks), so that ``except ImportError``
+    around an optional front end catches it as it catches a missing library. A file cut off inside its code
+    can crash the loader before any error is raised."""
     return ImportError(f"moegemm: native library {path.name} in {path.parent} does not load ({error}); rebuild "
                        "the package (pip install --no-build-isolation .) or set MOEGEMM_LIB_DIR")

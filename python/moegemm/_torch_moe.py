@@ -103,10 +103,21 @@ def _check_config(op, activation, glu_layout) -> None:
     check_choice(op, "glu_layout", glu_layout, GLU_LAYOUTS)
 
 
+def _not_real(value) -> bool:
+    """Whether ``value`` is None, a string, a bool or a complex number: of Python, NumPy (a scalar or array) or
+    torch (a tensor), as moegemm.jax refuses them."""
+    if value is None or isinstance(value, (str, bytes, bool, complex)):
+        return True
+    dtype = getattr(value, "dtype", None)
+    if isinstance(dtype, torch.dtype):
+        return dtype == torch.bool or dtype.is_complex
+    return getattr(dtype, "kind", "") in ("b", "c")  # NumPy's kinds of bool and complex
+
+
 def _clamp_parameter(name: str, value, op: str = _OP) -> float:
     """A real number for limit, act_alpha or linear_offset; TypeError naming it otherwise (a traced value is
     fine: torch.compile passes it on)."""
-    if isinstance(value, (str, bytes, bool, complex)) or value is None:
+    if _not_real(value):
         raise TypeError(f"{op}: {name}: expected a real number, got {type(value).__name__} {value!r}")
     return float(value)
 

@@ -329,6 +329,11 @@ def test_moe_mlp_errors_name_its_own_operands(case, pattern):
     # x's rank is checked before prob's shape reads M from it.
     ("x_0d_with_prob", ValueError, r"moe_mlp: x: expected a 2-D \(M, H\) tensor, got shape \(\)"),
     ("limit_str", TypeError, r"moe_mlp: limit: expected a real number, got str '7'"),
+    # Bools and complex numbers of NumPy and torch too, as moegemm.jax refuses them (1.0 and a dropped
+    # imaginary part before).
+    ("limit_numpy_bool", TypeError, r"moe_mlp: limit: expected a real number, got bool_? "),  # NumPy 2: bool
+    ("act_alpha_tensor_bool", TypeError, r"moe_mlp: act_alpha: expected a real number, got Tensor "),
+    ("linear_offset_numpy_complex", TypeError, r"moe_mlp: linear_offset: expected a real number, got complex64 "),
     # The limit is checked as the kernels take it (in f32), before the autograd.Function runs.
     ("limit_zero", ValueError, r"moe_mlp: limit: expected a positive clamp limit for swiglu_clamped \(in f32\), "
                                r"got 0\.0$"),
@@ -365,6 +370,9 @@ def test_moe_mlp_rejects_bad_arguments_by_name(case, error, pattern):
              "prob_shape": dict(prob=torch.ones(63)),
              "x_0d_with_prob": dict(x=torch.tensor(1.0, dtype=torch.bfloat16), prob=torch.ones(1)),
              "limit_str": dict(activation="swiglu_clamped", limit="7"),
+             "limit_numpy_bool": dict(activation="swiglu_clamped", limit=np.True_),
+             "act_alpha_tensor_bool": dict(activation="swiglu_clamped", act_alpha=torch.tensor(True)),
+             "linear_offset_numpy_complex": dict(activation="swiglu_clamped", linear_offset=np.complex64(1 + 5j)),
              "limit_zero": dict(activation="swiglu_clamped", limit=0.0),
              "limit_f32_zero": dict(activation="swiglu_clamped", limit=1e-46),
              "limit_nan": dict(activation="swiglu_clamped", limit=float("nan")),
