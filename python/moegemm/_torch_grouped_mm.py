@@ -9,7 +9,7 @@ from ._torch_errors import call_named, check_same_device, known, misfit_operand
 from ._torch_first_order import first_order_only
 from ._torch_layouts import check_aligned_base, column_major, is_column_major, row_major, rows_or_columns, stacked_rows
 from ._torch_options import MAX_EXPERTS, MAX_OFFSET_ROWS, MAX_OPERAND_BYTES, check_flag
-from ._torch_weights import dense_grad, flipped, saved_operand, weight_grad_like, weight_operand
+from ._torch_weights import dense_grad, flipped, weight_grad_like, weight_operand
 
 _OP = "grouped_mm"
 # The ops, bound once (_torch_ops has loaded the library): the lookup through torch.ops costs ~0.3 us per
@@ -92,7 +92,7 @@ class _RaggedRowsMM(torch.autograd.Function):
     @first_order_only  # the backward runs moegemm ops, which have no derivative of their own
     def backward(ctx, saved, dout):
         a, b, offs = saved
-        b_op, b_read = saved_operand(b, ctx.layout, _OP, "b")  # b as it is now (a saved-tensor hook may copy it)
+        b_op, b_read = weight_operand(b, _OP, "b")  # b as it is now (a saved-tensor hook may copy it)
         if ctx.needs_input_grad[3]:  # from the incoming gradient as it is (f32 with out_dtype=f32)
             dbias = _segment_column_sums(dout, offs, ctx.bias_dtype)
         else:

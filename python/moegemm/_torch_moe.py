@@ -12,7 +12,7 @@ from ._torch_errors import call_named, check_row_major, check_same_device, known
 from ._torch_first_order import first_order_only
 from ._torch_layouts import check_aligned_base
 from ._torch_options import ACTIVATIONS, GLU_LAYOUTS, MAX_EXPERTS, check_choice, check_flag
-from ._torch_weights import dense_grad, flipped, saved_operand, weight_grad_like, weight_operand
+from ._torch_weights import dense_grad, flipped, weight_grad_like, weight_operand
 
 _OP = "moe_mlp"
 
@@ -60,8 +60,8 @@ class _MoEMLPFunction(torch.autograd.Function):
         # The weight gradients take the forward's layouts (the stride order of the caller's weights); the
         # dgrad GEMMs read the saved weights as they are now (a saved-tensor hook may have copied them).
         up_layout, down_layout = ctx.layouts
-        up, up_read = saved_operand(w_up, up_layout, ctx.op, "w_up", ("H", "2I"))
-        down, down_read = saved_operand(w_down, down_layout, ctx.op, "w_down", ("I", "H"))
+        up, up_read = weight_operand(w_up, ctx.op, "w_up", dims=("H", "2I"))
+        down, down_read = weight_operand(w_down, ctx.op, "w_down", dims=("I", "H"))
         prob32 = _as_f32(prob)
         glu, zero_tail = ctx.config
         w_up_dtype, w_down_dtype, prob_dtype = ctx.dtypes

@@ -60,20 +60,11 @@ def weight_operand(w: torch.Tensor, op: str, name: str, shape: torch.Size | None
 
 def operand_view(w: torch.Tensor, layout: str) -> torch.Tensor:
     """The moegemm b of ``w`` read with ``layout`` (no checks): ``w`` itself for "kn", the (E, N, K) tensor it
-    views for "nk". weight_operand returns it; an autograd Function saves the caller's ``w``, so that the saved
-    tensor is the one that requires grad, and takes it again in its backward with saved_operand."""
+    views for "nk". weight_operand returns it. An autograd Function saves the caller's ``w``, so that the saved
+    tensor is the one that requires grad, and reads it again in its backward with weight_operand: a
+    saved-tensor hook may hand back another tensor (``torch.autograd.graph.save_on_cpu`` packs a contiguous
+    copy, so that a ``w.mT`` read as "nk" comes back N-contiguous)."""
     return w if layout == "kn" else w.mT
-
-
-def saved_operand(w: torch.Tensor, layout: str, op: str, name: str, dims: tuple[str, str] = ("K", "N")) -> tuple:
-    """(b, b_layout) of a weight that an autograd Function saved in its forward, where weight_operand read it
-    with ``layout``. A saved-tensor hook may hand back another tensor than the one saved:
-    ``torch.autograd.graph.save_on_cpu`` packs a contiguous copy, so that a ``w.mT`` read as "nk" comes back
-    N-contiguous. Such a tensor is read with the layout its strides give (weight_operand's rules and errors)."""
-    strides, shape = w.stride(), w.shape
-    if layout == "kn" and (strides[2] == 1 or shape[2] <= 1) or layout == "nk" and (strides[1] == 1 or shape[1] <= 1):
-        return operand_view(w, layout), layout
-    return weight_operand(w, op, name, shape, dims)
 
 
 def dense_grad(g: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
