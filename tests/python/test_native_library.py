@@ -54,3 +54,17 @@ def test_a_relative_library_folder_is_read_from_the_working_directory(front_end,
         shutil.copy(lib, tmp_path)
     result = _import(front_end, ".", tmp_path)
     assert result.stdout.strip() == "imported", result.stdout + result.stderr
+
+
+def test_the_native_libraries_call_no_python_c_api():
+    """The wheel is tagged py3-none-<platform> (pyproject.toml), which holds only while no native library
+    needs libpython or one of its symbols."""
+    nm = shutil.which("nm")
+    assert nm, "nm (binutils) is needed to list the libraries' undefined symbols"
+    libraries = sorted(PACKAGE.glob("libmoegemm*.so"))
+    assert libraries, f"no native library in {PACKAGE}"
+    for lib in libraries:
+        listed = subprocess.run([nm, "-D", "--undefined-only", str(lib)], capture_output=True, text=True,
+                                check=True).stdout.split()
+        python_symbols = [s for s in listed if s.startswith(("Py", "_Py"))]
+        assert not python_symbols, f"{lib.name} calls the Python C API: {python_symbols[:5]}"
