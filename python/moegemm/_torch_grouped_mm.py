@@ -238,7 +238,9 @@ def _rows_mm(a, b, offs, bias, out_dtype, zero_tail, validate=False, names=_ROWS
     if b_shape[1] != a_shape[1]:
         raise ValueError(f"{_OP}: b: expected shape (E, K={a_shape[1]}, N) with K from a.shape[1], got "
                          f"{tuple(b_shape)}")
-    if offs.shape[0] != b_shape[0]:  # offs is 1-D: grouped_mm checked it (the 3-D x 3-D mode makes it)
+    # offs is 1-D: grouped_mm checked it (the 3-D x 3-D mode makes it). Its length may be known only at run
+    # time under compile (torch.bincount's), and then the op checks it.
+    if known(offs.shape[0] != b_shape[0]):
         raise ValueError(f"{_OP}: offs: expected shape (E={b_shape[0]},) with E from b.shape[0], got "
                          f"{tuple(offs.shape)}")
     if b_shape[0] == 0:
@@ -354,7 +356,7 @@ def _ragged_n_mm(a, b, offs, out_dtype, zero_tail, validate):
     g, m, k = a.shape
     if tuple(b.shape)[:1] != (k,):
         raise ValueError(f"{_OP}: b: expected shape (K={k}, N) with K from a.shape[2], got {tuple(b.shape)}")
-    if offs.shape[0] != g:
+    if known(offs.shape[0] != g):
         raise ValueError(f"{_OP}: offs: expected shape (G={g},) with G from a.shape[0], got {tuple(offs.shape)}")
     if b.dtype != a.dtype:
         raise ValueError(f"{_OP}: b: expected a's dtype {a.dtype}, got {b.dtype}")

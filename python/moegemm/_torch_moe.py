@@ -188,7 +188,7 @@ def _check_operands(op, x, w_up, w_down, offsets, prob, activation, glu_layout) 
                          f"{tuple(w_up.shape)}")
     if two_i == 0:
         raise ValueError(f"{op}: w_up: expected 2I > 0 (its last dim), got shape {tuple(w_up.shape)}")
-    if w_down.shape[0] != e and offsets.dim() == 1 and offsets.shape[0] == w_down.shape[0]:
+    if w_down.shape[0] != e and offsets.dim() == 1 and known(offsets.shape[0] == w_down.shape[0]):
         # offsets and w_down agree on E: the odd one out is w_up
         raise ValueError(f"{op}: w_up: expected dim 0 = E={w_down.shape[0]} (the experts of offsets and w_down), "
                          f"got shape {tuple(w_up.shape)}")
@@ -202,7 +202,7 @@ def _check_operands(op, x, w_up, w_down, offsets, prob, activation, glu_layout) 
         if (two_i // 2) % 8:
             raise ValueError(f"{op}: w_up: expected I (half of its last dim) a multiple of 8 (the GLU output's "
                              f"16-bit rows must be 16-byte aligned), got I = {two_i // 2} (shape {tuple(w_up.shape)})")
-    if offsets.dim() != 1 or offsets.shape[0] != e or offsets.dtype != torch.int32:
+    if offsets.dim() != 1 or known(offsets.shape[0] != e) or offsets.dtype != torch.int32:
         raise ValueError(f"{op}: offsets: expected an (E={e},) torch.int32 tensor with E from w_up, got shape "
                          f"{tuple(offsets.shape)} and dtype {offsets.dtype}")
     # Base addresses and x's row pitch (the 16-byte rule), so that a bad w_down is refused before the

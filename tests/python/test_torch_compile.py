@@ -226,6 +226,33 @@ def test_compile_fullgraph_with_a_token_count_known_only_at_run_time():
         assert torch.equal(eager, compiled)
 
 
+def test_compile_fullgraph_with_offsets_from_bincount():
+    """Offsets made with torch.bincount(minlength=E), whose length only the run knows under torch.compile,
+    trace with fullgraph=True through moe_mlp forward and backward and grouped_mm's 2-D x 3-D and 3-D x 2-D
+    modes, as torch._grouped_mm's do, with eager's values: the Python checks of offsets' length leave it to
+    the ops, whose fake kernels assert it when the graph runs."""
+    k, i, e = 32, 16, 4
+    w_up, w_down, w = randn(e, k, 2 * i, seed=1, scale=0.2), randn(e, i, k, seed=2, scale=0.2), randn(e, k, i, seed=3)
+    x, a3 = randn(40, k, seed=4), randn(e, 24, k, seed=5)
+    expert = torch.randint(0, e, (40,), generator=torch.Generator().manual_seed(6))
+
+    def layer(x, a3, w_up, w_down, w, expert):
+        offsets = torch.bincount(expert, minlength=e).cumsum(0).to(torch.int32)
+        xs = x[expert.argsort(stable=True)]
+        columns = (torch.bincount(expert[:e * 2], minlength=e) * 2).cumsum(0).to(torch.int32)
+        return mt.moe_mlp(xs, w_up, w_down, offsets), mt.grouped_mm(xs, w, offsets), mt.grouped_mm(a3, w[0], columns)
+
+    results = []
+    torch._dynamo.reset()
+    for run in (layer, torch.compile(layer, fullgraph=True, backend="aot_eager")):
+        leaves = [t.detach().requires_grad_() for t in (x, a3, w_up, w_down, w)]
+        outs = run(*leaves, expert)
+        sum(o.float().square().sum() for o in outs).backward()
+        results.append([o.detach() for o in outs] + [t.grad for t in leaves])
+    for eager, compiled in zip(*results):
+        assert torch.equal(eager, compiled)
+
+
 def test_export_of_moe_mlp_and_grouped_mm_gives_eager_outputs(tmp_path):
     """torch.export of a module that calls MoEMLP and grouped_mm, with a dynamic token count, gives eager's
     outputs at other token counts, also after torch.export.save and load (docs/torch.md: a forward program)."""
