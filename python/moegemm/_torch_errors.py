@@ -39,14 +39,36 @@ def check_strided(op: str, **tensors) -> None:
             raise ValueError(f"{op}: {name}: expected a strided (dense) tensor, got layout {t.layout}")
 
 
-def misfit_operand(op: str, **tensors) -> ValueError | None:
-    """The error check_strided, then check_same_device, raise for these operands, or None. For a composite
-    function to look for once a call has failed (``raise error from None``: the failure it replaces named
-    no operand of the caller's, or another one), so that the eager path pays nothing for these checks."""
+def dtensor_placements(t):
+    """``t.placements`` if ``t`` is a DTensor (torch.distributed.tensor), else None."""
+    if not isinstance(t, torch.Tensor) or type(t) in (torch.Tensor, torch.nn.Parameter):
+        return None
+    if not torch.distributed.is_available():
+        return None
+    from torch.distributed.tensor import DTensor  # here, not at import: it would slow `import moegemm.torch`
+    return t.placements if isinstance(t, DTensor) else None
+
+
+def check_local(op: str, **tensors) -> None:
+    """NotImplementedError ``"<op>: <name>: expected a local torch.Tensor, got a DTensor ..."`` for the first
+    operand that is a DTensor: the ops have no sharding rule, and torch's own error names the inner op."""
+    for name, t in tensors.items():
+        placements = dtensor_placements(t)
+        if placements is not None:
+            raise NotImplementedError(f"{op}: {name}: expected a local torch.Tensor, got a DTensor with placements "
+                                      f"{placements} (the moegemm ops have no sharding rule): pass {name}.to_local()")
+
+
+def misfit_operand(op: str, **tensors) -> Exception | None:
+    """The error check_local, check_strided, then check_same_device, raise for these operands, or None. For a
+    composite function to look for once a call has failed (``raise error from None``: the failure it replaces
+    named no operand of the caller's, or another one), so that the eager path pays nothing for these
+    checks."""
     try:
+        check_local(op, **tensors)
         check_strided(op, **tensors)
         check_same_device(op, **tensors)
-    except ValueError as error:
+    except (ValueError, NotImplementedError) as error:
         return error
     return None
 

@@ -8,7 +8,8 @@ import operator
 import torch
 
 from . import _torch_ops  # noqa: F401  (the ops, also where this module is imported on its own: unpickling)
-from ._torch_errors import call_named, check_row_major, check_same_device, known, misfit_operand
+from ._torch_errors import (call_named, check_row_major, check_same_device, dtensor_placements, known,
+                             misfit_operand)
 from ._torch_first_order import first_order_only
 from ._torch_layouts import check_aligned_base
 from ._torch_options import ACTIVATIONS, GLU_LAYOUTS, MAX_EXPERTS, check_choice, check_flag
@@ -273,16 +274,16 @@ def _moe_mlp(op: str, x, w_up, w_down, offsets, prob, activation, glu_layout, *,
     """moe_mlp, its errors named after ``op`` (moe_mlp, or MoEMLP from the module's forward)."""
     try:
         _check_operands(op, x, w_up, w_down, offsets, prob, activation, glu_layout)
-    except (ValueError, RuntimeError, NotImplementedError):  # a sparse operand: as in grouped_mm
+        zero_tail, validate = check_flag(op, "zero_tail", zero_tail), check_flag(op, "validate", validate)
+        clamp = [_clamp_limit(op, activation, limit), _clamp_finite(op, activation, "act_alpha", act_alpha),
+                 _clamp_finite(op, activation, "linear_offset", linear_offset)]
+        return call_named(op, _INNER_NAMES, _MoEMLPFunction.apply, x, w_up, w_down, offsets, prob, activation,
+                          glu_layout, *clamp, zero_tail, validate, op)
+    except (ValueError, RuntimeError, NotImplementedError):  # a sparse operand or a DTensor: as in grouped_mm
         error = misfit_operand(op, x=x, w_up=w_up, w_down=w_down, offsets=offsets, prob=prob)
         if error is None:
             raise
         raise error from None
-    zero_tail, validate = check_flag(op, "zero_tail", zero_tail), check_flag(op, "validate", validate)
-    clamp = [_clamp_limit(op, activation, limit), _clamp_finite(op, activation, "act_alpha", act_alpha),
-             _clamp_finite(op, activation, "linear_offset", linear_offset)]
-    return call_named(op, _INNER_NAMES, _MoEMLPFunction.apply, x, w_up, w_down, offsets, prob, activation,
-                      glu_layout, *clamp, zero_tail, validate, op)
 
 
 def _positive_int(name: str, value) -> int:
@@ -296,6 +297,20 @@ def _positive_int(name: str, value) -> int:
     return size
 
 
+def _local_weight(name: str, w: torch.Tensor) -> torch.Tensor:
+    """MoEMLP's parameter as the ops take it: itself, or a DTensor's local shard (``to_local()``, whose
+    gradient comes back as a DTensor of the same placements) where the experts are split over the mesh
+    (``Shard(0)``: expert parallelism, the caller passing this rank's tokens and offsets) or replicated. Other
+    placements would split an expert's weights, or its gate/up pairs: ValueError naming them."""
+    placements = dtensor_placements(w)
+    if placements is None:
+        return w
+    if not all(p.is_replicate() or p.is_shard(0) for p in placements):
+        raise ValueError(f"MoEMLP: {name}: expected a DTensor sharded over experts (Shard(0)) or replicated, got "
+                         f"placements {placements}")
+    return w.to_local()
+
+
 class MoEMLP(torch.nn.Module):
     """Expert MLP weights and :func:`moe_mlp`: ``forward(x, offsets, prob=None) -> y``.
 
@@ -304,6 +319,8 @@ class MoEMLP(torch.nn.Module):
     (default True) and swiglu_clamped's ``limit``, ``act_alpha``, ``linear_offset`` as in :func:`moe_mlp`.
     ``dtype``: None (torch's default), bf16 (the CUDA kernels' dtype), f16, f32 or f64 (CPU); anything else
     raises ValueError naming ``dtype``; a ``zero_tail`` that is not a bool raises TypeError naming it.
+    Parameters that are DTensors split over experts (``Shard(0)``) or replicated run on their local shards,
+    with this rank's tokens and offsets (docs/torch.md); other placements raise ValueError naming them.
     """
 
     def __init__(self, num_experts: int, hidden: int, intermediate: int, *, activation: str = "swiglu",
@@ -351,19 +368,20 @@ class MoEMLP(torch.nn.Module):
                 validate: bool = False) -> torch.Tensor:
         """x (M, H), offsets (E,) int32, prob optional (M,) -> y (M, H); see :func:`moe_mlp` (also for
         ``validate``)."""
-        hidden = self.w_up.shape[1]
+        w_up, w_down = _local_weight("w_up", self.w_up), _local_weight("w_down", self.w_down)
+        hidden = w_up.shape[1]
         if isinstance(x, torch.Tensor) and (x.dim() != 2 or x.shape[1] != hidden):
             raise ValueError(f"MoEMLP: x: expected an (M, H={hidden}) tensor with H the module's hidden size, got "
                              f"shape {tuple(x.shape)}")
-        if isinstance(x, torch.Tensor) and x.dtype != self.w_up.dtype:  # x is the caller's; the weights are ours
-            raise ValueError(f"MoEMLP: x: expected dtype {self.w_up.dtype} (the module's parameters' dtype), got "
+        if isinstance(x, torch.Tensor) and x.dtype != w_up.dtype:  # x is the caller's; the weights are ours
+            raise ValueError(f"MoEMLP: x: expected dtype {w_up.dtype} (the module's parameters' dtype), got "
                              f"{x.dtype}")
         try:
-            return _moe_mlp("MoEMLP", x, self.w_up, self.w_down, offsets, prob, self.activation, self.glu_layout,
+            return _moe_mlp("MoEMLP", x, w_up, w_down, offsets, prob, self.activation, self.glu_layout,
                             zero_tail=self.zero_tail, validate=validate, **self.clamp)
         except ValueError:  # a device mix, which moe_mlp reports against x, is the caller's x here
-            if isinstance(x, torch.Tensor) and x.device != self.w_up.device:
-                raise ValueError(f"MoEMLP: x: expected a tensor on {self.w_up.device} (the module's parameters' "
+            if isinstance(x, torch.Tensor) and x.device != w_up.device:
+                raise ValueError(f"MoEMLP: x: expected a tensor on {w_up.device} (the module's parameters' "
                                  f"device), got one on {x.device}") from None
             raise
 

@@ -1,0 +1,86 @@
+"""MoEMLP with DTensor parameters (torch.distributed.tensor), on two CPU ranks (gloo): experts split over the
+ranks (Shard(0), expert parallelism as torchtitan distributes its experts) run on each rank's local experts
+with its own tokens and offsets, with the values and gradients of moe_mlp on those experts' weights; other
+placements and DTensor operands of the functional forms are refused, naming the operand."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import moegemm.torch as mt
+from torch_helpers import offsets_of, randn
+
+dist = pytest.importorskip("torch.distributed")
+if not dist.is_available() or not dist.is_gloo_available():
+    pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
+
+from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
+from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_module, distribute_tensor  # noqa: E402
+
+WORLD, E, H, I = 2, 4, 32, 64
+LOCAL = E // WORLD
+
+
+def _distributed(module, mesh, placement):
+    def partition(name, submodule, device_mesh):
+        for pname, p in list(submodule.named_parameters(recurse=False)):
+            submodule.register_parameter(pname, torch.nn.Parameter(distribute_tensor(p, device_mesh, [placement])))
+    distribute_module(module, mesh, partition)
+    return module
+
+
+def _expect(error, text, fn):
+    with pytest.raises(error) as caught:
+        fn()
+    assert text in str(caught.value), str(caught.value)
+
+
+def _rank_main(rank: int, store: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
+    try:
+        mesh = init_device_mesh("cpu", (WORLD,))
+        x = randn(40, H, seed=10 + rank)  # this rank's tokens, for its local experts
+        prob = randn(40, dtype=torch.float32, seed=20 + rank).abs()
+        offsets = offsets_of([15 + 5 * rank, 25 - 5 * rank])
+
+        torch.manual_seed(0)  # the same full weights on every rank
+        model = _distributed(mt.MoEMLP(E, H, I, dtype=torch.bfloat16), mesh, Shard(0))
+        full_up, full_down = (w.full_tensor().detach() for w in (model.w_up, model.w_down))
+        y = model(x, offsets, prob)
+        y.float().square().sum().backward()
+
+        up = full_up[rank * LOCAL:(rank + 1) * LOCAL].clone().requires_grad_()
+        down = full_down[rank * LOCAL:(rank + 1) * LOCAL].clone().requires_grad_()
+        expected = mt.moe_mlp(x, up, down, offsets, prob)
+        expected.float().square().sum().backward()
+        assert torch.equal(y, expected)
+        for w, ref in ((model.w_up, up), (model.w_down, down)):
+            assert isinstance(w.grad, DTensor) and w.grad.placements == (Shard(0),)
+            assert torch.equal(w.grad.to_local(), ref.grad)
+
+        # Replicated experts: every rank runs all of them on its tokens.
+        torch.manual_seed(0)
+        replicated = _distributed(mt.MoEMLP(E, H, I, dtype=torch.bfloat16), mesh, Replicate())
+        all_offsets = offsets_of([10, 10, 10, 10])
+        assert torch.equal(replicated(x, all_offsets), mt.moe_mlp(x, full_up, full_down, all_offsets))
+
+        # Sharded within the experts: refused, naming the parameter and its placements.
+        split = _distributed(mt.MoEMLP(E, H, I, dtype=torch.bfloat16), mesh, Shard(2))
+        _expect(ValueError, "MoEMLP: w_up: expected a DTensor sharded over experts (Shard(0)) or replicated, got "
+                "placements (Shard(dim=2),)", lambda: split(x, offsets))
+
+        # The functional forms take local tensors.
+        dx = distribute_tensor(x, mesh, [Replicate()])
+        _expect(NotImplementedError, "moe_mlp: x: expected a local torch.Tensor, got a DTensor with placements "
+                "(Replicate(),)", lambda: mt.moe_mlp(dx, full_up, full_down, all_offsets))
+        _expect(NotImplementedError, "moe_mlp: w_up: expected a local torch.Tensor",
+                lambda: mt.moe_mlp(x, model.w_up, model.w_down, offsets))
+        _expect(NotImplementedError, "grouped_mm: b: expected a local torch.Tensor",
+                lambda: mt.grouped_mm(x, distribute_tensor(full_up, mesh, [Replicate()]), all_offsets))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_moe_mlp_with_dtensor_parameters_on_two_ranks(tmp_path):
+    torch.multiprocessing.spawn(_rank_main, args=(str(tmp_path / "store"),), nprocs=WORLD, join=True)
