@@ -2,9 +2,12 @@
 // callers split work into fixed tasks whose outputs do not overlap, and reduce partials in task order.
 #pragma once
 
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <exception>
 #include <mutex>
 #include <thread>
@@ -12,10 +15,27 @@
 
 namespace moegemm::reference {
 
-/// Threads used for large work: the hardware concurrency, capped.
+/// A thread count from the environment variable `name`: its value, or the first entry of a comma-separated
+/// list (OMP_NUM_THREADS's nested form), when that is an integer in [1, 1024]; else 0.
+inline int threads_from_env(const char* name) {
+  const char* text = std::getenv(name);
+  if (text == nullptr) return 0;
+  char* end = nullptr;
+  const long n = std::strtol(text, &end, 10);
+  const bool whole = end != text && (*end == '\0' || *end == ',');
+  return whole && n >= 1 && n <= 1024 ? static_cast<int>(n) : 0;
+}
+
+/// Threads used for large work: MOEGEMM_NUM_THREADS, else OMP_NUM_THREADS (which torchrun sets to 1 for
+/// several ranks per host), else the CPUs this process may run on (its affinity mask, which taskset and
+/// cpusets narrow, where hardware_concurrency counts the machine's; at most 32).
 inline int worker_count() {
-  const unsigned hc = std::thread::hardware_concurrency();
-  return static_cast<int>(std::clamp(hc, 1u, 32u));
+  for (const char* name : {"MOEGEMM_NUM_THREADS", "OMP_NUM_THREADS"})
+    if (const int n = threads_from_env(name)) return n;
+  int cpus = static_cast<int>(std::thread::hardware_concurrency());
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0) cpus = CPU_COUNT(&allowed);
+  return std::clamp(cpus, 1, 32);
 }
 
 /// Runs fn(i) for i in [0, n). Spawns threads only when `flops` (an estimate of the total work) makes
@@ -23,8 +43,8 @@ inline int worker_count() {
 template <class Fn>
 void parallel_for(int64_t n, double flops, Fn&& fn) {
   constexpr double kMinFlopsPerThread = 4e6;
-  const int threads =
-      static_cast<int>(std::min<double>({double(worker_count()), double(n), flops / kMinFlopsPerThread}));
+  const double most = std::min(double(n), flops / kMinFlopsPerThread);
+  const int threads = most < 2 ? 1 : static_cast<int>(std::min(double(worker_count()), most));
   if (threads <= 1) {
     for (int64_t i = 0; i < n; ++i) fn(i);
     return;

@@ -1,0 +1,130 @@
+// The CPU reference's thread count (MOEGEMM_NUM_THREADS, OMP_NUM_THREADS, the affinity mask), and results
+// that do not depend on it.
+#include <gtest/gtest.h>
+#include <sched.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "common/host_tensor.hpp"
+#include "common/offsets.hpp"
+#include "common/random_fill.hpp"
+#include "moegemm/moegemm.hpp"
+#include "reference/parallel.hpp"
+
+namespace moegemm::testing {
+namespace {
+
+using reference::parallel_for;
+using reference::worker_count;
+
+/// Sets (or, with nullopt, unsets) an environment variable for the scope, then restores it.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, std::optional<std::string> value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value) setenv(name, value->c_str(), 1);
+    else unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (old_) setenv(name_, old_->c_str(), 1);
+    else unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+/// The distinct threads that run parallel_for's tasks. Each task waits (2 s in all at most) until `expected`
+/// threads have taken one, so that a worker that starts late on a busy machine still counts; more count too.
+int threads_used(int expected) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  std::mutex mutex;
+  std::condition_variable seen_all;
+  std::set<std::thread::id> ids;
+  parallel_for(64, 1e12, [&](int64_t) {
+    std::unique_lock<std::mutex> lock(mutex);
+    ids.insert(std::this_thread::get_id());
+    seen_all.notify_all();
+    seen_all.wait_until(lock, deadline, [&] { return int(ids.size()) >= expected; });
+  });
+  return static_cast<int>(ids.size());
+}
+
+int allowed_cpus() {
+  cpu_set_t set;
+  EXPECT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+  return CPU_COUNT(&set);
+}
+
+TEST(ReferenceThreads, MoegemmNumThreadsThenOmpNumThreadsSetTheCount) {
+  ScopedEnv moegemm("MOEGEMM_NUM_THREADS", "3"), omp("OMP_NUM_THREADS", "5");
+  EXPECT_EQ(worker_count(), 3);
+  EXPECT_EQ(threads_used(3), 3);
+  {
+    ScopedEnv unset("MOEGEMM_NUM_THREADS", std::nullopt);
+    EXPECT_EQ(worker_count(), 5);
+    ScopedEnv nested("OMP_NUM_THREADS", "4,2");  // OpenMP's nested form: the outer level counts
+    EXPECT_EQ(worker_count(), 4);
+  }
+}
+
+TEST(ReferenceThreads, ValuesThatAreNoThreadCountAreIgnored) {
+  ScopedEnv omp("OMP_NUM_THREADS", "2");
+  for (const char* bad : {"", "0", "-3", "abc", "3x", "2000", "99999999999999999999"}) {
+    ScopedEnv moegemm("MOEGEMM_NUM_THREADS", std::string(bad));
+    EXPECT_EQ(worker_count(), 2) << "MOEGEMM_NUM_THREADS=\"" << bad << "\"";
+  }
+}
+
+TEST(ReferenceThreads, WithoutEitherVariableTheAffinityMaskSetsTheCount) {
+  ScopedEnv moegemm("MOEGEMM_NUM_THREADS", std::nullopt), omp("OMP_NUM_THREADS", std::nullopt);
+  EXPECT_EQ(worker_count(), std::min(allowed_cpus(), 32));
+  cpu_set_t all;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(all), &all), 0);
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &all)) {
+      CPU_SET(cpu, &one);
+      break;
+    }
+  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);  // as `taskset -c <cpu>` would start the process
+  const int count = worker_count(), used = threads_used(1);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(all), &all), 0);
+  EXPECT_EQ(count, 1);
+  EXPECT_EQ(used, 1);
+}
+
+TEST(ReferenceThreads, ResultsDoNotDependOnTheThreadCount) {
+  // Large enough to split over threads; the weight gradient reduces over each expert's rows.
+  const int64_t M = 1200, K = 128, N = 192, E = 3;
+  HostTensor x = random_tensor(DType::bf16, {M, K}, 41);
+  HostTensor dy = random_tensor(DType::bf16, {M, N}, 42);
+  HostTensor offsets = offsets_from_sizes({500, 0, 700});
+  std::vector<std::vector<float>> runs;
+  for (const char* threads : {"1", "3", "7"}) {
+    ScopedEnv moegemm("MOEGEMM_NUM_THREADS", std::string(threads));
+    HostTensor w(DType::f32, {E, K, N});
+    GroupedGemmWgradArgs args;
+    args.x = x.view();
+    args.dy = dy.view();
+    args.offsets = offsets.view();
+    args.w = w.view();
+    grouped_gemm_wgrad(args, nullptr, 0, nullptr);  // host tensors: the CPU reference, synchronously
+    const auto* p = static_cast<const float*>(w.data());
+    runs.emplace_back(p, p + E * K * N);
+  }
+  EXPECT_EQ(runs[0], runs[1]);
+  EXPECT_EQ(runs[0], runs[2]);
+}
+
+}  // namespace
+}  // namespace moegemm::testing
