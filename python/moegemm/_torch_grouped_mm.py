@@ -312,7 +312,7 @@ def _ragged_k_mm(a, b, offs, out_dtype, zero_tail=False, validate=False):
     # out[g] = a[:, rows_g] @ b[rows_g, :] = X[rows_g]^T @ dY[rows_g] with X = a.T (T, H), dY = b (T, N). The
     # kernels read both token-major (T the rows in memory); a row-major a or column-major b is copied to it.
     a, b = column_major(a), row_major(b)
-    if known(a.stride(0) != 1) and known(a.shape[0] > 1):
+    if known(a.stride(0) != 1) and known(a.shape[0] > 1) and known(a.shape[1] > 0):  # T = 0: any strides
         raise ValueError(
             f"{_OP}: a: expected a row-major or column-major (H, T) tensor (stride(1) == 1 or stride(0) == 1, "
             f"without overlapping rows or columns), got shape {tuple(a.shape)} with strides {tuple(a.stride())}")

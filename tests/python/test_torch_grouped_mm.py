@@ -384,6 +384,23 @@ def test_empty_outputs_keep_the_autograd_graph(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_no_tokens_in_2d_x_2d_take_a_of_any_strides(device):
+    """T = 0 in 2-D x 2-D (a step that routed no tokens, a sliced from a row-major (H, T_max) buffer): the
+    empty a's strides do not matter (docs/ops.md: an empty matrix any strides), and the result is
+    torch._grouped_mm's (E, H, N) of exact zeros, with zero gradients."""
+    on = dict(device=device)
+    for a in (randn(16, 8, **on)[:, :0], torch.empty_strided((16, 0), (16, 1), dtype=torch.bfloat16, **on),
+              randn(0, 16, **on).t()):
+        for grad in (False, True):
+            a_in, b = a.detach().requires_grad_(grad), randn(0, 24, **on).requires_grad_(grad)
+            out = mt.grouped_mm(a_in, b, offsets_of([0, 0, 0], device))
+            assert out.shape == (3, 16, 24) and (out == 0).all(), a.stride()
+            if grad:
+                out.float().square().sum().backward()
+                assert a_in.grad.shape == (16, 0) and b.grad.shape == (0, 24)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_empty_output_extents_check_what_a_call_with_rows_checks(device):
     """H = 0 in 2-D x 2-D and M = 0 in 3-D x 2-D run no op (the output is empty) but their ragged extent, T or N,
     is not: validate=True checks offs against it with the message of the same call with rows (less the op's
