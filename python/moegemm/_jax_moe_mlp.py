@@ -18,8 +18,10 @@ from moegemm.jax import (ACTIVATIONS, GLU_LAYOUTS, grouped_gemm, grouped_gemm_dg
                          grouped_gemm_wgrad)
 
 _OP = "moe_mlp"
-# The names of the residuals the backward reads besides the inputs: the GLU output h and the pre-activation C.
-RESIDUAL_NAMES = ("moe_mlp_h", "moe_mlp_c")
+# The names of the residuals the backward reads besides the inputs (the GLU output h and the pre-activation C),
+# then of the output y, which a backward through a use of y that is not linear (a router weight's combine)
+# reads too: a policy that saves h and C but not y would run the whole forward, GLU included, again for it.
+RESIDUAL_NAMES = ("moe_mlp_h", "moe_mlp_c", "moe_mlp_y")
 
 
 class _Glu(NamedTuple):
@@ -56,11 +58,12 @@ _forward_first_order = first_order_only(_OP, static_argnums=(5,))(_forward)
 
 def _moe_mlp_fwd(x, w_up, w_down, offsets, prob, glu):
     y, h, c = _forward_first_order(x, w_up, w_down, offsets, prob, glu)
-    # h and C named for jax.checkpoint policies: save_only_these_names(*RESIDUAL_NAMES) keeps the up-projection's
-    # two outputs, so that a rematerialised backward does not run it again (the names cost nothing otherwise).
-    # Named here, outside the first-order rule's custom_jvp, whose inside the policies do not see; the inputs
-    # are the rule's arguments, not its outputs, which a policy would count as more values to recompute.
-    h, c = (checkpoint_name(t, name) for t, name in zip((h, c), RESIDUAL_NAMES))
+    # h, C and y named for jax.checkpoint policies: save_only_these_names(*RESIDUAL_NAMES) keeps the
+    # up-projection's two outputs and the layer's, so that a rematerialised backward does not run the forward
+    # again (the names cost nothing otherwise). Named here, outside the first-order rule's custom_jvp, whose
+    # inside the policies do not see; the inputs are the rule's arguments, not its outputs, which a policy
+    # would count as more values to recompute.
+    h, c, y = (checkpoint_name(t, name) for t, name in zip((h, c, y), RESIDUAL_NAMES))
     return y, (x, w_up, w_down, offsets, prob, h, c)
 
 
@@ -104,8 +107,9 @@ def moe_mlp(x, w_up, w_down, group_sizes=None, offsets=None, prob=None, activati
       activation, limit, act_alpha, linear_offset: as grouped_gemm_glu.
     Returns:
       y (M, H) in x's dtype. Differentiable in x, w_up, w_down and prob (reverse mode). The backward's
-      residuals h and C are named "moe_mlp_h" and "moe_mlp_c" for jax.checkpoint policies
-      (save_only_these_names keeps them: a rematerialised backward then runs no second GLU).
+      residuals h and C, and y, are named "moe_mlp_h", "moe_mlp_c" and "moe_mlp_y" for jax.checkpoint
+      policies (moegemm.jax.MOE_MLP_CHECKPOINT_NAMES; save_only_these_names of all three keeps them: a
+      rematerialised backward then runs no second GLU).
     Raises:
       ValueError / TypeError at trace time for operands that do not fit.
     """

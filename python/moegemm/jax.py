@@ -43,6 +43,7 @@ __all__ = [
     "grouped_gemm", "grouped_gemm_glu", "grouped_gemm_dglu", "grouped_gemm_srelu", "grouped_gemm_dsrelu",
     "grouped_gemm_wgrad", "gemm_swiglu", "gemm_amax", "gemm_srelu", "gemm_dsrelu",
     "GroupedBackward", "ragged_dot", "moe_mlp", "device_kernels_available", "FFI_TARGETS",
+    "MOE_MLP_CHECKPOINT_NAMES",
 ]
 
 FFI_TARGETS = tuple(native.target_name(op) for op in native.OPS)
@@ -409,7 +410,13 @@ def gemm_dsrelu(dy, b, c, *, b_layout="nk", alpha=1.0, prob=None, compute_dprob=
 
 
 from moegemm._jax_ragged_dot import ragged_dot  # noqa: E402
-from moegemm._jax_moe_mlp import moe_mlp  # noqa: E402
+from moegemm._jax_moe_mlp import RESIDUAL_NAMES as MOE_MLP_CHECKPOINT_NAMES, moe_mlp  # noqa: E402
+
+MOE_MLP_CHECKPOINT_NAMES: tuple[str, ...]
+"""The ``checkpoint_name``s of moe_mlp's saved values, ``("moe_mlp_h", "moe_mlp_c", "moe_mlp_y")``: its GLU
+output h, pre-activation C and output y. Under ``jax.checkpoint``,
+``jax.checkpoint_policies.save_only_these_names(*MOE_MLP_CHECKPOINT_NAMES)`` keeps them, so that the backward
+runs no second grouped_gemm_glu, also where the loss is not linear in y (docs/jax.md)."""
 
 # Pickled by reference as moegemm.jax.<name>: unpickling imports this module first, which defines the ops
 # that the modules of these two import from it.

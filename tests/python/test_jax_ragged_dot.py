@@ -574,23 +574,33 @@ def test_second_derivatives_raise():
             jax.hessian(lambda l: mj.ragged_dot(l, w_down, sizes).astype(jnp.float32).sum())(x)
 
 
-def test_moe_mlp_residuals_are_named_for_remat_policies():
-    """Under jax.checkpoint, save_only_these_names("moe_mlp_h", "moe_mlp_c") keeps the up-projection's outputs,
-    so that the backward does not run grouped_gemm_glu again (it does with nothing_saveable); the gradients are
-    those without remat, bitwise. The loss is linear in y, so that the backward needs no recomputed y."""
+@pytest.mark.parametrize("combine", ["linear", "router_weight"])
+def test_moe_mlp_residuals_are_named_for_remat_policies(combine):
+    """Under jax.checkpoint, save_only_these_names(*MOE_MLP_CHECKPOINT_NAMES) keeps the up-projection's outputs
+    and y, so that the backward does not run grouped_gemm_glu again (it does with nothing_saveable), also where
+    the loss is not linear in y (each row scaled by a router weight that gets a gradient: its backward reads
+    y); the gradients are those without remat, bitwise."""
     rng = np.random.default_rng(17)
     x, w_up, w_down = rand(rng, (32, 16)), rand(rng, (4, 16, 32), scale=0.2), rand(rng, (4, 16, 16), scale=0.2)
     gs, cot = jnp.asarray([8, 0, 16, 6], jnp.int32), jnp.asarray(rng.standard_normal((32, 16)), jnp.float32)
+    weight = jnp.asarray(rng.uniform(size=(32, 1)), jnp.float32)
+    assert mj.MOE_MLP_CHECKPOINT_NAMES == ("moe_mlp_h", "moe_mlp_c", "moe_mlp_y")
 
-    def loss(x, w_up, w_down):
-        return jnp.sum(mj.moe_mlp(x, w_up, w_down, gs).astype(jnp.float32) * cot)
+    def loss(x, w_up, w_down, weight):
+        y = mj.moe_mlp(x, w_up, w_down, gs).astype(jnp.float32)
+        return jnp.sum((y * weight if combine == "router_weight" else y) * cot)
 
+    args = (x, w_up, w_down, weight)
     with on_cpu():
-        plain = jax.grad(loss, (0, 1, 2))(x, w_up, w_down)
+        plain = jax.jit(jax.grad(loss, (0, 1, 2, 3)))(*args)
         policies = jax.checkpoint_policies
-        for policy, glu_calls in ((policies.save_only_these_names("moe_mlp_h", "moe_mlp_c"), 1),
+        for policy, glu_calls in ((policies.save_only_these_names(*mj.MOE_MLP_CHECKPOINT_NAMES), 1),
                                   (policies.nothing_saveable, 2)):
-            grad = jax.grad(jax.checkpoint(loss, policy=policy), (0, 1, 2))
-            assert str(jax.make_jaxpr(grad)(x, w_up, w_down)).count("moegemm_grouped_gemm_glu") == glu_calls
-            for want, got in zip(plain, jax.jit(grad)(x, w_up, w_down)):
-                assert np.array_equal(np.asarray(want, np.float32), np.asarray(got, np.float32))
+            for differentiate in (jax.grad, jax.value_and_grad):
+                grad = differentiate(jax.checkpoint(loss, policy=policy), (0, 1, 2, 3))
+                assert str(jax.make_jaxpr(grad)(*args)).count("moegemm_grouped_gemm_glu") == glu_calls
+            got = jax.jit(jax.grad(jax.checkpoint(loss, policy=policy), (0, 1, 2, 3)))(*args)
+            for want, have in zip(plain[:3], got[:3]):  # the moegemm ops' gradients
+                assert np.array_equal(np.asarray(want, np.float32), np.asarray(have, np.float32))
+            # the router weight's, a reduction XLA fuses as it likes in either graph
+            np.testing.assert_allclose(np.asarray(got[3]), np.asarray(plain[3]), rtol=1e-6, atol=1e-6)
