@@ -109,6 +109,8 @@ def _not_real(value) -> bool:
     torch (a tensor), as moegemm.jax refuses them."""
     if value is None or isinstance(value, (str, bytes, bool, complex)):
         return True
+    if isinstance(value, (int, float, torch.SymInt, torch.SymFloat)):  # and no getattr, which Dynamo refuses
+        return False
     dtype = getattr(value, "dtype", None)
     if isinstance(dtype, torch.dtype):
         return dtype == torch.bool or dtype.is_complex

@@ -226,6 +226,31 @@ def test_compile_fullgraph_with_a_token_count_known_only_at_run_time():
         assert torch.equal(eager, compiled)
 
 
+def test_compile_dynamic_moe_mlp_and_module_match_eager():
+    """torch.compile(dynamic=True, fullgraph=True) traces moe_mlp and MoEMLP (the clamp parameters' checks
+    included, which Dynamo then hands symbolic numbers), forward and backward, with eager's values."""
+    k, i = 32, 16
+    w_up, w_down = randn(4, k, 2 * i, seed=1, scale=0.2), randn(4, i, k, seed=2, scale=0.2)
+    module = mt.MoEMLP(4, k, i, activation="swiglu_clamped", limit=3.0, dtype=torch.bfloat16)
+
+    def layer(x, w_up, w_down, offsets, limit):
+        return (mt.moe_mlp(x, w_up, w_down, offsets, activation="swiglu_clamped", limit=limit)
+                + module(x, offsets))
+
+    compiled = torch.compile(layer, dynamic=True, fullgraph=True, backend="aot_eager")
+    for m, limit in ((40, 2.5), (24, 4.0)):
+        x, offsets = randn(m, k, seed=m), offsets_of([m // 4, m // 2, 0, m - 3 * (m // 4)])
+        results = []
+        for run in (layer, compiled):
+            module.zero_grad()
+            leaves = [t.detach().requires_grad_() for t in (x, w_up, w_down)]
+            out = run(*leaves[:3], offsets, limit)
+            out.float().square().sum().backward()
+            results.append([out.detach(), *(t.grad for t in leaves), module.w_up.grad, module.w_down.grad])
+        for eager, traced in zip(*results):
+            assert torch.equal(eager, traced)
+
+
 def test_compile_fullgraph_with_offsets_from_bincount():
     """Offsets made with torch.bincount(minlength=E), whose length only the run knows under torch.compile,
     trace with fullgraph=True through moe_mlp forward and backward and grouped_mm's 2-D x 3-D and 3-D x 2-D
