@@ -300,17 +300,25 @@ def _positive_int(name: str, value) -> int:
 
 
 def _local_weight(name: str, w: torch.Tensor) -> torch.Tensor:
-    """MoEMLP's parameter as the ops take it: itself, or a DTensor's local shard (``to_local()``, whose
-    gradient comes back as a DTensor of the same placements) where the experts are split over the mesh
-    (``Shard(0)``: expert parallelism, the caller passing this rank's tokens and offsets) or replicated. Other
-    placements would split an expert's weights, or its gate/up pairs: ValueError naming them."""
+    """MoEMLP's parameter as the ops take it: itself, or a DTensor's local shard where the experts are split
+    over the mesh (``Shard(0)``: expert parallelism, the caller passing this rank's tokens and offsets) or
+    replicated. The shard's gradient comes back as a DTensor sharded as the parameter along its Shard(0)
+    dims and Partial (summed over the ranks where read) along its replicated ones, whose ranks each had their
+    own tokens. Other placements would split an expert's weights, or its gate/up pairs: ValueError naming
+    them, as for a rank left without an expert."""
     placements = dtensor_placements(w)
     if placements is None:
         return w
     if not all(p.is_replicate() or p.is_shard(0) for p in placements):
         raise ValueError(f"MoEMLP: {name}: expected a DTensor sharded over experts (Shard(0)) or replicated, got "
                          f"placements {placements}")
-    return w.to_local()
+    from torch.distributed.tensor import Partial  # dtensor_placements found torch.distributed.tensor
+    local = w.to_local(grad_placements=[Partial() if p.is_replicate() else p for p in placements])
+    if local.shape[0] == 0:
+        raise ValueError(f"MoEMLP: {name}: expected at least one expert on this rank, got none of the "
+                         f"{w.shape[0]} experts of a DTensor with placements {placements} (more ranks than "
+                         f"experts along Shard(0))")
+    return local
 
 
 class MoEMLP(torch.nn.Module):
@@ -322,7 +330,8 @@ class MoEMLP(torch.nn.Module):
     ``dtype``: None (torch's default), bf16 (the CUDA kernels' dtype), f16, f32 or f64 (CPU); anything else
     raises ValueError naming ``dtype``; a ``zero_tail`` that is not a bool raises TypeError naming it.
     Parameters that are DTensors split over experts (``Shard(0)``) or replicated run on their local shards,
-    with this rank's tokens and offsets (docs/torch.md); other placements raise ValueError naming them.
+    with this rank's tokens and offsets, their gradients Partial along replicated mesh dims (docs/torch.md);
+    other placements, and a rank without an expert, raise ValueError naming them.
     """
 
     def __init__(self, num_experts: int, hidden: int, intermediate: int, *, activation: str = "swiglu",

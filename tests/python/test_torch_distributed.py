@@ -1,7 +1,8 @@
 """MoEMLP with DTensor parameters (torch.distributed.tensor), on two CPU ranks (gloo): experts split over the
 ranks (Shard(0), expert parallelism as torchtitan distributes its experts) run on each rank's local experts
-with its own tokens and offsets, with the values and gradients of moe_mlp on those experts' weights; other
-placements and DTensor operands of the functional forms are refused, naming the operand."""
+with its own tokens and offsets, with the values and gradients of moe_mlp on those experts' weights;
+replicated ones give Partial gradients (summed over the ranks where read); other placements, a rank without
+an expert and DTensor operands of the functional forms are refused, naming the operand."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ if not dist.is_available() or not dist.is_gloo_available():
     pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
 
 from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
-from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_module, distribute_tensor  # noqa: E402
+from torch.distributed.tensor import (DTensor, Partial, Replicate, Shard, distribute_module,  # noqa: E402
+                                      distribute_tensor)
 
 WORLD, E, H, I = 2, 4, 32, 64
 LOCAL = E // WORLD
@@ -59,11 +61,31 @@ def _rank_main(rank: int, store: str) -> None:
             assert isinstance(w.grad, DTensor) and w.grad.placements == (Shard(0),)
             assert torch.equal(w.grad.to_local(), ref.grad)
 
-        # Replicated experts: every rank runs all of them on its tokens.
+        # Replicated experts: every rank runs all of them on its own tokens, and the gradients are Partial, the
+        # sum over the ranks of each rank's own (f32 here, for gloo's all-reduce).
         torch.manual_seed(0)
-        replicated = _distributed(mt.MoEMLP(E, H, I, dtype=torch.bfloat16), mesh, Replicate())
+        replicated = _distributed(mt.MoEMLP(E, H, I, dtype=torch.float32), mesh, Replicate())
         all_offsets = offsets_of([10, 10, 10, 10])
-        assert torch.equal(replicated(x, all_offsets), mt.moe_mlp(x, full_up, full_down, all_offsets))
+        up, down = (w.full_tensor().detach().requires_grad_() for w in (replicated.w_up, replicated.w_down))
+        y = replicated(x.float(), all_offsets)
+        expected = mt.moe_mlp(x.float(), up, down, all_offsets)
+        assert torch.equal(y, expected)
+        y.square().sum().backward()
+        expected.square().sum().backward()
+        for w, ref in ((replicated.w_up, up), (replicated.w_down, down)):
+            assert w.grad.placements == (Partial(),)
+            assert torch.equal(w.grad.to_local(), ref.grad)
+            summed = ref.grad.clone()
+            dist.all_reduce(summed)
+            assert torch.equal(w.grad.full_tensor(), summed)
+
+        # More ranks than experts: the rank without one is told so.
+        single = _distributed(mt.MoEMLP(1, H, I, dtype=torch.bfloat16), mesh, Shard(0))
+        if rank == 0:
+            assert single(x, offsets_of([40])).shape == x.shape
+        else:
+            _expect(ValueError, "MoEMLP: w_up: expected at least one expert on this rank, got none of the 1 experts",
+                    lambda: single(x, offsets_of([40])))
 
         # Sharded within the experts: refused, naming the parameter and its placements.
         split = _distributed(mt.MoEMLP(E, H, I, dtype=torch.bfloat16), mesh, Shard(2))
