@@ -10,19 +10,23 @@
 #include <cstdlib>
 #include <exception>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
 namespace moegemm::reference {
 
 /// A thread count from the environment variable `name`: its value, or the first entry of a comma-separated
-/// list (OMP_NUM_THREADS's nested form), when that is an integer in [1, 1024]; else 0.
+/// list (OMP_NUM_THREADS's nested form), spaces around it allowed, when that is a decimal integer in
+/// [1, 1024]; else 0 (the variable is then ignored).
 inline int threads_from_env(const char* name) {
   const char* text = std::getenv(name);
   if (text == nullptr) return 0;
   char* end = nullptr;
-  const long n = std::strtol(text, &end, 10);
-  const bool whole = end != text && (*end == '\0' || *end == ',');
+  const long n = std::strtol(text, &end, 10);  // skips leading spaces
+  if (end == text) return 0;
+  while (*end == ' ' || *end == '\t' || *end == '\n') ++end;
+  const bool whole = *end == '\0' || *end == ',';
   return whole && n >= 1 && n <= 1024 ? static_cast<int>(n) : 0;
 }
 
@@ -62,7 +66,14 @@ void parallel_for(int64_t n, double flops, Fn&& fn) {
     }
   };
   std::vector<std::thread> pool;
-  for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
+  pool.reserve(threads - 1);  // before any thread starts: a failure here leaves none to join
+  for (int t = 1; t < threads; ++t) {
+    try {
+      pool.emplace_back(worker);
+    } catch (const std::system_error&) {  // no more threads (a process or memory limit): the started ones
+      break;                              // and this one take every task
+    }
+  }
   worker();
   for (auto& t : pool) t.join();
   if (error) std::rethrow_exception(error);

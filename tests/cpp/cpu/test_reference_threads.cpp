@@ -2,10 +2,13 @@
 // that do not depend on it.
 #include <gtest/gtest.h>
 #include <sched.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <fstream>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -76,11 +79,15 @@ TEST(ReferenceThreads, MoegemmNumThreadsThenOmpNumThreadsSetTheCount) {
   }
 }
 
-TEST(ReferenceThreads, ValuesThatAreNoThreadCountAreIgnored) {
+TEST(ReferenceThreads, ValuesThatAreNoThreadCountAreIgnoredAndSpacesAllowed) {
   ScopedEnv omp("OMP_NUM_THREADS", "2");
-  for (const char* bad : {"", "0", "-3", "abc", "3x", "2000", "99999999999999999999"}) {
+  for (const char* bad : {"", " ", "0", "-3", "abc", "3x", "0x4", ",4", "2000", "99999999999999999999"}) {
     ScopedEnv moegemm("MOEGEMM_NUM_THREADS", std::string(bad));
     EXPECT_EQ(worker_count(), 2) << "MOEGEMM_NUM_THREADS=\"" << bad << "\"";
+  }
+  for (const char* spaced : {" 3", "3 ", "3\n", "+3", "3,1", " 3 ,1"}) {  // as OpenMP reads them
+    ScopedEnv moegemm("MOEGEMM_NUM_THREADS", std::string(spaced));
+    EXPECT_EQ(worker_count(), 3) << "MOEGEMM_NUM_THREADS=\"" << spaced << "\"";
   }
 }
 
@@ -101,6 +108,32 @@ TEST(ReferenceThreads, WithoutEitherVariableTheAffinityMaskSetsTheCount) {
   ASSERT_EQ(sched_setaffinity(0, sizeof(all), &all), 0);
   EXPECT_EQ(count, 1);
   EXPECT_EQ(used, 1);
+}
+
+TEST(ReferenceThreads, EveryTaskRunsWhenThreadsCannotStart) {
+  // Room in the address space for a few thread stacks only: most of the 256 threads asked for cannot start
+  // (as under a container's process or memory limit), and the ones that did, with the caller, run every task.
+  ScopedEnv moegemm("MOEGEMM_NUM_THREADS", "256");
+  long pages = 0;
+  {
+    std::ifstream statm("/proc/self/statm");
+    ASSERT_TRUE(statm >> pages);
+  }
+  rlimit old{};
+  ASSERT_EQ(getrlimit(RLIMIT_AS, &old), 0);
+  rlimit tight = old;
+  tight.rlim_cur = static_cast<rlim_t>(pages) * sysconf(_SC_PAGESIZE) + (64u << 20);
+  constexpr int64_t kTasks = 4096;
+  std::vector<std::thread::id> ran_on(kTasks);  // allocated before the limit: the tasks allocate nothing
+  ASSERT_EQ(setrlimit(RLIMIT_AS, &tight), 0);
+  parallel_for(kTasks, 1e12, [&](int64_t i) { ran_on[i] = std::this_thread::get_id(); });
+  ASSERT_EQ(setrlimit(RLIMIT_AS, &old), 0);
+  std::set<std::thread::id> threads;
+  for (const auto& id : ran_on) {
+    ASSERT_NE(id, std::thread::id()) << "a task did not run";
+    threads.insert(id);
+  }
+  EXPECT_LT(threads.size(), 256u) << "every thread started: the limit did not bite, so nothing was tested";
 }
 
 TEST(ReferenceThreads, ResultsDoNotDependOnTheThreadCount) {
