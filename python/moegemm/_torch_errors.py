@@ -18,8 +18,12 @@ def known(condition) -> bool:
     """A shape condition as a bool: itself in eager; under torch.compile a condition on a size known only when
     the graph runs (an unbacked size: a token count from ``nonzero`` or ``x[mask]``) is False, where ``bool()``
     would fail the trace with "could not guard on data-dependent expression". For the Python checks that
-    only name an operand: the op checks the same rule when the graph runs."""
-    return guard_or_false(condition)  # a bool passes through; torch.compile traces this call as it is
+    only name an operand: the op checks the same rule when the graph runs. Under torch.jit.trace, where sizes
+    are 0-d tensors, the condition's value."""
+    try:
+        return guard_or_false(condition)  # a bool passes through; torch.compile traces this call as it is
+    except AssertionError:  # torch.jit.trace: guard_or_false takes no tensor (a try costs the eager path nothing)
+        return bool(condition)
 
 
 def check_row_major(op: str, name: str, t: torch.Tensor, dims: str, hint: str = "") -> None:

@@ -251,6 +251,23 @@ def test_compile_dynamic_moe_mlp_and_module_match_eager():
             assert torch.equal(eager, traced)
 
 
+def test_jit_trace_of_grouped_mm_and_moe_mlp_matches_eager():
+    """torch.jit.trace (sizes are 0-d tensors while it traces) records grouped_mm and MoEMLP as
+    torch._grouped_mm's trace records it: the traced calls give eager's values, also for other offsets."""
+    import warnings
+    module = mt.MoEMLP(4, 32, 16, dtype=torch.bfloat16).eval()
+    w = randn(4, 32, 24, seed=1)
+    x = randn(20, 32, seed=2)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.jit's deprecation and tracer warnings
+        traced_mm = torch.jit.trace(lambda x, w, offs: mt.grouped_mm(x, w, offs), (x, w, offsets_of([5, 5, 5, 5])))
+        traced_mlp = torch.jit.trace(module, (x, offsets_of([5, 5, 5, 5])))
+        for sizes in ([5, 5, 5, 5], [0, 12, 1, 7]):
+            offs = offsets_of(sizes)
+            assert torch.equal(traced_mm(x, w, offs), mt.grouped_mm(x, w, offs))
+            assert torch.equal(traced_mlp(x, offs), module(x, offs))
+
+
 def test_compile_fullgraph_with_offsets_from_bincount():
     """Offsets made with torch.bincount(minlength=E), whose length only the run knows under torch.compile,
     trace with fullgraph=True through moe_mlp forward and backward and grouped_mm's 2-D x 3-D and 3-D x 2-D
