@@ -50,7 +50,10 @@ def _forward(x, w_up, w_down, offsets, prob, glu):
 
 @partial(jax.custom_vjp, nondiff_argnums=(5,))
 def _moe_mlp(x, w_up, w_down, offsets, prob, glu):
-    return _forward(x, w_up, w_down, offsets, prob, glu)[0]
+    # Not differentiated (_moe_mlp_fwd runs where it is): no C, which only the backward reads (M x 2I written
+    # for nothing in inference).
+    h = grouped_gemm_glu(x, w_up, offsets, prob=prob, b_layout="kn", **glu.kwargs())
+    return grouped_gemm(h, w_down, offsets, b_layout="kn", zero_tail=True)
 
 
 _forward_first_order = first_order_only(_OP, static_argnums=(5,))(_forward)

@@ -25,6 +25,25 @@ def _as_f32(prob: torch.Tensor | None) -> torch.Tensor | None:
     return prob.to(torch.float32)
 
 
+def _forward(x, w_up, w_down, offsets, prob, glu, zero_tail, validate, op, keep_c):
+    """y, h, C (an empty tensor unless ``keep_c``: only the backward reads it) and the weights' layouts."""
+    up, up_layout = weight_operand(w_up, op, "w_up", dims=("H", "2I"))
+    down, down_layout = weight_operand(w_down, op, "w_down", dims=("I", "H"))
+    h, c = torch.ops.moegemm.grouped_gemm_glu(x, up, offsets, b_layout=up_layout, prob=_as_f32(prob),
+                                              generate_c=keep_c, zero_tail=zero_tail, validate=validate, **glu)
+    y, _ = torch.ops.moegemm.grouped_gemm(h, down, offsets, b_layout=down_layout, zero_tail=zero_tail)
+    return y, h, c, (up_layout, down_layout)
+
+
+def _inference(x, w_up, w_down, offsets, prob, activation, glu_layout, limit, act_alpha, linear_offset,
+               zero_tail, validate, op):
+    """The forward where nothing will be differentiated (no_grad, inference_mode, no input requiring grad):
+    no C, which only the backward reads (M x 2I written for nothing)."""
+    glu = dict(activation=activation, glu_layout=glu_layout, limit=limit, act_alpha=act_alpha,
+               linear_offset=linear_offset)
+    return _forward(x, w_up, w_down, offsets, prob, glu, zero_tail, validate, op, keep_c=False)[0]
+
+
 class _MoEMLPFunction(torch.autograd.Function):
     """y = (prob * act(x @ w_up[g])) @ w_down[g] per expert row range, with a fused backward.
 
@@ -37,18 +56,13 @@ class _MoEMLPFunction(torch.autograd.Function):
     def forward(ctx, x, w_up, w_down, offsets, prob, activation, glu_layout, limit, act_alpha, linear_offset,
                 zero_tail, validate, op):
         # `op` names the caller's entry point (moe_mlp or MoEMLP) in the errors raised here.
-        up, up_layout = weight_operand(w_up, op, "w_up", dims=("H", "2I"))
-        down, down_layout = weight_operand(w_down, op, "w_down", dims=("I", "H"))
-        prob32 = _as_f32(prob)
         glu = dict(activation=activation, glu_layout=glu_layout, limit=limit, act_alpha=act_alpha,
                    linear_offset=linear_offset)
-        h, c = torch.ops.moegemm.grouped_gemm_glu(x, up, offsets, b_layout=up_layout, prob=prob32, generate_c=True,
-                                                  zero_tail=zero_tail, validate=validate, **glu)
-        y, _ = torch.ops.moegemm.grouped_gemm(h, down, offsets, b_layout=down_layout, zero_tail=zero_tail)
+        y, h, c, layouts = _forward(x, w_up, w_down, offsets, prob, glu, zero_tail, validate, op, keep_c=True)
         # The caller's tensors, not the views and the f32 copy made here without grad: first_order_only
         # connects a second derivative to the saved tensors that require grad.
         ctx.save_for_backward(x, w_up, w_down, offsets, prob, h, c)
-        ctx.layouts = (up_layout, down_layout)
+        ctx.layouts = layouts
         ctx.op = op
         ctx.config = (glu, zero_tail)
         ctx.dtypes = (w_up.dtype, w_down.dtype, None if prob is None else prob.dtype)
@@ -279,8 +293,10 @@ def _moe_mlp(op: str, x, w_up, w_down, offsets, prob, activation, glu_layout, *,
         zero_tail, validate = check_flag(op, "zero_tail", zero_tail), check_flag(op, "validate", validate)
         clamp = [_clamp_limit(op, activation, limit), _clamp_finite(op, activation, "act_alpha", act_alpha),
                  _clamp_finite(op, activation, "linear_offset", linear_offset)]
-        return call_named(op, _INNER_NAMES, _MoEMLPFunction.apply, x, w_up, w_down, offsets, prob, activation,
-                          glu_layout, *clamp, zero_tail, validate, op)
+        differentiated = torch.is_grad_enabled() and (
+            x.requires_grad or w_up.requires_grad or w_down.requires_grad or (prob is not None and prob.requires_grad))
+        return call_named(op, _INNER_NAMES, _MoEMLPFunction.apply if differentiated else _inference, x, w_up, w_down,
+                          offsets, prob, activation, glu_layout, *clamp, zero_tail, validate, op)
     except (ValueError, RuntimeError, NotImplementedError):  # a sparse operand or a DTensor: as in grouped_mm
         error = misfit_operand(op, x=x, w_up=w_up, w_down=w_down, offsets=offsets, prob=prob)
         if error is None:

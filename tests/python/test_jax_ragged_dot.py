@@ -574,6 +574,40 @@ def test_second_derivatives_raise():
             jax.hessian(lambda l: mj.ragged_dot(l, w_down, sizes).astype(jnp.float32).sum())(x)
 
 
+def _glu_output_shapes(jaxpr):
+    """The output shapes of every grouped_gemm_glu call in a jaxpr, nested jaxprs included."""
+    shapes = []
+    for eqn in jaxpr.eqns:
+        if "grouped_gemm_glu" in str(eqn.params.get("target_name", "")):
+            shapes.append([tuple(v.aval.shape) for v in eqn.outvars])
+        for param in eqn.params.values():
+            for sub in param if isinstance(param, (list, tuple)) else [param]:
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    shapes += _glu_output_shapes(inner)
+    return shapes
+
+
+@pytest.mark.parametrize("act", ["swiglu", "swiglu_clamped"])
+def test_moe_mlp_not_differentiated_keeps_no_pre_activation(act):
+    """moe_mlp evaluated without a derivative (inference) runs the GLU without C, which only the backward
+    reads, and gives the value of the differentiated call (bitwise: the default clamp limit is a 16-bit
+    value, docs/ops.md §2)."""
+    rng = np.random.default_rng(21)
+    x, w_up, w_down = rand(rng, (40, 32)), rand(rng, (4, 32, 32), scale=0.2), rand(rng, (4, 16, 32), scale=0.2)
+    gs = jnp.asarray([9, 0, 20, 11], jnp.int32)
+
+    def layer(x):
+        return mj.moe_mlp(x, w_up, w_down, gs, activation=act)
+
+    with on_cpu():
+        assert _glu_output_shapes(jax.make_jaxpr(layer)(x).jaxpr)[0][:2] == [(40, 16), (0,)]  # D and workspace
+        grad_shapes = _glu_output_shapes(jax.make_jaxpr(jax.grad(lambda x: layer(x).astype(jnp.float32).sum()))(x).jaxpr)
+        assert (40, 32) in grad_shapes[0]  # C, for the backward
+        inference, trained = jax.jit(layer)(x), jax.vjp(layer, x)[0]  # the latter through the forward rule
+        assert np.array_equal(np.asarray(inference, np.float32), np.asarray(trained, np.float32))
+
+
 @pytest.mark.parametrize("combine", ["linear", "router_weight"])
 def test_moe_mlp_residuals_are_named_for_remat_policies(combine):
     """Under jax.checkpoint, save_only_these_names(*MOE_MLP_CHECKPOINT_NAMES) keeps the up-projection's outputs

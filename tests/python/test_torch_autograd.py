@@ -204,6 +204,41 @@ def test_moe_mlp_reads_strided_weight_stacks_in_place(device):
         assert torch.equal(got, packed)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("act", ["swiglu", "swiglu_clamped"])
+def test_moe_mlp_without_grad_keeps_no_pre_activation(device, act):
+    """Where nothing will be differentiated (no_grad, inference_mode, no input requiring grad), moe_mlp and
+    MoEMLP run the GLU without C, which only the backward reads, and give the values of the differentiable
+    forward (bitwise: the default clamp limit is a 16-bit value, docs/ops.md §2)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class GluCalls(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.generate_c = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is torch.ops.moegemm.grouped_gemm_glu.default:
+                self.generate_c.append((kwargs or {}).get("generate_c", False))
+            return func(*args, **(kwargs or {}))
+
+    on = dict(device=device)
+    module = mt.MoEMLP(4, 32, 16, activation=act, dtype=torch.bfloat16, **on)
+    x, offsets, prob = randn(40, 32, seed=3, **on), offsets_of([9, 0, 20, 8], device), randn(40, seed=4, **on).abs()
+    trained = module(x, offsets, prob)  # the parameters require grad: C is kept
+    plain = [t.detach() for t in (module.w_up, module.w_down)]
+    for context in (torch.no_grad, torch.inference_mode, torch.enable_grad):  # the last: no input requires grad
+        with context(), GluCalls() as calls:
+            values = [module(x, offsets, prob) if context is not torch.enable_grad else None,
+                      mt.moe_mlp(x, *plain, offsets, prob, activation=act)]
+        assert calls.generate_c == [False] * (len(values) - values.count(None)), context
+        for y in values:
+            assert y is None or torch.equal(y, trained.detach())
+    with GluCalls() as calls:
+        module(x, offsets, prob)
+    assert calls.generate_c == [True]
+
+
 def test_c05_two_iterations_with_dirty_allocator():
     sizes = [100, 0, 144, 200, 50, 0, 150, 100]  # offsets[-1] = 744 of M = 1000
     m, h, i = 1000, 64, 64
