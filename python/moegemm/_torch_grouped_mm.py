@@ -249,8 +249,10 @@ def _rows_mm(a, b, offs, bias, out_dtype, zero_tail, validate=False, names=_ROWS
         _check_rows_operand(a, names[("grouped_gemm", "a")])
         weight_operand(b, _OP, "b")  # its stride order, as with groups
         return _NoGroupsMM.apply(a, b, bias, out_dtype, zero_tail)
+    # torch.jit.trace records the ops themselves (forward only): its trace holds no Python autograd Function,
+    # which torch.jit.save cannot export, and its check run, under no_grad, records the same.
     needs_grad = torch.is_grad_enabled() and (
-        a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad))
+        a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad)) and not torch._C._is_tracing()
     if needs_grad:
         return call_named(_OP, names, _RaggedRowsMM.apply, a, b, offs, bias, out_dtype, zero_tail, validate,
                           terms=terms)
@@ -337,7 +339,7 @@ def _ragged_k_mm(a, b, offs, out_dtype, zero_tail=False, validate=False):
         _check_aligned_rows(a.t(), _RAGGED_K_NAMES[("grouped_gemm_wgrad", "x")], "H")
         _check_aligned_rows(b, "b", "N")
         return _NoGroupsRaggedKMM.apply(a, b, out_dtype)
-    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
+    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad) and not torch._C._is_tracing():  # as above
         return _RaggedKMM.apply(a, b, offs, out_dtype, zero_tail, validate)
     return _ragged_k_op(a, b, offs, out_dtype, validate)
 

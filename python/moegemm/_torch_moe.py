@@ -293,8 +293,10 @@ def _moe_mlp(op: str, x, w_up, w_down, offsets, prob, activation, glu_layout, *,
         zero_tail, validate = check_flag(op, "zero_tail", zero_tail), check_flag(op, "validate", validate)
         clamp = [_clamp_limit(op, activation, limit), _clamp_finite(op, activation, "act_alpha", act_alpha),
                  _clamp_finite(op, activation, "linear_offset", linear_offset)]
+        # torch.jit.trace records the ops themselves, as in grouped_mm (_rows_mm).
         differentiated = torch.is_grad_enabled() and (
-            x.requires_grad or w_up.requires_grad or w_down.requires_grad or (prob is not None and prob.requires_grad))
+            x.requires_grad or w_up.requires_grad or w_down.requires_grad or (prob is not None and prob.requires_grad)
+        ) and not torch._C._is_tracing()
         return call_named(op, _INNER_NAMES, _MoEMLPFunction.apply if differentiated else _inference, x, w_up, w_down,
                           offsets, prob, activation, glu_layout, *clamp, zero_tail, validate, op)
     except (ValueError, RuntimeError, NotImplementedError):  # a sparse operand or a DTensor: as in grouped_mm

@@ -251,21 +251,27 @@ def test_compile_dynamic_moe_mlp_and_module_match_eager():
             assert torch.equal(eager, traced)
 
 
-def test_jit_trace_of_grouped_mm_and_moe_mlp_matches_eager():
-    """torch.jit.trace (sizes are 0-d tensors while it traces) records grouped_mm and MoEMLP as
-    torch._grouped_mm's trace records it: the traced calls give eager's values, also for other offsets."""
+def test_jit_trace_of_grouped_mm_and_moe_mlp_matches_eager(tmp_path):
+    """torch.jit.trace (sizes are 0-d tensors while it traces) records the ops grouped_mm and MoEMLP call, with
+    its default check run (under no_grad) and parameters that require grad: the traced calls, also after
+    torch.jit.save and load, give eager's values for other offsets; a backward through them raises."""
     import warnings
-    module = mt.MoEMLP(4, 32, 16, dtype=torch.bfloat16).eval()
-    w = randn(4, 32, 24, seed=1)
+    module = mt.MoEMLP(4, 32, 16, dtype=torch.bfloat16)
+    w = randn(4, 32, 24, seed=1).requires_grad_()
     x = randn(20, 32, seed=2)
-    with torch.no_grad(), warnings.catch_warnings():
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch.jit's deprecation and tracer warnings
         traced_mm = torch.jit.trace(lambda x, w, offs: mt.grouped_mm(x, w, offs), (x, w, offsets_of([5, 5, 5, 5])))
         traced_mlp = torch.jit.trace(module, (x, offsets_of([5, 5, 5, 5])))
-        for sizes in ([5, 5, 5, 5], [0, 12, 1, 7]):
-            offs = offsets_of(sizes)
-            assert torch.equal(traced_mm(x, w, offs), mt.grouped_mm(x, w, offs))
-            assert torch.equal(traced_mlp(x, offs), module(x, offs))
+        torch.jit.save(traced_mlp, tmp_path / "mlp.pt")
+        loaded = torch.jit.load(tmp_path / "mlp.pt")
+    for sizes in ([5, 5, 5, 5], [0, 12, 1, 7]):
+        offs = offsets_of(sizes)
+        assert torch.equal(traced_mm(x, w, offs), mt.grouped_mm(x, w, offs).detach())
+        assert torch.equal(traced_mlp(x, offs), module(x, offs).detach())
+        assert torch.equal(loaded(x, offs), module(x, offs).detach())
+    with pytest.raises(RuntimeError, match="derivative for moegemm::"):
+        traced_mlp(x, offs).float().sum().backward()
 
 
 def test_compile_fullgraph_with_offsets_from_bincount():
