@@ -25,6 +25,22 @@ def _as_f32(prob: torch.Tensor | None) -> torch.Tensor | None:
     return prob.to(torch.float32)
 
 
+def _autocast(x, w_up, w_down):
+    """x, w_up and w_down as torch.autocast hands a matmul its operands: where autocast is on for x's device,
+    in autocast's dtype, through a differentiable cast, so that f32 parameters get f32 gradients
+    (torch/amp/autocast_mode.py: lower-precision ops such as linear). All three or none: with an f64 or
+    non-float one among them nothing is cast, so that the dtype errors name the dtypes the caller passed."""
+    device = x.device.type if isinstance(x, torch.Tensor) else None
+    # is_autocast_enabled raises for a device autocast does not know (meta: a model built for its shapes)
+    if device is None or not torch.amp.is_autocast_available(device) or not torch.is_autocast_enabled(device):
+        return x, w_up, w_down
+    if not all(isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != torch.float64
+               for t in (x, w_up, w_down)):
+        return x, w_up, w_down
+    dtype = torch.get_autocast_dtype(device)
+    return tuple(t if t.dtype == dtype else t.to(dtype) for t in (x, w_up, w_down))
+
+
 def _forward(x, w_up, w_down, offsets, prob, glu, zero_tail, validate, op, keep_c):
     """y, h, C (an empty tensor unless ``keep_c``: only the backward reads it) and the weights' layouts."""
     up, up_layout = weight_operand(w_up, op, "w_up", dims=("H", "2I"))
@@ -268,8 +284,14 @@ def moe_mlp(x: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, offsets: 
             ValueError naming offsets at the first one that is negative, decreasing or past M. Without it,
             bad offsets are clamped on the device and nothing is read out of bounds.
 
+    Autocast: inside ``torch.autocast`` for x's device, x, w_up and w_down (f32 or 16-bit, all three; with an
+    f64 one none is cast) are cast to autocast's dtype first, as torch casts the operands of ``linear``,
+    through a differentiable cast: f32 weights get f32 gradients. The 16-bit rules then apply (H and I
+    multiples of 8). On CUDA that dtype must be bf16 (``torch.autocast("cuda", dtype=torch.bfloat16)``;
+    autocast's default f16 raises NotImplementedError).
+
     Returns:
-        y: (M, H) in x's dtype.
+        y: (M, H) in x's dtype (autocast's dtype where autocast cast the operands).
 
     Backward: grouped_gemm_dglu gives dC (and dprob) from the saved pre-activation; dx = grouped_gemm(dC,
     w_up^T); dw_up = grouped_gemm_wgrad(x, dC); dw_down = grouped_gemm_wgrad(h, dy), exact zeros for experts
@@ -281,6 +303,7 @@ def moe_mlp(x: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, offsets: 
         NumPy), and a limit, act_alpha or linear_offset that is not a real number (a bool included);
         NotImplementedError for requests the backend cannot serve (f16 or f32 inputs on CUDA).
     """
+    x, w_up, w_down = _autocast(x, w_up, w_down)
     return _moe_mlp(_OP, x, w_up, w_down, offsets, prob, activation, glu_layout, zero_tail=zero_tail, limit=limit,
                     act_alpha=act_alpha, linear_offset=linear_offset, validate=validate)
 
@@ -347,6 +370,7 @@ class MoEMLP(torch.nn.Module):
     (default True) and swiglu_clamped's ``limit``, ``act_alpha``, ``linear_offset`` as in :func:`moe_mlp`.
     ``dtype``: None (torch's default), bf16 (the CUDA kernels' dtype), f16, f32 or f64 (CPU); anything else
     raises ValueError naming ``dtype``; a ``zero_tail`` that is not a bool raises TypeError naming it.
+    Inside ``torch.autocast`` x and the parameters are cast to autocast's dtype, as in :func:`moe_mlp`.
     Parameters that are DTensors split over experts (``Shard(0)``) or replicated run on their local shards,
     with this rank's tokens and offsets, their gradients Partial along replicated mesh dims (docs/torch.md);
     other placements, and a rank without an expert, raise ValueError naming them.
@@ -398,6 +422,7 @@ class MoEMLP(torch.nn.Module):
         """x (M, H), offsets (E,) int32, prob optional (M,) -> y (M, H); see :func:`moe_mlp` (also for
         ``validate``)."""
         w_up, w_down = _local_weight("w_up", self.w_up), _local_weight("w_down", self.w_down)
+        x, w_up, w_down = _autocast(x, w_up, w_down)
         hidden = w_up.shape[1]
         if isinstance(x, torch.Tensor) and (x.dim() != 2 or x.shape[1] != hidden):
             raise ValueError(f"MoEMLP: x: expected an (M, H={hidden}) tensor with H the module's hidden size, got "

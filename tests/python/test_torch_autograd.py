@@ -186,6 +186,54 @@ def test_moe_mlp_weight_grads_keep_the_weight_stride_order():
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_moe_mlp_and_module_under_autocast_cast_as_linear_does(device):
+    """Inside torch.autocast(bf16) f32 x and weights (w_up a transposed view) reach the ops as bf16: y is bf16
+    and equals moe_mlp on bf16 copies bitwise; the f32 leaves get f32 gradients equal to that run's, and the
+    weight gradient keeps its stride order. Outside autocast nothing is cast; f64 is never cast."""
+    m, h, i, e = 48, 32, 32, 3
+    on = dict(device=device)
+    offsets = offsets_of([20, 0, 28], device)
+    w_up = randn(e, 2 * i, h, dtype=torch.float32, seed=70, scale=0.2, **on).mT  # (E, H, 2I)
+    w_down = randn(e, i, h, dtype=torch.float32, seed=71, scale=0.2, **on)
+    x, dy = randn(m, h, dtype=torch.float32, seed=72, **on), randn(m, h, seed=73, **on)
+    prob = randn(m, dtype=torch.float32, seed=74, **on).abs()
+    leaves = [t.detach().requires_grad_() for t in (x, w_up, w_down, prob)]
+    with torch.autocast(device, dtype=torch.bfloat16):
+        y = mt.moe_mlp(leaves[0], leaves[1], leaves[2], offsets, leaves[3])
+    y.backward(dy)
+    bf16 = [t.detach().to(torch.bfloat16).requires_grad_() for t in leaves[:3]] + [leaves[3].detach().requires_grad_()]
+    y_bf16 = mt.moe_mlp(bf16[0], bf16[1], bf16[2], offsets, bf16[3])
+    y_bf16.backward(dy)
+    assert y.dtype == torch.bfloat16 and torch.equal(y, y_bf16)
+    for leaf, ref in zip(leaves, bf16):
+        assert leaf.grad.dtype == torch.float32 and torch.equal(leaf.grad, ref.grad.float())
+    assert leaves[1].grad.stride() == leaves[1].stride()
+
+    module = mt.MoEMLP(e, h, i, **on)  # f32 parameters, f32 x
+    with torch.autocast(device, dtype=torch.bfloat16):
+        y_module = module(x, offsets)
+    y_module.float().sum().backward()
+    expected = mt.moe_mlp(x.bfloat16(), module.w_up.detach().bfloat16(), module.w_down.detach().bfloat16(), offsets)
+    assert y_module.dtype == torch.bfloat16 and torch.equal(y_module, expected)
+    assert module.w_up.grad.dtype == torch.float32 and module.w_up.grad.abs().sum() > 0
+    if device == "cpu":
+        assert module(x, offsets).dtype == torch.float32  # no autocast, no cast
+        meta = mt.MoEMLP(e, h, i, device="meta")  # a device autocast does not know: shapes only, no cast
+        assert meta(x.to("meta"), offsets.to("meta")).shape == (m, h)
+        with torch.autocast(device, dtype=torch.bfloat16):  # f64 is kept, as for linear
+            assert mt.moe_mlp(x.double(), w_up.double(), w_down.double(), offsets).dtype == torch.float64
+            # with an f64 operand nothing is cast: the error names the dtypes passed
+            with pytest.raises(ValueError, match=r"MoEMLP: x: expected dtype torch.float32 .* got torch.float64"):
+                module(x.double(), offsets)
+            with pytest.raises(ValueError, match=r"moe_mlp: w_up: expected dtype torch.float64 .* got torch.float32"):
+                mt.moe_mlp(x.double(), w_up, w_down, offsets)
+    else:  # the kernels take bf16 only: f32 outside autocast and autocast's default f16 are refused
+        for context in (torch.autocast(device, enabled=False), torch.autocast(device)):
+            with context, expect_refused_dtype("MoEMLP"):
+                module(x, offsets)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_moe_mlp_reads_strided_weight_stacks_in_place(device):
     # every other expert of a wider stack (w_up, as a transposed view) and padded rows (w_down): outputs and
     # gradients equal those of packed copies, bitwise, on both backends

@@ -126,6 +126,29 @@ def test_compile_fullgraph_moe_mlp_forward_and_backward():
         assert torch.equal(g, p.grad)
 
 
+def test_compile_fullgraph_of_the_module_under_autocast():
+    # f32 parameters and x inside torch.autocast(bf16): the compiled graph casts as eager does (bf16 y, f32 grads)
+    offsets = offsets_of([20, 0, 28])
+    mlp = mt.MoEMLP(3, 32, 32)
+    x = randn(48, 32, dtype=torch.float32).requires_grad_(True)
+
+    def forward(x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return mlp(x, offsets)
+
+    torch._dynamo.reset()
+    results = []
+    for fn in (forward, torch.compile(forward, fullgraph=True)):
+        y = fn(x)
+        y.float().square().sum().backward()
+        results.append([y] + [p.grad for p in (x, mlp.w_up, mlp.w_down)])
+        for p in (x, mlp.w_up, mlp.w_down):
+            p.grad = None
+    assert results[0][0].dtype == torch.bfloat16 and results[0][2].dtype == torch.float32
+    for eager, compiled in zip(*results):
+        assert torch.equal(eager, compiled)
+
+
 @pytest.mark.parametrize("zero_tail", [False, True])
 def test_compile_fullgraph_grouped_mm_without_groups(zero_tail):
     """2-D x 3-D with no groups (E = 0) traces with fullgraph=True: the base-address check, which a traced
