@@ -63,13 +63,27 @@ def check_local(op: str, **tensors) -> None:
                                       f"{placements} (the moegemm ops have no sharding rule): pass {name}.to_local()")
 
 
+def check_untransformed(op: str, **tensors) -> None:
+    """NotImplementedError ``"<op>: <name>: expected a tensor outside torch.func transforms, ..."`` for the first
+    operand that a torch.func transform (grad, vmap, jacrev, ...) wraps: the entry points' autograd Functions
+    have no setup_context and their checks read data pointers, and torch's own errors for that name no
+    operand ("Cannot access data pointer of Tensor that doesn't have storage")."""
+    for name, t in tensors.items():
+        if isinstance(t, torch.Tensor) and torch._C._functorch.is_functorch_wrapped_tensor(t):
+            raise NotImplementedError(f"{op}: {name}: expected a tensor outside torch.func transforms (grad, vmap, "
+                                      f"jacrev, ...), got one a transform wraps: call {op} outside the "
+                                      f"transform (torch.autograd gives its gradients)")
+
+
 def misfit_operand(op: str, **tensors) -> Exception | None:
-    """The error check_local, check_strided, then check_same_device, raise for these operands, or None. For a
+    """The error check_local, check_untransformed, check_strided, then check_same_device, raise for these
+    operands, or None. For a
     composite function to look for once a call has failed (``raise error from None``: the failure it replaces
     named no operand of the caller's, or another one), so that the eager path pays nothing for these
     checks."""
     try:
         check_local(op, **tensors)
+        check_untransformed(op, **tensors)
         check_strided(op, **tensors)
         check_same_device(op, **tensors)
     except (ValueError, NotImplementedError) as error:

@@ -233,6 +233,29 @@ def test_moe_mlp_and_module_under_autocast_cast_as_linear_does(device):
                 module(x, offsets)
 
 
+def test_torch_func_transforms_are_refused_naming_the_operand():
+    """grad, jacrev and vmap wrap the operands (no data pointer, no setup_context): NotImplementedError naming
+    the entry point and the first wrapped operand, where torch's errors named none. grouped_mm without grad
+    runs under vmap (torch's per-sample fallback)."""
+    x, offsets = randn(16, 32, dtype=torch.float32, seed=80), offsets_of([8, 8])
+    w_up, w_down = randn(2, 32, 64, dtype=torch.float32, seed=81), randn(2, 32, 32, dtype=torch.float32, seed=82)
+    module = mt.MoEMLP(2, 32, 32)
+    calls = [
+        ("moe_mlp: w_up", lambda: torch.func.grad(lambda w: mt.moe_mlp(x, w, w_down, offsets).sum())(w_up)),
+        ("moe_mlp: x", lambda: torch.func.jacrev(lambda t: mt.moe_mlp(t, w_up, w_down, offsets).sum())(x)),
+        ("moe_mlp: x", lambda: torch.func.vmap(lambda t: mt.moe_mlp(t, w_up, w_down, offsets))(x.expand(2, 16, 32))),
+        ("MoEMLP: w_up", lambda: torch.func.grad(
+            lambda p: torch.func.functional_call(module, p, (x, offsets)).sum())(dict(module.named_parameters()))),
+        ("grouped_mm: b", lambda: torch.func.grad(lambda b: mt.grouped_mm(x, b, offs=offsets).sum())(w_down)),
+    ]
+    for prefix, call in calls:
+        with pytest.raises(NotImplementedError, match=f"^{prefix}: expected a tensor outside torch.func"):
+            call()
+    with pytest.warns(UserWarning, match="batching rule"):
+        batched = torch.func.vmap(lambda b: mt.grouped_mm(x, b, offs=offsets))(w_down.expand(2, 2, 32, 32))
+    assert torch.equal(batched[1], mt.grouped_mm(x, w_down, offs=offsets))
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_moe_mlp_reads_strided_weight_stacks_in_place(device):
     # every other expert of a wider stack (w_up, as a transposed view) and padded rows (w_down): outputs and
