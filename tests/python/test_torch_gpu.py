@@ -316,3 +316,37 @@ def test_moe_mlp_step_without_tokens_cuda():
     ops.grouped_gemm_wgrad.accumulate(x.detach(), dy, offsets, w)
     assert torch.equal(w.view(torch.int32), before.view(torch.int32))
     assert (mt.grouped_mm(x.detach().t(), dy, offsets) == 0).all()
+
+
+def test_compiled_reduce_overhead_step_with_f32_parameters_under_autocast_equals_eager():
+    """torch.compile(mode="reduce-overhead") (CUDA graph trees, forward and AOTAutograd backward) of MoEMLP with
+    f32 parameters inside torch.autocast("cuda", dtype=torch.bfloat16): y is bf16, the parameters' gradients
+    f32, and three compiled steps give eager's y and gradients bitwise."""
+    sizes = [37, 0, 91, 100]  # 228 of 256 rows
+    m, h, i = 256, 128, 128
+    offsets = offsets_of(sizes, "cuda")
+    mlp = mt.MoEMLP(4, h, i, device="cuda")
+    x = randn(m, h, dtype=torch.float32, device="cuda", seed=7).requires_grad_(True)
+    prob = randn(m, dtype=torch.float32, device="cuda", seed=8).abs().requires_grad_(True)
+    leaves = (x, prob, mlp.w_up, mlp.w_down)
+
+    def forward(x, prob):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            return mlp(x, offsets, prob)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(forward, mode="reduce-overhead")
+    results = []
+    for fn in (forward, compiled, compiled, compiled):
+        torch.compiler.cudagraph_mark_step_begin()
+        y = fn(x, prob)
+        y.float().square().sum().backward()
+        results.append([y.detach().clone()] + [t.grad.clone() for t in leaves])
+        for t in leaves:
+            t.grad = None
+    eager = results[0]
+    assert eager[0].dtype == torch.bfloat16 and all(g.dtype == torch.float32 for g in eager[1:])
+    assert (eager[0][228:] == 0).all() and (eager[3][1] == 0).all()
+    for step in results[1:]:
+        for name, e, c in zip(("y", "x", "prob", "w_up", "w_down"), eager, step):
+            assert torch.equal(e, c), name
