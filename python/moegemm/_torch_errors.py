@@ -77,10 +77,9 @@ def check_untransformed(op: str, **tensors) -> None:
 
 def misfit_operand(op: str, **tensors) -> Exception | None:
     """The error check_local, check_untransformed, check_strided, then check_same_device, raise for these
-    operands, or None. For a
-    composite function to look for once a call has failed (``raise error from None``: the failure it replaces
-    named no operand of the caller's, or another one), so that the eager path pays nothing for these
-    checks."""
+    operands, or None. For a composite function to look for once a call has failed (``raise error from
+    None``: the failure it replaces named no operand of the caller's, or another one), so that the eager path
+    pays nothing for these checks."""
     try:
         check_local(op, **tensors)
         check_untransformed(op, **tensors)
