@@ -26,6 +26,13 @@ def known(condition) -> bool:
         return bool(condition)
 
 
+def jit_tracing() -> bool:
+    """Whether torch.jit.trace is recording this call. False under torch.compile without asking torch: the
+    Dynamo of torch 2.11 cannot trace ``torch._C._is_tracing`` ("torch.* op returned non-Tensor": a graph
+    break, an error with fullgraph=True), and a jit trace never runs inside a compiled graph."""
+    return not torch.compiler.is_compiling() and torch._C._is_tracing()
+
+
 def check_row_major(op: str, name: str, t: torch.Tensor, dims: str, hint: str = "") -> None:
     """ValueError ``"<op>: <name>: expected a row-major <dims> tensor (stride(1) == 1), ..."`` unless the 2-D
     ``t`` has a unit column stride (or a single row or column, where strides do not matter)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from . import _torch_ops  # noqa: F401  (the ops, also where this module is imported on its own)
-from ._torch_errors import call_named, check_same_device, known, misfit_operand
+from ._torch_errors import call_named, check_same_device, jit_tracing, known, misfit_operand
 from ._torch_first_order import first_order_only
 from ._torch_layouts import check_aligned_base, column_major, is_column_major, row_major, rows_or_columns, stacked_rows
 from ._torch_options import MAX_EXPERTS, MAX_OFFSET_ROWS, MAX_OPERAND_BYTES, check_flag
@@ -252,7 +252,7 @@ def _rows_mm(a, b, offs, bias, out_dtype, zero_tail, validate=False, names=_ROWS
     # torch.jit.trace records the ops themselves (forward only): its trace holds no Python autograd Function,
     # which torch.jit.save cannot export, and its check run, under no_grad, records the same.
     needs_grad = torch.is_grad_enabled() and (
-        a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad)) and not torch._C._is_tracing()
+        a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad)) and not jit_tracing()
     if needs_grad:
         return call_named(_OP, names, _RaggedRowsMM.apply, a, b, offs, bias, out_dtype, zero_tail, validate,
                           terms=terms)
@@ -339,7 +339,7 @@ def _ragged_k_mm(a, b, offs, out_dtype, zero_tail=False, validate=False):
         _check_aligned_rows(a.t(), _RAGGED_K_NAMES[("grouped_gemm_wgrad", "x")], "H")
         _check_aligned_rows(b, "b", "N")
         return _NoGroupsRaggedKMM.apply(a, b, out_dtype)
-    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad) and not torch._C._is_tracing():  # as above
+    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad) and not jit_tracing():  # as above
         return _RaggedKMM.apply(a, b, offs, out_dtype, zero_tail, validate)
     return _ragged_k_op(a, b, offs, out_dtype, validate)
 

@@ -8,8 +8,8 @@ import operator
 import torch
 
 from . import _torch_ops  # noqa: F401  (the ops, also where this module is imported on its own: unpickling)
-from ._torch_errors import (call_named, check_row_major, check_same_device, dtensor_placements, known,
-                             misfit_operand)
+from ._torch_errors import (call_named, check_row_major, check_same_device, dtensor_placements, jit_tracing,
+                             known, misfit_operand)
 from ._torch_first_order import first_order_only
 from ._torch_layouts import check_aligned_base
 from ._torch_options import ACTIVATIONS, GLU_LAYOUTS, MAX_EXPERTS, check_choice, check_flag
@@ -33,8 +33,11 @@ def _autocast(x, w_up, w_down):
     if not torch._C._is_any_autocast_enabled():  # the usual case, in 0.1 µs where the checks below take 0.8
         return x, w_up, w_down
     device = x.device.type if isinstance(x, torch.Tensor) else None
-    # is_autocast_enabled raises for a device autocast does not know (meta: a model built for its shapes)
-    if device is None or not torch.amp.is_autocast_available(device) or not torch.is_autocast_enabled(device):
+    # is_autocast_enabled raises for a device autocast does not know (meta: a model built for its shapes);
+    # the Dynamo of torch 2.11 cannot trace is_autocast_available, and compiles no meta tensors.
+    if device is None or not (torch.compiler.is_compiling() or torch.amp.is_autocast_available(device)):
+        return x, w_up, w_down
+    if not torch.is_autocast_enabled(device):
         return x, w_up, w_down
     if not all(isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != torch.float64
                for t in (x, w_up, w_down)):
@@ -321,7 +324,7 @@ def _moe_mlp(op: str, x, w_up, w_down, offsets, prob, activation, glu_layout, *,
         # torch.jit.trace records the ops themselves, as in grouped_mm (_rows_mm).
         differentiated = torch.is_grad_enabled() and (
             x.requires_grad or w_up.requires_grad or w_down.requires_grad or (prob is not None and prob.requires_grad)
-        ) and not torch._C._is_tracing()
+        ) and not jit_tracing()
         return call_named(op, _INNER_NAMES, _MoEMLPFunction.apply if differentiated else _inference, x, w_up, w_down,
                           offsets, prob, activation, glu_layout, *clamp, zero_tail, validate, op)
     except (ValueError, RuntimeError, NotImplementedError):  # a sparse operand or a DTensor: as in grouped_mm
