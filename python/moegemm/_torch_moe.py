@@ -30,20 +30,19 @@ def _autocast(x, w_up, w_down):
     in autocast's dtype, through a differentiable cast, so that f32 parameters get f32 gradients
     (torch/amp/autocast_mode.py: lower-precision ops such as linear). All three or none: with an f64 or
     non-float one among them nothing is cast, so that the dtype errors name the dtypes the caller passed."""
+    operands = (x, w_up, w_down)
     if not torch._C._is_any_autocast_enabled():  # the usual case, in 0.1 µs where the checks below take 0.8
-        return x, w_up, w_down
-    device = x.device.type if isinstance(x, torch.Tensor) else None
+        return operands
+    if not all(isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != torch.float64 for t in operands):
+        return operands
+    device = x.device.type
     # is_autocast_enabled raises for a device autocast does not know (meta: a model built for its shapes);
     # the Dynamo of torch 2.11 cannot trace is_autocast_available, and compiles no meta tensors.
-    if device is None or not (torch.compiler.is_compiling() or torch.amp.is_autocast_available(device)):
-        return x, w_up, w_down
-    if not torch.is_autocast_enabled(device):
-        return x, w_up, w_down
-    if not all(isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != torch.float64
-               for t in (x, w_up, w_down)):
-        return x, w_up, w_down
+    known_device = torch.compiler.is_compiling() or torch.amp.is_autocast_available(device)
+    if not (known_device and torch.is_autocast_enabled(device)):
+        return operands
     dtype = torch.get_autocast_dtype(device)
-    return tuple(t if t.dtype == dtype else t.to(dtype) for t in (x, w_up, w_down))
+    return tuple(t if t.dtype == dtype else t.to(dtype) for t in operands)
 
 
 def _forward(x, w_up, w_down, offsets, prob, glu, zero_tail, validate, op, keep_c):
