@@ -21,6 +21,8 @@ void expect_rank(const at::Tensor& t, int64_t rank, const char* op, const char* 
 
 void expect_device(const at::Tensor& anchor, const char* anchor_name, const at::Tensor& t, const char* op,
                    const char* operand) {
+  // An undefined tensor (None where the schema takes a Tensor) has no device: named before it is asked for one.
+  TORCH_CHECK_VALUE(t.defined(), op, ": ", operand, ": expected a tensor, got an undefined one");
   TORCH_CHECK_VALUE(t.device() == anchor.device(), op, ": ", operand, ": expected a tensor on ",
                     anchor.device().str(), " (the device of ", anchor_name, "), got one on ", t.device().str());
 }

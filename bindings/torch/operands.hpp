@@ -22,6 +22,7 @@ void expect_rank(const at::Tensor& t, int64_t rank, const char* op, const char* 
 
 /// ValueError "op: operand: expected a tensor on <device> (the device of <anchor_name>), got one on <device>"
 /// unless `t` (when present) is on `anchor`'s device (type and index); `anchor_name` is the op's first operand.
+/// A required `t` that is undefined: ValueError "op: operand: expected a tensor, got an undefined one".
 void expect_device(const at::Tensor& anchor, const char* anchor_name, const at::Tensor& t, const char* op,
                    const char* operand);
 void expect_device(const at::Tensor& anchor, const char* anchor_name, const std::optional<at::Tensor>& t,

@@ -12,6 +12,20 @@ from __future__ import annotations
 import torch
 from torch._subclasses.fake_tensor import is_fake
 
+from ._torch_errors import known
+
+
+def misaligned_base(t: torch.Tensor) -> bool:
+    """Whether a non-empty ``t`` starts off the 16-byte grid. Meta and fake tensors (FakeTensorMode's shape
+    propagation), whose ``data_ptr()`` torch deprecates, tell by their storage offset, storages starting
+    aligned as torch's allocators give them. While torch.compile traces (where Dynamo cannot read a storage
+    offset) no tensor counts as misaligned: the op checks the address when the graph runs."""
+    if torch.compiler.is_compiling():
+        return False
+    if t.device.type == "meta" or is_fake(t):
+        return known(t.storage_offset() * t.element_size() % 16 != 0)
+    return t.data_ptr() % 16 != 0
+
 
 def check_aligned_base(op: str, name: str, t: torch.Tensor) -> None:
     """The 16-byte rule on the base address of an operand the ops read: ValueError naming ``op: name`` where it
@@ -19,7 +33,7 @@ def check_aligned_base(op: str, name: str, t: torch.Tensor) -> None:
     shape propagation), whose ``data_ptr()`` torch deprecates."""
     if not t.numel() or t.device.type == "meta" or torch.compiler.is_compiling() or is_fake(t):
         return
-    if t.data_ptr() % 16:
+    if misaligned_base(t):
         raise ValueError(f"{op}: {name}: expected a 16-byte aligned base address (16-byte alignment rule), got "
                          f"{t.data_ptr():#x}")
 

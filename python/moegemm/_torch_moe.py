@@ -156,7 +156,10 @@ def _clamp_parameter(name: str, value, op: str = _OP) -> float:
     fine: torch.compile passes it on)."""
     if _not_real(value):
         raise TypeError(f"{op}: {name}: expected a real number, got {type(value).__name__} {value!r}")
-    return float(value)
+    try:
+        return float(value)
+    except (TypeError, ValueError) as e:  # a list, a tuple, a tensor or array of several elements, any object
+        raise TypeError(f"{op}: {name}: expected a real number, got {type(value).__name__} {value!r}") from e
 
 
 # The smallest double that f32 rounds to infinity: halfway between the largest f32 and 2^128 (ties go to the

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from ._torch_errors import known
+from ._torch_layouts import misaligned_base
 
 _FLIP = {"kn": "nk", "nk": "kn"}
 
@@ -68,11 +69,17 @@ def operand_view(w: torch.Tensor, layout: str) -> torch.Tensor:
 
 
 def dense_grad(g: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """An incoming gradient as a row-major operand of `dtype`. Autograd may hand over an empty gradient
-    with all-zero strides, which ``contiguous()`` keeps (nothing to copy) and the ops' stride checks
-    reject; an empty one is replaced by a fresh empty tensor of the same shape (no data, no fill)."""
+    """An incoming gradient as a row-major operand of `dtype` at a 16-byte aligned address. Autograd may hand
+    over an empty gradient with all-zero strides, which ``contiguous()`` keeps (nothing to copy) and the ops'
+    stride checks reject; an empty one is replaced by a fresh empty tensor of the same shape (no data, no
+    fill). It may also hand over a contiguous view that starts off the 16-byte grid (the gradient of an
+    output that was flattened and sliced, e.g. ``torch.cat([z, y.flatten()])``), which ``contiguous()`` keeps
+    too and the ops' alignment check refuses: that one is copied (``clone``: a fresh, aligned storage)."""
     g = g.to(dtype)
-    return g.new_empty(g.shape) if known(g.numel() == 0) else g.contiguous()
+    if known(g.numel() == 0):
+        return g.new_empty(g.shape)
+    g = g.contiguous()
+    return g.clone() if misaligned_base(g) else g
 
 
 def flipped(layout: str) -> str:

@@ -279,6 +279,37 @@ def test_moe_mlp_reads_strided_weight_stacks_in_place(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("module", [False, True])
+def test_moe_mlp_backward_takes_an_incoming_gradient_off_the_16_byte_grid(device, module):
+    """The gradient of y reaches moe_mlp's backward as a contiguous view 2 bytes off the 16-byte grid (y
+    flattened behind 3 other elements): the gradients equal those of the same values aligned, bitwise."""
+    m, h, i, e = 64, 32, 32, 4
+    offsets = offsets_of([20, 0, 30, 14], device)
+    x = randn(m, h, seed=64, device=device)
+    w_up, w_down = randn(e, h, 2 * i, seed=65, scale=0.2, device=device), randn(e, i, h, seed=66, scale=0.2,
+                                                                                  device=device)
+    results = []
+    for pad in (0, 3):
+        leaves = [t.detach().requires_grad_() for t in (x, w_up, w_down)]
+        if module:
+            mlp = mt.MoEMLP(e, h, i, device=device, dtype=torch.bfloat16)
+            with torch.no_grad():
+                mlp.w_up.copy_(w_up)
+                mlp.w_down.copy_(w_down)
+            y = mlp(leaves[0], offsets)
+            grads = lambda: [leaves[0].grad, mlp.w_up.grad, mlp.w_down.grad]  # noqa: E731
+        else:
+            y = mt.moe_mlp(*leaves, offsets)
+            grads = lambda: [t.grad for t in leaves]  # noqa: E731
+        flat = torch.cat([torch.zeros(pad, device=device, dtype=y.dtype), y.flatten()])
+        weight = torch.cat([torch.zeros(pad, device=device), torch.linspace(-1, 1, y.numel(), device=device)])
+        (flat.float() * weight).sum().backward()  # y's gradient: a view of flat's, pad elements in
+        results.append(grads())
+    for aligned, off_grid in zip(*results):
+        assert torch.equal(aligned, off_grid)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("act", ["swiglu", "swiglu_clamped"])
 def test_moe_mlp_without_grad_keeps_no_pre_activation(device, act):
     """Where nothing will be differentiated (no_grad, inference_mode, no input requiring grad), moe_mlp and
@@ -443,6 +474,13 @@ def test_moe_mlp_errors_name_its_own_operands(case, pattern):
     ("limit_numpy_bool", TypeError, r"moe_mlp: limit: expected a real number, got bool_? "),  # NumPy 2: bool
     ("act_alpha_tensor_bool", TypeError, r"moe_mlp: act_alpha: expected a real number, got Tensor "),
     ("linear_offset_numpy_complex", TypeError, r"moe_mlp: linear_offset: expected a real number, got complex64 "),
+    # Containers, arrays of several elements and other objects: named too, where float() would not name them.
+    ("limit_list", TypeError, r"^moe_mlp: limit: expected a real number, got list \[7\.0\]$"),
+    ("limit_tensor_two", TypeError, r"^moe_mlp: limit: expected a real number, got Tensor tensor\(\[7\., 1\.\]\)$"),
+    ("limit_numpy_two", TypeError, r"^moe_mlp: limit: expected a real number, got ndarray array\(\[1\., 2\.\]\)$"),
+    ("act_alpha_tuple", TypeError, r"^moe_mlp: act_alpha: expected a real number, got tuple \(1\.7,\)$"),
+    ("linear_offset_object", TypeError, r"^moe_mlp: linear_offset: expected a real number, got object <object "),
+    ("linear_offset_tuple_swiglu", TypeError, r"^moe_mlp: linear_offset: expected a real number, got tuple"),
     # The limit is checked as the kernels take it (in f32), before the autograd.Function runs.
     ("limit_zero", ValueError, r"moe_mlp: limit: expected a positive clamp limit for swiglu_clamped \(in f32\), "
                                r"got 0\.0$"),
@@ -482,6 +520,12 @@ def test_moe_mlp_rejects_bad_arguments_by_name(case, error, pattern):
              "limit_numpy_bool": dict(activation="swiglu_clamped", limit=np.True_),
              "act_alpha_tensor_bool": dict(activation="swiglu_clamped", act_alpha=torch.tensor(True)),
              "linear_offset_numpy_complex": dict(activation="swiglu_clamped", linear_offset=np.complex64(1 + 5j)),
+             "limit_list": dict(activation="swiglu_clamped", limit=[7.0]),
+             "limit_tensor_two": dict(activation="swiglu_clamped", limit=torch.tensor([7.0, 1.0])),
+             "limit_numpy_two": dict(activation="swiglu_clamped", limit=np.array([1.0, 2.0])),
+             "act_alpha_tuple": dict(activation="swiglu_clamped", act_alpha=(1.7,)),
+             "linear_offset_object": dict(activation="swiglu_clamped", linear_offset=object()),
+             "linear_offset_tuple_swiglu": dict(linear_offset=(1.0,)),  # read whatever the activation
              "limit_zero": dict(activation="swiglu_clamped", limit=0.0),
              "limit_f32_zero": dict(activation="swiglu_clamped", limit=1e-46),
              "limit_nan": dict(activation="swiglu_clamped", limit=float("nan")),
@@ -559,6 +603,8 @@ def test_moe_mlp_module_checks_its_configuration_when_built():
     with pytest.raises(ValueError, match=r"MoEMLP: limit: expected a positive clamp limit for swiglu_clamped"):
         mt.MoEMLP(2, 16, 16, activation="swiglu_clamped", limit=-1.0)
     mt.MoEMLP(2, 16, 16, activation="swiglu", limit=0.0)  # the limit is swiglu_clamped's only
+    with pytest.raises(TypeError, match=r"^MoEMLP: limit: expected a real number, got list \[7\.0\]$"):
+        mt.MoEMLP(2, 16, 16, activation="swiglu_clamped", limit=[7.0])
     with pytest.raises(ValueError, match=r"MoEMLP: act_alpha: expected a finite act_alpha for swiglu_clamped"):
         mt.MoEMLP(2, 16, 16, activation="swiglu_clamped", act_alpha=float("inf"))
     with pytest.raises(ValueError, match=r"MoEMLP: linear_offset: expected a finite linear_offset"):

@@ -697,6 +697,52 @@ def test_3d_3d_matches_torch(device):
     assert_close(mt.grouped_mm(a, b), torch_grouped_mm(a, b))
 
 
+def _misaligned_copy(t):
+    """A contiguous copy of ``t`` whose base address is 2 bytes past the 16-byte grid (a view into a longer
+    buffer), as autograd hands over the gradient of an output that was flattened and sliced."""
+    flat = torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)[1:]
+    out = flat.view(t.shape).copy_(t)
+    assert out.is_contiguous() and out.data_ptr() % 16 == 2
+    return out
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("mode", ["2d_3d", "2d_2d", "3d_3d", "3d_2d"])
+def test_backward_takes_an_incoming_gradient_off_the_16_byte_grid(device, mode):
+    """Autograd may pass a contiguous gradient at any element offset (torch.cat([z, y.flatten()])); torch's
+    backward takes it, and grouped_mm's gives the gradients of an aligned copy of it, bitwise, leaving the
+    given gradient as it was."""
+    offs_m = torch.tensor([5, 5, 12, 16], dtype=torch.int32, device=device)
+    a, b, offs = {
+        "2d_3d": (randn(M, K, device=device, seed=40), randn(G, K, N, device=device, seed=41), offs_m),
+        "2d_2d": (randn(K, M, device=device, seed=40).t(), randn(K, N, device=device, seed=41),
+                  torch.tensor([20, 20, 50, 64], dtype=torch.int32, device=device)),
+        "3d_3d": (randn(G, M, K, device=device, seed=40), randn(G, K, N, device=device, seed=41), None),
+        "3d_2d": (randn(G, M, K, device=device, seed=40), randn(M, K, device=device, seed=41).t(), offs_m),
+    }[mode]
+    grads = []
+    for misaligned in (False, True):
+        a_leaf, b_leaf = a.detach().requires_grad_(), b.detach().requires_grad_()
+        out = mt.grouped_mm(a_leaf, b_leaf, offs) if offs is not None else mt.grouped_mm(a_leaf, b_leaf)
+        g = randn(*out.shape, device=device, seed=42)
+        given = _misaligned_copy(g) if misaligned else g
+        out.backward(given)
+        assert torch.equal(given, g)
+        grads.append((a_leaf.grad, b_leaf.grad))
+    for aligned, off_grid in zip(*grads):
+        assert torch.equal(aligned, off_grid)
+    # The same through a graph that slices the output's gradient off the grid itself: the gradients of
+    # out.sum(), whose incoming gradient is aligned.
+    results = []
+    for pad in (0, 3):
+        a_leaf, b_leaf = a.detach().requires_grad_(), b.detach().requires_grad_()
+        out = mt.grouped_mm(a_leaf, b_leaf, offs) if offs is not None else mt.grouped_mm(a_leaf, b_leaf)
+        torch.cat([torch.zeros(pad, dtype=out.dtype, device=device), out.flatten()]).float().sum().backward()
+        results.append((a_leaf.grad, b_leaf.grad))
+    for aligned, off_grid in zip(*results):
+        assert torch.equal(aligned, off_grid)
+
+
 def test_3d_3d_with_empty_groups_has_the_output_shape():
     # M = 0 rows per group: (G, 0, N) as torch._grouped_mm gives, not a reshape error.
     a, b = randn(G, 0, K, seed=16), make_b(False, False, "cpu")

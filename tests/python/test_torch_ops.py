@@ -585,6 +585,41 @@ def test_errors_name_the_operand():
         ops.grouped_gemm_glu(a, weights(2, 16, 24, "nk"), offsets)
 
 
+# Every required tensor operand of every op, passed as None (an undefined tensor to the C++ op), by position:
+# the op's error names it, as it names a tensor of the wrong rank or device.
+_UNDEFINED = [
+    ("grouped_gemm", "abo", "a"), ("grouped_gemm", "abo", "b"), ("grouped_gemm", "abo", "offsets"),
+    ("grouped_gemm_glu", "abo", "b"), ("grouped_gemm_glu", "abo", "offsets"),
+    ("grouped_gemm_srelu", "abo", "b"), ("grouped_gemm_srelu", "abo", "offsets"),
+    ("grouped_gemm_dglu", "abco", "b"), ("grouped_gemm_dglu", "abco", "c"), ("grouped_gemm_dglu", "abco", "offsets"),
+    ("grouped_gemm_dsrelu", "abco", "b"), ("grouped_gemm_dsrelu", "abco", "offsets"),
+    ("grouped_gemm_wgrad", "xyo", "x"), ("grouped_gemm_wgrad", "xyo", "dy"), ("grouped_gemm_wgrad", "xyo", "offsets"),
+    ("gemm_swiglu", "ab", "b"), ("gemm_amax", "ab", "b"), ("gemm_srelu", "ab", "b"),
+    ("gemm_dsrelu", "abc", "b"), ("gemm_dsrelu", "abc", "c"),
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("op, signature, operand", _UNDEFINED)
+def test_undefined_tensor_operands_are_named(op, signature, operand, device):
+    a, offsets = randn(8, 16, device=device), offsets_of([3, 5], device=device)
+    dense = len(signature) < 3 or signature == "abc"
+    stand_in = {"a": a, "b": randn(16, 16, device=device) if dense else weights(2, 16, 16, "nk").to(device),
+                "c": randn(8, 32, device=device), "o": offsets, "x": a, "y": randn(8, 16, device=device)}
+    names = {"a": "a", "b": "b", "c": "c", "o": "offsets", "x": "x", "y": "dy"}
+    args = [None if names[key] == operand else stand_in[key] for key in signature]
+    with pytest.raises(ValueError, match=rf"^{op}: {operand}: expected a tensor, got an undefined one$"):
+        getattr(ops, op)(*args)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_undefined_accumulate_target_is_named(device):
+    x, dy, offsets = randn(8, 16, device=device), randn(8, 16, device=device), offsets_of([3, 5], device=device)
+    with pytest.raises(ValueError, match=r"^grouped_gemm_wgrad\.accumulate: w: expected a tensor, got an undefined "
+                                         r"one$"):
+        ops.grouped_gemm_wgrad.accumulate(x, dy, offsets, None)
+
+
 def test_operands_on_the_meta_device_are_rejected():
     # A meta operand sends the call to the fake kernel; it must raise like the C++ op, not return an
     # uninitialised tensor on the other operands' device.
