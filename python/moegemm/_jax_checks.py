@@ -21,6 +21,30 @@ def dtype_names(dtypes: Iterable) -> str:
     return ", ".join(np.dtype(d).name for d in dtypes)
 
 
+_CHECKED_PRECISIONS: set = set()  # the hashable precisions that jax.lax took once (its check costs ~0.3 ms)
+_PRECISION_PROBE = jax.ShapeDtypeStruct((1, 1), jnp.float32)
+
+
+def check_precision(op: str, precision) -> None:
+    """``precision`` as jax.lax's products take it (None, a lax.Precision or its name, a pair of them, a dot
+    algorithm or its preset's name), checked by jax.lax itself on a 1 x 1 product traced abstractly;
+    ValueError naming ``op: precision`` with lax's message otherwise. moegemm does not use the value."""
+    if precision is None:
+        return
+    try:
+        if precision in _CHECKED_PRECISIONS:
+            return
+        hashable = True
+    except TypeError:
+        hashable = False
+    try:
+        jax.eval_shape(lambda a, b: jax.lax.dot(a, b, precision=precision), _PRECISION_PROBE, _PRECISION_PROBE)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"moegemm.jax.{op}: precision: {e}") from e
+    if hashable:
+        _CHECKED_PRECISIONS.add(precision)
+
+
 def check_rank(op: str, name: str, x, rank: int, layout: str) -> None:
     """Raise TypeError unless ``x`` is an array (check_array), ValueError unless it has ``rank`` dims
     (``layout`` names them, e.g. "(M, K)")."""

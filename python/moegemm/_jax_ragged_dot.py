@@ -62,7 +62,8 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
       group_sizes: (G,) integer array of any integer dtype; offsets = cumsum(group_sizes) clamped to [0, M],
         as int32, inside the computation (no host sync). The sum saturates at M and never wraps (a negative
         size counts as 0): sizes summing past M are clamped at M, as in jax.lax.ragged_dot.
-      precision: accepted for compatibility and ignored: products accumulate in f32 always.
+      precision: checked as jax.lax.ragged_dot checks it (ValueError for a value it refuses), otherwise
+        ignored: products accumulate in f32 always.
       preferred_element_type: output dtype, bf16/f16/f32 (default lhs.dtype).
       group_offset: not supported (raises NotImplementedError; jax.lax.ragged_dot refuses an array there
         too, with a TypeError).
@@ -76,9 +77,9 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
     Raises:
       TypeError for dtypes other than bf16/f16 (use jax.lax.ragged_dot for those), a non-integer
       group_sizes or an operand that is not an array (a list); ValueError for shapes, at trace time,
-      including M > 2^31 - 1 (the offsets are int32).
+      including M > 2^31 - 1 (the offsets are int32), and for a precision that jax.lax refuses.
     """
-    del precision
+    chk.check_precision(_OP, precision)
     if group_offset is not None:
         raise NotImplementedError("moegemm.jax.ragged_dot: group_offset is not supported")
     chk.check_rank(_OP, "lhs", lhs, 2, "(M, K)")

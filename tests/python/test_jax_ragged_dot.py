@@ -103,6 +103,27 @@ def test_ragged_dot_rejects_other_dtypes_and_group_offset():
         mj.ragged_dot(lhs.astype(jnp.bfloat16), rhs.astype(jnp.bfloat16), gs, group_offset=jnp.array([0]))
 
 
+@pytest.mark.parametrize("precision", ["highest", ("high", "default"), "bfloat16"])
+def test_ragged_dot_takes_the_precisions_jax_takes(precision):
+    rng = np.random.default_rng(3)
+    lhs, rhs, gs = rand(rng, (16, 8)), rand(rng, (2, 8, 8)), jnp.array([8, 8], jnp.int32)
+    want = mj.ragged_dot(lhs, rhs, gs)
+    jax.lax.ragged_dot(lhs, rhs, gs, precision=precision)  # jax takes it too
+    for _ in range(2):  # the second time from the checked values
+        assert (f32(mj.ragged_dot(lhs, rhs, gs, precision=precision)) == f32(want)).all()
+    assert (f32(mj.ragged_dot(lhs, rhs, gs, precision=jax.lax.Precision.HIGHEST)) == f32(want)).all()
+
+
+@pytest.mark.parametrize("precision", ["nonsense", 3, ("high",)])
+def test_ragged_dot_refuses_the_precisions_jax_refuses(precision):
+    rng = np.random.default_rng(3)
+    lhs, rhs, gs = rand(rng, (16, 8)), rand(rng, (2, 8, 8)), jnp.array([8, 8], jnp.int32)
+    with pytest.raises(ValueError):
+        jax.lax.ragged_dot(lhs, rhs, gs, precision=precision)
+    with pytest.raises(ValueError, match=r"^moegemm\.jax\.ragged_dot: precision: Precision argument must be one of"):
+        mj.ragged_dot(lhs, rhs, gs, precision=precision)
+
+
 def test_64_bit_group_sizes_clamp_instead_of_wrapping():
     """int64 group sizes (jax_enable_x64) are summed in 64 bits and clamped at M, as jax.lax.ragged_dot
     treats them, rather than cut to int32 first (2**32 + 10 read as 10, 2**31 as a negative size)."""
