@@ -38,7 +38,7 @@ fs::path find_peers_script(const fs::path& exe) {
   }
   for (const auto& d : dirs)
     if (fs::is_regular_file(d / "peers.py")) return d / "peers.py";
-  std::fprintf(stderr, "error: bench/peers.py not found; looked in:\n");
+  std::fprintf(stderr, "moegemm: error: bench/peers.py not found; looked in:\n");
   for (const auto& d : dirs) std::fprintf(stderr, "  %s\n", d.c_str());
   std::fprintf(stderr, "set MOEGEMM_BENCH_DIR to the folder that holds peers.py\n");
   return {};
@@ -69,7 +69,7 @@ int bench_command(const std::vector<std::string>& args, const std::string& argv0
   cargv.push_back(nullptr);
   std::fflush(stdout);
   execvp("python3", cargv.data());
-  std::fprintf(stderr, "error: cannot run python3 (%s); moegemm bench needs Python 3 with numpy and torch or jax\n",
+  std::fprintf(stderr, "moegemm: error: cannot run python3 (%s); moegemm bench needs Python 3 with numpy and torch or jax\n",
                std::strerror(errno));
   return 1;
 }

@@ -127,7 +127,7 @@ int run_command(const std::vector<std::string>& args) {
   std::vector<ModelPreset> shapes;
   for (const ModelPreset& preset : presets) shapes.push_back(layer_shape(preset, o, gpu));
   if (gpu && !kernels) {
-    std::fprintf(stderr, "error: --backend gpu: %s\n", cpu_reason().c_str());
+    std::fprintf(stderr, "moegemm: error: --backend gpu: %s\n", cpu_reason().c_str());
     return 1;
   }
 

@@ -1,12 +1,12 @@
 #include "workloads.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <set>
-#include <sstream>
 #include <utility>
 #include <vector>
 
@@ -63,6 +63,8 @@ std::string escaped_bytes(const std::string& text) {
 
 /// How deep a workloads file's objects and arrays may nest.
 constexpr std::size_t kMaxWorkloadsDepth = 32;
+// The largest workloads file read (bytes); the embedded one is about 2 KB.
+constexpr std::size_t kMaxWorkloadsBytes = std::size_t{16} << 20;
 
 /// The document, refusing a key that appears twice in one object (nlohmann would keep one of the two silently)
 /// and nesting deeper than kMaxWorkloadsDepth.
@@ -207,12 +209,21 @@ Workloads load_workloads(const std::string& path) {
   if (std::filesystem::is_directory(path, ec)) {
     throw UsageError("--workloads: '" + path + "' is a directory, not a workloads file");
   }
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) throw UsageError("--workloads: cannot read workloads file " + path);
-  std::stringstream text;
-  text << in.rdbuf();
+  // Read in blocks up to a cap: a workloads file is a few KB of JSON, and an endless stream (/dev/zero, a
+  // pipe that never closes) would otherwise fill the memory before the parser saw a byte.
+  std::string text;
+  std::array<char, 1 << 16> block;
+  while (in.read(block.data(), block.size()) || in.gcount() > 0) {
+    text.append(block.data(), static_cast<size_t>(in.gcount()));
+    if (text.size() > kMaxWorkloadsBytes) {
+      throw UsageError("--workloads: workloads file " + path + " is larger than " +
+                       std::to_string(kMaxWorkloadsBytes >> 20) + " MiB (a workloads file is a small JSON document)");
+    }
+  }
   if (in.bad()) throw UsageError("--workloads: cannot read workloads file " + path);
-  return parse(text.str(), path);
+  return parse(text, path);
 }
 
 const ModelPreset& find_model(const Workloads& w, const std::string& name) {

@@ -158,6 +158,9 @@ moegemm_cli_test(missing_value COMMAND ${_expect_2} ${_cli} run --model REGEX "-
 moegemm_cli_test(unknown_command COMMAND ${_expect_2} ${_cli} frobnicate REGEX "unknown command 'frobnicate'")
 moegemm_cli_test(unreadable_workloads COMMAND ${_expect_2} ${_cli} run --workloads /nonexistent/w.json
                  REGEX "--workloads: cannot read workloads file /nonexistent/w.json")
+# An endless stream is read up to a cap, not into all of the memory.
+moegemm_cli_test(endless_workloads COMMAND ${_expect_2} ${_cli} run --backend cpu --workloads /dev/zero TIMEOUT 60
+                 REGEX "--workloads: workloads file /dev/zero is larger than 16 MiB \\(a workloads file is a small JSON document\\)")
 moegemm_bad_workloads_test(too_many_experts
                            "model wide: field \"experts\" must be at most 1024 \\(the ops' limit on experts\\), got 2000")
 moegemm_cli_test(malformed_workloads COMMAND ${_expect_2} ${_cli} run --workloads ${CMAKE_CURRENT_SOURCE_DIR}/main.cpp
