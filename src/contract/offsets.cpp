@@ -12,6 +12,7 @@ namespace moegemm::contract {
 
 void check_offsets_values(const char* op, const TensorView& offsets, int64_t M, cudaStream_t stream) {
   Rules r(op, Pointers::check);
+  r.place({{"offsets", &offsets, Role::input}});  // a device value outside the enum is refused, not read as host
   r.shape("offsets", offsets, {{"E"}});
   const int64_t E = offsets.shape[0];
   if (E < 1 || E > kMaxExperts) {

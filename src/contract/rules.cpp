@@ -55,6 +55,7 @@ bool reaches_at_most(const TensorView& t, int64_t limit) {
   int64_t reach = 0;
   for (int i = 0; i < t.rank; ++i) {
     int64_t step = 0;
+    if (t.shape[i] == 1) continue;  // a stride that no index steps is free, whatever its value (INT64_MIN too)
     if (t.strides[i] == std::numeric_limits<int64_t>::min() ||
         __builtin_mul_overflow(t.shape[i] - 1, t.strides[i] < 0 ? -t.strides[i] : t.strides[i], &step) ||
         __builtin_mul_overflow(step, size, &step) || __builtin_add_overflow(reach, step, &reach) || reach > limit) {

@@ -104,6 +104,15 @@ TEST(ValidateOffsets, ChecksTheOffsetsOperandItself) {
                {"validate_offsets: offsets: expected 1 <= E <= 1024 experts", "got E=0"});
 }
 
+TEST(ValidateOffsets, RefusesADeviceValueOutsideTheEnum) {
+  // Read as host memory it would be dereferenced; the ops refuse the same view by name.
+  std::vector<int32_t> ends{1, 2};
+  TensorView t = offsets_view(ends);
+  t.device = static_cast<Device>(9);
+  expect_error([&] { validate_offsets(t, 96); }, ErrorCode::invalid_argument,
+               {"validate_offsets: offsets: expected a host or cuda tensor", "got device value 9"});
+}
+
 // ---- host dispatch -----------------------------------------------------------------------------------------
 
 /// A small f32 grouped_gemm on the host with alpha, bias and prob, 3 experts (the middle one empty) and a

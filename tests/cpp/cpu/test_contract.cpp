@@ -1232,6 +1232,16 @@ TEST(Contract, StridesReachAtMostTwoToTheSixtyTwoBytes) {
     x.prob = m.t(DType::f32, {1});
     x.c = m.t(DType::bf16, {1, kN});
     EXPECT_EQ(contract::check(x), dev);
+    // Whatever its value: INT64_MIN too, whose magnitude no int64_t holds.
+    constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+    x.a = TensorView::strided(x.a.data, DType::bf16, {1, kK}, {kMin, 1}, dev);
+    x.d = TensorView::strided(x.d.data, DType::bf16, {1, kN}, {kMin, 1}, dev);
+    EXPECT_EQ(contract::check(x), dev);
+    // Stepped, it is refused (not negated into an overflow).
+    x = grouped_gemm_args(m);
+    x.d = TensorView::strided(x.d.data, DType::f32, {kM, kN}, {kMin, 1}, dev);
+    expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+                 {"grouped_gemm: d: expected", "got strides (-9223372036854775808, 1) with shape (96, 128) of f32"});
   }
 }
 
