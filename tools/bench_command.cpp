@@ -69,7 +69,8 @@ int bench_command(const std::vector<std::string>& args, const std::string& argv0
   cargv.push_back(nullptr);
   std::fflush(stdout);
   execvp("python3", cargv.data());
-  std::fprintf(stderr, "moegemm: error: cannot run python3 (%s); moegemm bench needs Python 3 with numpy and torch or jax\n",
+  std::fprintf(stderr,
+               "moegemm: error: cannot run python3 (%s); moegemm bench needs Python 3 with numpy and torch or jax\n",
                std::strerror(errno));
   return 1;
 }
