@@ -140,11 +140,14 @@ def _check_config(op, activation, glu_layout) -> None:
 
 def _not_real(value) -> bool:
     """Whether ``value`` is None, a string, a bool or a complex number: of Python, NumPy (a scalar or array) or
-    torch (a tensor), as moegemm.jax refuses them."""
+    torch (a tensor), as moegemm.jax refuses them; or an array or tensor of one or more dims, which is not one
+    number (``float()`` of a one-element 1-D NumPy array is deprecated or refused, by NumPy version)."""
     if value is None or isinstance(value, (str, bytes, bool, complex)):
         return True
     if isinstance(value, (int, float, torch.SymInt, torch.SymFloat)):  # and no getattr, which Dynamo refuses
         return False
+    if getattr(value, "ndim", 0):
+        return True
     dtype = getattr(value, "dtype", None)
     if isinstance(dtype, torch.dtype):
         return dtype == torch.bool or dtype.is_complex
@@ -158,7 +161,7 @@ def _clamp_parameter(name: str, value, op: str = _OP) -> float:
         raise TypeError(f"{op}: {name}: expected a real number, got {type(value).__name__} {value!r}")
     try:
         return float(value)
-    except (TypeError, ValueError) as e:  # a list, a tuple, a tensor or array of several elements, any object
+    except (TypeError, ValueError) as e:  # a list, a tuple, any other object
         raise TypeError(f"{op}: {name}: expected a real number, got {type(value).__name__} {value!r}") from e
 
 

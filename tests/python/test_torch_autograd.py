@@ -478,6 +478,10 @@ def test_moe_mlp_errors_name_its_own_operands(case, pattern):
     ("limit_list", TypeError, r"^moe_mlp: limit: expected a real number, got list \[7\.0\]$"),
     ("limit_tensor_two", TypeError, r"^moe_mlp: limit: expected a real number, got Tensor tensor\(\[7\., 1\.\]\)$"),
     ("limit_numpy_two", TypeError, r"^moe_mlp: limit: expected a real number, got ndarray array\(\[1\., 2\.\]\)$"),
+    # One element in one or more dims is not one number either (float() of a 1-D NumPy array depends on
+    # NumPy's version), but a 0-d array or tensor is.
+    ("limit_numpy_1d", TypeError, r"^moe_mlp: limit: expected a real number, got ndarray array\(\[7\.\]\)$"),
+    ("limit_tensor_1d", TypeError, r"^moe_mlp: limit: expected a real number, got Tensor tensor\(\[7\.\]\)$"),
     ("act_alpha_tuple", TypeError, r"^moe_mlp: act_alpha: expected a real number, got tuple \(1\.7,\)$"),
     ("linear_offset_object", TypeError, r"^moe_mlp: linear_offset: expected a real number, got object <object "),
     ("linear_offset_tuple_swiglu", TypeError, r"^moe_mlp: linear_offset: expected a real number, got tuple"),
@@ -523,6 +527,8 @@ def test_moe_mlp_rejects_bad_arguments_by_name(case, error, pattern):
              "limit_list": dict(activation="swiglu_clamped", limit=[7.0]),
              "limit_tensor_two": dict(activation="swiglu_clamped", limit=torch.tensor([7.0, 1.0])),
              "limit_numpy_two": dict(activation="swiglu_clamped", limit=np.array([1.0, 2.0])),
+             "limit_numpy_1d": dict(activation="swiglu_clamped", limit=np.array([7.0])),
+             "limit_tensor_1d": dict(activation="swiglu_clamped", limit=torch.tensor([7.0])),
              "act_alpha_tuple": dict(activation="swiglu_clamped", act_alpha=(1.7,)),
              "linear_offset_object": dict(activation="swiglu_clamped", linear_offset=object()),
              "linear_offset_tuple_swiglu": dict(linear_offset=(1.0,)),  # read whatever the activation
@@ -541,6 +547,16 @@ def test_moe_mlp_rejects_bad_arguments_by_name(case, error, pattern):
     clamp = {k: args.pop(k) for k in ("limit", "act_alpha", "linear_offset") if k in args}
     with pytest.raises(error, match=pattern):
         mt.moe_mlp(*args.values(), **clamp)
+
+
+def test_clamp_parameters_take_numbers_in_any_0d_form():
+    x, w_up, w_down = randn(64, 32), randn(4, 32, 32, seed=1), randn(4, 16, 32, seed=2)
+    offsets = offsets_of([10, 0, 30, 24])
+    want = mt.moe_mlp(x, w_up, w_down, offsets, activation="swiglu_clamped", limit=0.5, act_alpha=1.5)
+    for limit in (np.array(0.5), np.float32(0.5), torch.tensor(0.5), torch.tensor(0.5, dtype=torch.float64)):
+        got = mt.moe_mlp(x, w_up, w_down, offsets, activation="swiglu_clamped", limit=limit,
+                         act_alpha=np.array(1.5))
+        assert torch.equal(got, want)
 
 
 @pytest.mark.parametrize("name, value, got", [

@@ -1,5 +1,7 @@
 """opcheck of every op (CPU), torch.compile(fullgraph=True) equals eager, bitwise-identical repeats."""
 
+import re
+
 import pytest
 import torch
 
@@ -196,6 +198,29 @@ def test_compile_reports_a_fake_kernels_error_with_its_message():
         compiled(x, dy, offsets)
     with pytest.raises(ValueError, match=message):
         ops.grouped_gemm_wgrad(x, dy, offsets)  # the same call, eagerly
+
+
+@pytest.mark.parametrize("call", ["grouped_mm", "moe_mlp", "moe_mlp_activation", "MoEMLP"])
+def test_compile_reports_a_failed_python_check_with_its_message(call):
+    """The checks grouped_mm, moe_mlp and MoEMLP make in Python before any op runs: under torch.compile Dynamo
+    reports a failed one with its ValueError and message (docs/torch.md), not a graph break in the code that
+    looks for the operand to name."""
+    x, offsets = randn(32, 16), offsets_of([1, 2, 29])
+    fn, args, message = {
+        "grouped_mm": (lambda a, b, o: mt.grouped_mm(a, b, o), (x, randn(3, 8, 24, seed=1), offsets),
+                       r"grouped_mm: b: expected shape \(E, K=16, N\)"),
+        "moe_mlp": (lambda a, u, d, o: mt.moe_mlp(a, u, d, o),
+                    (x, randn(3, 8, 32, seed=1), randn(3, 16, 16, seed=2), offsets), r"moe_mlp: w_up: "),
+        "moe_mlp_activation": (lambda a, u, d, o: mt.moe_mlp(a, u, d, o, activation="relu"),
+                               (x, randn(3, 16, 32, seed=1), randn(3, 16, 16, seed=2), offsets),
+                               r"moe_mlp: activation: expected "),
+        "MoEMLP": (mt.MoEMLP(3, 8, 16, dtype=torch.bfloat16), (x, offsets), r"MoEMLP: x: "),
+    }[call]
+    with pytest.raises(ValueError, match=message):
+        fn(*args)  # eagerly
+    with pytest.raises(Exception) as caught:
+        torch.compile(fn, fullgraph=True)(*args)
+    assert "ValueError" in str(caught.value) and re.search(message, str(caught.value)), str(caught.value)[:2000]
 
 
 def test_fake_tensor_mode_propagates_shapes_without_reading_addresses():
