@@ -140,7 +140,7 @@ def check_array(op: str, name: str, x) -> None:
     if not all(isinstance(d, (int, np.integer)) for d in x.shape):
         raise NotImplementedError(f"moegemm.jax.{op}: {name}: symbolic shapes (jax.export shape polymorphism) "
                                   f"are not supported: expected concrete extents, got shape "
-                                  f"({', '.join(str(d) for d in x.shape)})")
+                                  f"({', '.join(str(d) for d in x.shape)}{',' if len(x.shape) == 1 else ''})")
 
 
 def check_float_array(op: str, name: str, x) -> None:

@@ -295,6 +295,9 @@ def test_symbolic_shapes_raise_not_implemented_naming_the_operand():
     with pytest.raises(NotImplementedError, match=r"moe_mlp: x: symbolic shapes .*got shape \(m, 16\)"):
         export.export(mlp)(spec(sym("m, 16"), bf16), spec((2, 16, 32), bf16), spec((2, 16, 16), bf16),
                            spec((2,), i32))
+    # A 1-D shape as Python prints it.
+    with pytest.raises(NotImplementedError, match=r"grouped_gemm: offsets: symbolic shapes .*got shape \(e,\)"):
+        export.export(jax.jit(mj.grouped_gemm))(spec((8, 16), bf16), spec((2, 16, 16), bf16), spec(sym("e"), i32))
 
 
 def test_c06_empty_groups_and_n43_error():
