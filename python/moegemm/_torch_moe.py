@@ -157,12 +157,12 @@ def _not_real(value) -> bool:
 def _clamp_parameter(name: str, value, op: str = _OP) -> float:
     """A real number for limit, act_alpha or linear_offset; TypeError naming it otherwise (a traced value is
     fine: torch.compile passes it on)."""
-    if _not_real(value):
-        raise TypeError(f"{op}: {name}: expected a real number, got {type(value).__name__} {value!r}")
-    try:
-        return float(value)
-    except (TypeError, ValueError) as e:  # a list, a tuple, any other object
-        raise TypeError(f"{op}: {name}: expected a real number, got {type(value).__name__} {value!r}") from e
+    if not _not_real(value):
+        try:
+            return float(value)
+        except (TypeError, ValueError):  # a list, a tuple, any other object
+            pass
+    raise TypeError(f"{op}: {name}: expected a real number, got {type(value).__name__} {value!r}")
 
 
 # The smallest double that f32 rounds to infinity: halfway between the largest f32 and 2^128 (ties go to the
