@@ -698,6 +698,25 @@ TEST(Contract, TransposedViewsAreRejected) {
                {"grouped_gemm: d: expected a row-major matrix", "got strides (1, 96)"});
 }
 
+TEST(Contract, OneRowWithColumnsApartIsRejected) {
+  // A single row takes any row stride, but its columns are read contiguously: a column stride of 2 is refused
+  // (read as 1, the row's elements would be taken from the wrong places).
+  for (Device dev : {Device::cuda, Device::host}) {
+    Maker m{dev};
+    auto x = grouped_gemm_args(m);
+    x.a = m.t(DType::bf16, {1, kK});
+    x.prob = m.t(DType::f32, {1});
+    x.c = m.t(DType::bf16, {1, kN});
+    x.d = TensorView::strided(m.memory(2 * kN * 2), DType::bf16, {1, kN}, {2 * kN, 2}, dev);
+    expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+                 {"grouped_gemm: d: expected a row-major matrix with unit column stride", "got strides (256, 2)"});
+    x.d = m.t(DType::bf16, {1, kN});
+    x.c = TensorView::strided(m.memory(2 * kN * 2), DType::bf16, {1, kN}, {2 * kN, 2}, dev);
+    expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+                 {"grouped_gemm: c: expected a row-major matrix with unit column stride", "got strides (256, 2)"});
+  }
+}
+
 TEST(Contract, OverlappingRowsAreRejected) {
   Maker m{Device::cuda};
   auto x = grouped_gemm_args(m);
