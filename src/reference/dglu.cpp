@@ -36,8 +36,8 @@ void grouped_gemm_dglu_impl(const GroupedGemmDgluArgs& args) {
             const T gate = beta * at<T>(args.c, r, col.gate);
             const T up = beta * at<T>(args.c, r, col.up);
             const GluValue<T> v = glu_eval<T, true>(args.glu, gate, up);
-            const T d_gate = dh * prob * v.d_gate;
-            const T d_up = dh * prob * v.d_up;
+            const T d_gate = v.gate_passes ? dh * prob * v.d_gate : T(0);
+            const T d_up = v.up_passes ? dh * prob * v.d_up : T(0);
             put<T>(args.dc, r, col.gate, d_gate);
             put<T>(args.dc, r, col.up, d_up);
             dprob += v.h * dh;

@@ -42,15 +42,16 @@ inline void require_glu_width(GluLayout layout, int64_t two_i, const char* op) {
 /// x itself where its rounding to t stays on x's side of `bound` (the clamp acts for x > bound when `above`,
 /// else for x < bound); else the value of t next to that rounding, back on x's side. The dGLU of the saved
 /// C then cuts off exactly the gradients the forward's clamps cut off, as autodiff of the forward does.
-/// The forward computes D from the returned value too, as the kernels do. Where t has no finite value on
-/// x's side (a bound at or past t's largest finite value), x itself: C then holds x's plain rounding, and
-/// no value of C lies further than that from G.
+/// The forward computes D from the returned value too, as the kernels do. An unclamped x whose rounding is
+/// infinite (past a bound beyond t's largest finite value) moves to that largest value. Where t has no finite
+/// value on x's side (a clamped x next to a bound at or past t's largest finite value), x itself: C then
+/// holds x's plain rounding, and no value of C lies further than that from G.
 template <class T>
 inline T saved_on_clamp_side(T x, T bound, bool above, DType t) {
   const T r = rounded_to(t, x);
   const bool clamped = above ? x > bound : x < bound;
   const bool saved_clamped = above ? r > bound : r < bound;
-  if (clamped == saved_clamped || !std::isfinite(r)) return x;
+  if (clamped == saved_clamped) return x;
   const T moved = next_value(t, r, clamped == above);
   return std::isfinite(moved) ? moved : x;
 }
@@ -59,6 +60,10 @@ inline T saved_on_clamp_side(T x, T bound, bool above, DType t) {
 template <class T>
 struct GluValue {
   T h, d_gate, d_up;
+  // Whether the gradient passes each clamp (swiglu_clamped; always for the other activations). Where it
+  // does not, dC is 0 whatever dH is, as torch's clamp backward gives: a product with the zero derivative
+  // would be NaN for an infinite or NaN dH.
+  bool gate_passes = true, up_passes = true;
 };
 
 /// The activation of `p` at (gate, up). swiglu_clamped's gradient convention (docs/ops.md §3): the
@@ -95,8 +100,10 @@ inline GluValue<T> glu_eval(const GluParams& p, T gate, T up) {
       // is formed as s + aa * (g s (1 - s)): aa * g overflows below about -2e38 (aa = 1.702).
       v.h = (u + lo) * (g * s);
       if (kGrad) {
-        v.d_gate = gate <= limit ? (u + lo) * (s + aa * ((g * s) * (T(1) - s))) : T(0);
-        v.d_up = (up >= -limit && up <= limit) ? g * s : T(0);
+        v.gate_passes = gate <= limit;
+        v.up_passes = up >= -limit && up <= limit;
+        v.d_gate = v.gate_passes ? (u + lo) * (s + aa * ((g * s) * (T(1) - s))) : T(0);
+        v.d_up = v.up_passes ? g * s : T(0);
       }
       break;
     }

@@ -63,7 +63,9 @@ void srelu_backward(const SreluBackward& f, const ExpertRows& rows, BOf&& b_of) 
       for (int64_t n = 0; n < N; ++n) {
         const T dh = alpha * pr[n];
         const T s = relu(at<T>(f.c, r, n));
-        const T d = T(2) * s * dh * prob;
+        // 0 where C <= 0 whatever dH is (an infinite or NaN dH included), as autodiff of relu(C)^2 gives in
+        // torch and JAX; a NaN C keeps its NaN.
+        const T d = s != T(0) ? T(2) * s * dh * prob : T(0);
         put<T>(f.dc, r, n, d);
         dprob += s * s * dh;
         m = abs_max(m, d);

@@ -20,6 +20,9 @@ namespace moegemm::sm90 {
 /// h and its partial derivatives; the formulas of docs/ops.md §2-3 (gradient inclusive at the clamp boundary).
 struct GluGrad {
   float h, d_gate, d_up;
+  // Whether the gradient passes each clamp (swiglu_clamped; always for the other activations): where it does
+  // not, dC is 0 whatever dH is (a product with the zero derivative would be NaN for an infinite dH).
+  bool gate_passes = true, up_passes = true;
 };
 
 template <ActKind kAct>
@@ -42,8 +45,10 @@ __device__ __forceinline__ GluGrad glu_grad(const KernelParams& p, float gate, f
     const float u = clamp_keep_nan(up, -p.limit, p.limit);
     const float s = sigmoid_fast(p.act_alpha * g);
     v.h = (u + p.linear_offset) * (g * s);  // the reference's order (glu.cuh)
-    v.d_gate = gate <= p.limit ? (u + p.linear_offset) * (s + p.act_alpha * ((g * s) * (1.f - s))) : 0.f;
-    v.d_up = (up >= -p.limit && up <= p.limit) ? g * s : 0.f;
+    v.gate_passes = gate <= p.limit;
+    v.up_passes = up >= -p.limit && up <= p.limit;
+    v.d_gate = (u + p.linear_offset) * (s + p.act_alpha * ((g * s) * (1.f - s)));
+    v.d_up = g * s;
   }
   return v;
 }
@@ -200,8 +205,8 @@ struct DgluEpilogue {
             const float a = acc[4 * i + 2 * h + x];
             const float gate = x ? g.y : g.x, up = x ? u.y : u.x;
             const GluGrad v = kWhole ? glu_grad<kAct>(p, gate, up) : glu_grad<kAct>(p, beta * gate, beta * up);
-            dg[2 * h + x] = ok ? a * scale * v.d_gate : 0.f;
-            du[2 * h + x] = ok ? a * scale * v.d_up : 0.f;
+            dg[2 * h + x] = ok && v.gate_passes ? a * scale * v.d_gate : 0.f;
+            du[2 * h + x] = ok && v.up_passes ? a * scale * v.d_up : 0.f;
             row_sum[h] += ok ? v.h * a : 0.f;  // times alpha below
           }
           tile_buf.template write_pair16<kD>(fragment_pair_offset(fragment, vg, h), dg[2 * h], dg[2 * h + 1]);
@@ -290,8 +295,8 @@ struct DgluEpilogue {
               const float dh = alpha * acc[4 * i + 2 * h + x];
               const float2 gh = g[b][h], uh = u[b][h];
               const GluGrad v = glu_grad<kAct>(p, beta * (x ? gh.y : gh.x), beta * (x ? uh.y : uh.x));
-              dg[2 * h + x] = ok ? dh * prob * v.d_gate : 0.f;
-              du[2 * h + x] = ok ? dh * prob * v.d_up : 0.f;
+              dg[2 * h + x] = ok && v.gate_passes ? dh * prob * v.d_gate : 0.f;
+              du[2 * h + x] = ok && v.up_passes ? dh * prob * v.d_up : 0.f;
               if (stage_gate) row_sum[h] += ok ? v.h * dh : 0.f;
             }
           }

@@ -39,7 +39,8 @@ struct DsreluEpilogue {
           const int r = 4 * i + 2 * h + x;
           const float dh = alpha * acc[r];
           const float s = relu(x ? c.y : c.x);
-          const float d = ok ? 2.f * s * dh * prob : 0.f;
+          // 0 where c <= 0 whatever dH is (autodiff of relu(c)^2 in torch and JAX); a NaN c keeps its NaN.
+          const float d = ok && s != 0.f ? 2.f * s * dh * prob : 0.f;
           row_sum[h] += ok ? s * s * dh : 0.f;
           acc[r] = d;
           amax = abs_max(amax, d);

@@ -104,6 +104,48 @@ INSTANTIATE_TEST_SUITE_P(
                                          GluLayout::interleaved32_up_first),
                        ::testing::Values(BMode::dense_kn, BMode::ptrs_nk)));
 
+// swiglu_clamped's masks hold for any dH: where a clamp cuts the gradient off, dC is 0 also for an infinite
+// or NaN dH (torch's clamp backward; a product with the zero derivative would be NaN), and non-finite where
+// the gradient passes. B is the identity, so dH = dY: row 0 is +inf, row 1 NaN.
+TEST(DgluReference, ClampedMasksANonFiniteDh) {
+  const int64_t M = 2, I = 8;
+  const std::vector<double> gates{9, -9, 2, 7, NAN, 1, 8, 0.5}, ups{1, 9, -9, 7, 2, NAN, -7, 3};
+  HostTensor offsets = offsets_from_sizes({M});
+  HostTensor eye(DType::f32, {1, I, I}), dy(DType::f32, {M, I}), c(DType::f32, {M, 2 * I});
+  for (int64_t i = 0; i < I; ++i)
+    for (int64_t j = 0; j < I; ++j) eye.set({0, i, j}, i == j ? 1.0 : 0.0);
+  for (int64_t r = 0; r < M; ++r)
+    for (int64_t j = 0; j < I; ++j) {
+      dy.set({r, j}, r == 0 ? INFINITY : NAN);
+      c.set({r, j}, gates[j]);
+      c.set({r, I + j}, ups[j]);
+    }
+  HostTensor dc(DType::f32, {M, 2 * I}), dbias(DType::f32, {1, 2 * I}), amax(DType::f32, {2});
+  GroupedGemmDgluArgs bw;
+  bw.a = dy.view();
+  bw.b.dense = eye.view();
+  bw.c = c.view();
+  bw.offsets = offsets.view();
+  bw.glu = GluParams{Activation::swiglu_clamped, GluLayout::halves};
+  bw.dc = dc.view();
+  bw.dbias = dbias.view();
+  bw.amax = amax.view();
+  reference::run(bw);
+  for (int64_t r = 0; r < M; ++r) {
+    for (int64_t j = 0; j < I; ++j) {
+      const bool gate_cut = !(gates[j] <= 7), up_cut = !(ups[j] >= -7 && ups[j] <= 7);
+      if (gate_cut) EXPECT_EQ(dc(r, j), 0.0) << "row " << r << " gate " << j;
+      else EXPECT_FALSE(std::isfinite(dc(r, j))) << "row " << r << " gate " << j;
+      if (up_cut) EXPECT_EQ(dc(r, I + j), 0.0) << "row " << r << " up " << j;
+      else EXPECT_FALSE(std::isfinite(dc(r, I + j))) << "row " << r << " up " << j;
+      // Column sums: 0 + 0 where both rows are cut, NaN (row 1) where the gradient passes.
+      EXPECT_EQ(std::isnan(dbias(0, j)), !gate_cut) << "dbias gate " << j;
+      EXPECT_EQ(std::isnan(dbias(0, I + j)), !up_cut) << "dbias up " << j;
+    }
+  }
+  EXPECT_TRUE(std::isnan(amax(0)) && std::isnan(amax(1)));
+}
+
 // Autodiff consistency: with beta = 1, dC and dprob of the dglu op are the derivatives of the forward
 // grouped_gemm_glu output (a sum of D weighted by the incoming gradient) in f64, by finite differences.
 TEST(DgluReference, IsTheDerivativeOfTheForward) {

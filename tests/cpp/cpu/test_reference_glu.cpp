@@ -183,14 +183,19 @@ TEST(GluReference, ClampedSavedPreactivationKeepsEachClampDecision) {
 }
 
 // Where the 16-bit type has no finite value on G's side of the bound, C keeps G's plain rounding (the
-// kernels' clamp_crossing interval is empty there too), never a value further from G.
+// kernels' clamp_crossing interval is empty there too), never a value further from G. An unclamped G whose
+// rounding is inf (a bound past the type's range) moves to the largest finite value, which keeps its side.
 TEST(GluReference, SavedClampSideNeedsAFiniteNeighbour) {
   using reference::saved_on_clamp_side;
   // f16's largest finite value is 65504; 65510 rounds to it. Above the bound 65504 there is only inf.
   EXPECT_EQ(saved_on_clamp_side(65510.f, 65504.f, true, DType::f16), 65510.f);
-  // A bound past f16's range: 66000 rounds to inf, which is not moved back to 65504.
-  EXPECT_EQ(saved_on_clamp_side(66000.f, 1e5f, true, DType::f16), 66000.f);
-  EXPECT_EQ(saved_on_clamp_side(-66000.f, -1e5f, false, DType::f16), -66000.f);
+  // A bound past f16's range: 66000 (unclamped) rounds to inf, past the bound; it moves back to 65504.
+  EXPECT_EQ(saved_on_clamp_side(66000.f, 1e5f, true, DType::f16), 65504.f);
+  EXPECT_EQ(saved_on_clamp_side(-66000.f, -1e5f, false, DType::f16), -65504.f);
+  // Clamped and rounding to inf: already on its side.
+  EXPECT_EQ(saved_on_clamp_side(2e5f, 1e5f, true, DType::f16), 2e5f);
+  // bf16: the largest finite value is 0x7f7f (about 3.3895e38); 3.4e38 rounds to inf.
+  EXPECT_EQ(saved_on_clamp_side(3.4e38f, 3.401e38f, true, DType::bf16), 0x1.fep127f);
   // Within range the value moves one f16 step across: 7.001 rounds to 7 (the bound), kept above it.
   EXPECT_EQ(saved_on_clamp_side(7.001f, 7.f, true, DType::f16), 7.00390625f);
   EXPECT_EQ(saved_on_clamp_side(-7.001f, -7.f, false, DType::f16), -7.00390625f);

@@ -153,6 +153,41 @@ TEST(SreluReference, NanPreactivationPropagates) {
   EXPECT_FALSE(std::isnan(dprob(2)));
 }
 
+// dC = 2 relu(C) dH prob is 0 where C <= 0 for any dH, as autodiff of relu(C)^2 gives in torch and JAX
+// (not the NaN of 0 * inf), and non-finite where C > 0 or C is NaN. dprob's terms stay products: NaN.
+// B is the identity, so dH = dY: row 0 is +inf, row 1 NaN.
+TEST(SreluReference, NonFiniteDhGivesZeroWhereCIsNotPositive) {
+  const int64_t M = 2, N = 8;
+  const std::vector<double> saved_row{-1, 0, -0.0, 2, NAN, 0.5, -3, 1e-30};
+  HostTensor offsets = offsets_from_sizes({M});
+  HostTensor eye(DType::f32, {1, N, N}), dy(DType::f32, {M, N}), saved(DType::f32, {M, N});
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t j = 0; j < N; ++j) eye.set({0, i, j}, i == j ? 1.0 : 0.0);
+  for (int64_t r = 0; r < M; ++r)
+    for (int64_t n = 0; n < N; ++n) {
+      dy.set({r, n}, r == 0 ? INFINITY : NAN);
+      saved.set({r, n}, saved_row[n]);
+    }
+  HostTensor dc(DType::f32, {M, N}), dprob(DType::f32, {M}), amax(DType::f32, {1});
+  GroupedGemmDsreluArgs bwd;
+  bwd.a = dy.view();
+  bwd.b.dense = eye.view();
+  bwd.c = saved.view();
+  bwd.offsets = offsets.view();
+  bwd.dc = dc.view();
+  bwd.dprob = dprob.view();
+  bwd.amax = amax.view();
+  reference::run(bwd);
+  for (int64_t r = 0; r < M; ++r) {
+    for (int64_t n = 0; n < N; ++n) {
+      if (saved_row[n] <= 0) EXPECT_EQ(dc(r, n), 0.0) << "row " << r << " col " << n;
+      else EXPECT_FALSE(std::isfinite(dc(r, n))) << "row " << r << " col " << n;
+    }
+    EXPECT_TRUE(std::isnan(dprob(r))) << "row " << r;
+  }
+  EXPECT_TRUE(std::isnan(amax(0)));
+}
+
 TEST(SreluReference, DenseForwardAndBackward) {
   const int64_t M = 70, N = 24, K = 32;
   for (BLayout layout : {BLayout::nk, BLayout::kn}) {

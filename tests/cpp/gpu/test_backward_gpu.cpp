@@ -481,14 +481,20 @@ TEST(BackwardGpu, NanInputsPropagateLikeTheReference) {
     p.dbias = 1;
     p.amax = true;
     GroupedInputs in(p);
-    put_nan(in.a, 50, 3);  // row 50 of expert 0: every dH of the row, so every dC (2 relu(c) dH prob)
+    // Row 50 of expert 0: every dH of the row is NaN, so is dC (2 relu(c) dH prob) where c > 0; where c <= 0
+    // dC is 0 whatever dH is (docs/ops.md §4), and so is dbias's column.
+    put_nan(in.a, 50, 3);
+    int64_t positive = 0;
+    for (int64_t n = 0; n < p.n; ++n) positive += in.c.host(50, n) > 0;
+    ASSERT_GT(positive, 0);
+    ASSERT_LT(positive, p.n);
     const GroupedOutputs ref = run_grouped(p, in, false);
     const GroupedOutputs got = run_grouped(p, in, true);
     NanCounts nans;
     expect_matches_reference(p, in, ref, got, &nans);
-    EXPECT_EQ(nans.dc, p.n);
+    EXPECT_EQ(nans.dc, positive);
     EXPECT_EQ(nans.dprob, 1);
-    EXPECT_EQ(nans.dbias, p.n);
+    EXPECT_EQ(nans.dbias, positive);
     EXPECT_EQ(nans.amax, 1);
   }
   {
@@ -504,6 +510,45 @@ TEST(BackwardGpu, NanInputsPropagateLikeTheReference) {
     EXPECT_TRUE(matches(got.amax, nan_where_reference_is(expect_reduction(ref.amax, true), ref.amax, &amax_nans)));
     EXPECT_EQ(c_nans, p.n);
     EXPECT_EQ(amax_nans, 1);
+  }
+}
+
+// A NaN dH (from a NaN in dY) gives 0 where swiglu_clamped's clamps cut the gradient off, as torch's clamp
+// backward does, and NaN elsewhere: on both dGLU epilogue paths (16-bit C through the staging area, f32 C
+// from global memory).
+TEST(BackwardGpu, ClampedDgluMasksANonFiniteDh) {
+  REQUIRE_GPU();
+  for (DType io : {DType::bf16, DType::f32}) {
+    Grouped p;
+    p.op = GroupedOp::dglu;
+    p.glu.activation = Activation::swiglu_clamped;
+    clamp_inside_range(p.glu);
+    p.n = 256;
+    p.prob = true;
+    p.dprob = true;
+    p.dbias = 1;
+    p.amax = true;
+    p.c_dtype = io;
+    p.out = io;
+    p.seed = 4600;
+    p.name = std::string("NaN in dY, swiglu_clamped ") + dtype_str(io);
+    SCOPED_TRACE(p.name);
+    GroupedInputs in(p);
+    put_nan(in.a, 50, 3);  // row 50 of expert 0
+    int64_t cut = 0;  // gates above the limit and ups beyond +-limit in row 50 (halves: gates, then ups)
+    for (int64_t i = 0; i < p.n; ++i) {
+      cut += in.c.host(50, i) > p.glu.limit;
+      cut += std::fabs(in.c.host(50, p.n + i)) > p.glu.limit;
+    }
+    ASSERT_GT(cut, 0);
+    const GroupedOutputs ref = run_grouped(p, in, false);
+    const GroupedOutputs got = run_grouped(p, in, true);
+    NanCounts nans;
+    expect_matches_reference(p, in, ref, got, &nans);
+    EXPECT_EQ(nans.dc, 2 * p.n - cut);
+    EXPECT_EQ(nans.dbias, 2 * p.n - cut);
+    EXPECT_EQ(nans.dprob, 1);
+    EXPECT_EQ(nans.amax, 2);
   }
 }
 

@@ -3,6 +3,7 @@
 // the reference, rows past the last expert end must keep the poison (zeros with zero_tail).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <string>
@@ -333,6 +334,62 @@ TEST(ForwardGpu, ClampedSavedPreactivationKeepsEachClampDecision) {
         EXPECT_GT(crossings, 0);
       }
     }
+  }
+}
+
+// Past f16's range (limit 1e5, or 65530 between 65520 and the next power of two), an unclamped G whose f16
+// rounding is inf holds 65504, f16's largest finite value, so that the dGLU of C lets its gradient through as
+// the forward did (docs/ops.md §2); a clamped one keeps its rounding. G = bias + A B is exact in f32 (A in
+// {-1, 0, 1}, B multiples of 2^-7 no larger than 2^-4, K = 16, |G| < 2^17), and the bias walks the gates
+// and ups (negated) through 65000..70000, so every case occurs. C is bitwise the reference's.
+TEST(ForwardGpu, ClampedSavedPreactivationPastTheF16Range) {
+  REQUIRE_GPU();
+  for (float limit : {1e5f, 65530.0f}) {
+    Forward f;
+    f.glu = true;
+    f.glu_params.activation = Activation::swiglu_clamped;
+    f.glu_params.layout = GluLayout::halves;
+    f.glu_params.limit = limit;
+    f.m = 300;
+    f.n = 512;
+    f.k = 16;
+    f.sizes = {70, 0, 150, 40};
+    f.bias = 2;
+    f.generate_c = true;
+    f.out = DType::f16;
+    f.name = "f16 C, limit " + std::to_string(limit);
+    SCOPED_TRACE(f.name);
+    Inputs in(f);
+    std::mt19937_64 rng(91);
+    std::uniform_int_distribution<int> unit(-1, 1), step(-8, 8);
+    for (int64_t r = 0; r < f.m; ++r)
+      for (int64_t c = 0; c < f.k; ++c) in.a.set({r, c}, unit(rng));
+    const int64_t inter = f.n / 2;
+    for (int64_t g = 0; g < 4; ++g)
+      for (int64_t c = 0; c < f.n; ++c) {
+        for (int64_t j = 0; j < f.k; ++j) in.b.set({g, c, j}, std::ldexp(step(rng), -7));
+        const double target = 65000.0 + 5000.0 * static_cast<double>(c % inter) / inter + 0.25 * g;
+        const double walk = std::ldexp(std::round(std::ldexp(target, 7)), -7);  // a multiple of 2^-7
+        in.bias.set({g, c}, c < inter ? walk : -walk);
+      }
+    in.da = DeviceTensor(in.a);
+    in.db = DeviceTensor(in.b);
+    in.dbias = DeviceTensor(in.bias);
+    const Outputs ref = run(f, in, false);
+    const Outputs got = run(f, in, true);
+    const int64_t end = addressed_end(in.offsets, f.m);
+    EXPECT_TRUE(matches(got.d, expect_rows(ref.d, end, false))) << "output d";
+    int64_t differ = 0, moved = 0, kept_inf = 0;
+    for (int64_t r = 0; r < end; ++r)
+      for (int64_t col = 0; col < f.n; ++col) {
+        differ += got.c.bits_at(got.c.offset({r, col})) != ref.c.bits_at(ref.c.offset({r, col}));
+        const double c = got.c(r, col);
+        moved += std::fabs(c) == 65504.0;
+        kept_inf += std::isinf(c);
+      }
+    EXPECT_EQ(differ, 0) << "elements of C that differ from the reference's bits";
+    EXPECT_GT(moved, 0);
+    if (limit == 65530.0f) EXPECT_GT(kept_inf, 0);  // clamped past 65530: rounds to inf, kept
   }
 }
 
