@@ -20,6 +20,22 @@ _MESSAGE = (b"moegemm: trying to differentiate twice: the backward of moe_mlp an
             b"which have no derivative of their own (first-order gradients only)")
 
 
+def _check_unbatched(op: str, grads) -> None:
+    """NotImplementedError naming ``op`` for an incoming gradient that a torch.func transform wraps: autograd
+    batches the gradients with vmap for ``torch.autograd.grad(..., is_grads_batched=True)`` and
+    ``jacobian(..., vectorize=True)``, and the ops then fail on the wrapped tensor with an error that names
+    nothing ("Cannot access data pointer of Tensor that doesn't have storage"). Skipped while torch.compile
+    traces (Dynamo cannot trace the test; it sees no wrapped tensors there)."""
+    if torch.compiler.is_compiling():
+        return
+    for g in grads:
+        if isinstance(g, torch.Tensor) and torch._C._functorch.is_functorch_wrapped_tensor(g):
+            raise NotImplementedError(
+                f"{op}: backward: expected an incoming gradient outside torch.func transforms, got a batched one "
+                f"(torch.autograd.grad(..., is_grads_batched=True), jacobian(..., vectorize=True) or a transform "
+                f"over the backward): pass the gradients one at a time")
+
+
 def first_order_only(backward):
     """Decorates an autograd Function's ``backward(ctx, saved, *grads)``, where ``saved`` is
     ``ctx.saved_tensors``, unpacked once here (a checkpointed Function may unpack them only once). Runs it
@@ -30,6 +46,7 @@ def first_order_only(backward):
 
     @functools.wraps(backward)
     def wrapper(ctx, *grads):
+        _check_unbatched(getattr(ctx, "op", "grouped_mm"), grads)
         saved = ctx.saved_tensors
         with torch.no_grad():
             outputs = backward(ctx, saved, *grads)

@@ -239,12 +239,16 @@ def _check_operands(op, x, w_up, w_down, offsets, prob, activation, glu_layout) 
         raise ValueError(f"{op}: w_down: expected shape (E={e}, I={two_i // 2}, H={h}) with E and I from "
                          f"w_up, H from x, got {tuple(w_down.shape)}")
     if x.element_size() == 2:  # 16-bit rows must start 16-byte aligned (the kernels' TMA rule, on every backend)
+        # Under torch.autocast the operands are autocast's casts, not the tensors the caller passed.
+        cast = (f", the dtype torch.autocast casts the operands to; {op} takes H and I multiples of 4 in f32 "
+                f"outside autocast") if torch._C._is_any_autocast_enabled() else ""
         if h % 8:
             raise ValueError(f"{op}: x: expected H a multiple of 8 (16-bit operands need 16-byte aligned "
-                             f"rows), got H = {h} (shape {tuple(x.shape)}, dtype {x.dtype})")
+                             f"rows), got H = {h} (shape {tuple(x.shape)}, dtype {x.dtype}{cast})")
         if (two_i // 2) % 8:
             raise ValueError(f"{op}: w_up: expected I (half of its last dim) a multiple of 8 (the GLU output's "
-                             f"16-bit rows must be 16-byte aligned), got I = {two_i // 2} (shape {tuple(w_up.shape)})")
+                             f"16-bit rows must be 16-byte aligned), got I = {two_i // 2} (shape {tuple(w_up.shape)}, "
+                             f"dtype {w_up.dtype}{cast})")
     if offsets.dim() != 1 or known(offsets.shape[0] != e) or offsets.dtype != torch.int32:
         raise ValueError(f"{op}: offsets: expected an (E={e},) torch.int32 tensor with E from w_up, got shape "
                          f"{tuple(offsets.shape)} and dtype {offsets.dtype}")

@@ -46,14 +46,16 @@ def weight_operand(w: torch.Tensor, op: str, name: str, shape: torch.Size | None
     # The ops' stride rules (docs/ops.md §0.2, rules 5 and 6) in the caller's dims: for "nk" the ops see the
     # (E, N, K) view and would name its dims. Strides no index steps are free, as there. A row length off the
     # 16-byte rule (N or K not a multiple of 8 in bf16) is left to the ops, which name that extent.
+    # The messages are formatted only when raised: formatting a symbolic size under torch.compile would pin
+    # it to its current value (a guard N == 32 per call site), and every new size would recompile.
     size = w.element_size()
     if e and rows and cols and row_len[1] * size % 16 == 0:
-        for dim, what, ok in ((row_dim, f"a row stride stride({row_dim}) >= {row_len[0]}={row_len[1]}",
+        for dim, what, ok in ((row_dim, lambda: f"a row stride stride({row_dim}) >= {row_len[0]}={row_len[1]}",
                                n_rows <= 1 or strides[row_dim] >= row_len[1]),
-                              (0, "a positive expert stride", e <= 1 or strides[0] > 0)):
+                              (0, lambda: "a positive expert stride", e <= 1 or strides[0] > 0)):
             if not ok or (strides[dim] * size % 16 and (n_rows if dim else e) > 1):
                 raise ValueError(
-                    f"{op}: {name}: expected {what} that is a multiple of 16 bytes (16-byte alignment rule), got "
+                    f"{op}: {name}: expected {what()} that is a multiple of 16 bytes (16-byte alignment rule), got "
                     f"stride({dim})={strides[dim]} elements ({strides[dim] * size} bytes), shape {tuple(shape)} "
                     f"with strides {tuple(strides)}")
     return operand_view(w, layout), layout

@@ -235,6 +235,18 @@ def test_moe_mlp_and_module_under_autocast_cast_as_linear_does(device):
                 module(x, offsets)
 
 
+def test_autocast_16_bit_rule_error_says_autocast_cast_the_operands():
+    """An f32 layer with H a multiple of 4 (not 8) is taken outside autocast; under bf16 autocast its operands
+    are cast to bf16 and the 16-bit rule refuses H = 36: the message says that the dtype is autocast's."""
+    module = mt.MoEMLP(4, 36, 16)
+    x, offsets = randn(10, 36, dtype=torch.float32, seed=86), offsets_of([2, 2, 2, 4])
+    assert module(x, offsets).shape == (10, 36)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        with pytest.raises(ValueError, match=r"^MoEMLP: x: expected H a multiple of 8 .*got H = 36 .*dtype "
+                                             r"torch.bfloat16, the dtype torch.autocast casts the operands to"):
+            module(x, offsets)
+
+
 def test_torch_func_transforms_are_refused_naming_the_operand():
     """grad, jacrev and vmap wrap the operands (no data pointer, no setup_context): NotImplementedError naming
     the entry point and the first wrapped operand, where torch's errors named none. grouped_mm without grad
@@ -257,6 +269,31 @@ def test_torch_func_transforms_are_refused_naming_the_operand():
         warnings.simplefilter("ignore")
         batched = torch.func.vmap(lambda b: mt.grouped_mm(x, b, offs=offsets))(w_down.expand(2, 2, 32, 32))
     assert torch.equal(batched[1], mt.grouped_mm(x, w_down, offs=offsets))
+
+
+def test_batched_incoming_gradients_are_refused_naming_the_entry_point():
+    """autograd.grad(..., is_grads_batched=True) and jacobian(..., vectorize=True) run the backward under vmap:
+    NotImplementedError naming the entry point and the batched gradient, where the ops failed on the wrapped
+    tensor with an error that named nothing. The gradients one at a time give the Jacobian."""
+    x, offsets = randn(16, 32, dtype=torch.float32, seed=83), offsets_of([8, 8])
+    w_up, w_down = randn(2, 32, 64, dtype=torch.float32, seed=84), randn(2, 32, 32, dtype=torch.float32, seed=85)
+    module = mt.MoEMLP(2, 32, 32)
+    a = x.clone().requires_grad_()
+    basis = torch.eye(4).reshape(4, 4, 1).expand(4, 4, 32)  # (batch, rows 0..3 of the output, 32 columns)
+    calls = [
+        ("grouped_mm", lambda: mt.grouped_mm(a, w_down, offs=offsets)),
+        ("moe_mlp", lambda: mt.moe_mlp(a, w_up, w_down, offsets)),
+        ("MoEMLP", lambda: module(a, offsets)),
+    ]
+    for op, call in calls:
+        y = call()[:4]
+        with pytest.raises(NotImplementedError, match=f"^{op}: backward: expected an incoming gradient outside "
+                                                      f"torch.func transforms, got a batched one"):
+            torch.autograd.grad(y, a, basis, is_grads_batched=True, retain_graph=True)
+        rows = [torch.autograd.grad(y, a, basis[i], retain_graph=True)[0] for i in range(2)]
+        assert rows[0].abs().sum() > 0 and not torch.equal(rows[0], rows[1])
+    with pytest.raises(NotImplementedError, match="^grouped_mm: backward: expected an incoming gradient"):
+        torch.autograd.functional.jacobian(lambda t: mt.grouped_mm(t, w_down, offs=offsets)[:2], x, vectorize=True)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -299,6 +299,36 @@ def test_compile_dynamic_moe_mlp_and_module_match_eager():
             assert torch.equal(eager, traced)
 
 
+def test_compile_dynamic_keeps_the_weights_sizes_symbolic():
+    """Under torch.compile(dynamic=True), grouped_mm and moe_mlp keep the weights' sizes symbolic, as
+    torch._grouped_mm does: four (E, K, N) sizes take at most two graphs (the first call's, then the dynamic
+    one), and a weight dim marked dynamic is not specialised (formatting a symbolic size into an error
+    message that is never raised used to pin it: one graph per size)."""
+    import torch._dynamo.testing
+
+    def frames(fn, weights):
+        counter = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
+        compiled = torch.compile(fn, backend=counter, fullgraph=True, dynamic=True)
+        for sizes, *shapes in weights:
+            offsets = offsets_of(sizes)
+            args = [randn(*shape, seed=len(shape) + n) for n, shape in enumerate(shapes)]
+            eager = fn(args[0], *args[1:], offsets)
+            assert torch.equal(compiled(args[0], *args[1:], offsets), eager)
+        return counter.frame_count
+
+    grouped = [([8, 8, 8, 8], (32, 32), (4, 32, 16)), ([8, 8, 8], (24, 48), (3, 48, 24)),
+               ([8] * 5, (40, 64), (5, 64, 8)), ([8, 8], (16, 16), (2, 16, 40))]
+    assert frames(lambda a, b, offsets: mt.grouped_mm(a, b, offsets), grouped) <= 2
+    mlp = [([8, 8], (16, h), (2, h, 2 * i), (2, i, h)) for h, i in ((32, 16), (48, 24), (64, 8), (16, 40))]
+    assert frames(lambda x, w_up, w_down, offsets: mt.moe_mlp(x, w_up, w_down, offsets), mlp) <= 2
+
+    a, b, offsets = randn(32, 32), randn(4, 32, 16, seed=1), offsets_of([8, 8, 8, 8])
+    torch._dynamo.mark_dynamic(b, 2)
+    compiled = torch.compile(lambda a, b, offsets: mt.grouped_mm(a, b, offsets), backend="aot_eager",
+                             fullgraph=True)
+    assert torch.equal(compiled(a, b, offsets), mt.grouped_mm(a, b, offsets))
+
+
 def test_jit_trace_of_grouped_mm_and_moe_mlp_matches_eager(tmp_path):
     """torch.jit.trace (sizes are 0-d tensors while it traces) records the ops grouped_mm and MoEMLP call, with
     its default check run (under no_grad) and parameters that require grad: the traced calls, also after
