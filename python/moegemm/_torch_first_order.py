@@ -24,12 +24,14 @@ def _check_unbatched(op: str, grads) -> None:
     """NotImplementedError naming ``op`` for an incoming gradient that a torch.func transform wraps: autograd
     batches the gradients with vmap for ``torch.autograd.grad(..., is_grads_batched=True)`` and
     ``jacobian(..., vectorize=True)``, and the ops then fail on the wrapped tensor with an error that names
-    nothing ("Cannot access data pointer of Tensor that doesn't have storage"). Skipped while torch.compile
-    traces (Dynamo cannot trace the test; it sees no wrapped tensors there)."""
+    nothing ("Cannot access data pointer of Tensor that doesn't have storage"). is_grads_batched batches with
+    torch's older vmap, whose tensors carry the Batched dispatch key (which torch.func does not report).
+    Skipped while torch.compile traces (Dynamo cannot trace the test; it sees no wrapped tensors there)."""
     if torch.compiler.is_compiling():
         return
     for g in grads:
-        if isinstance(g, torch.Tensor) and torch._C._functorch.is_functorch_wrapped_tensor(g):
+        if isinstance(g, torch.Tensor) and (torch._C._functorch.is_functorch_wrapped_tensor(g)
+                                            or "Batched" in str(torch._C._dispatch_keys(g))):
             raise NotImplementedError(
                 f"{op}: backward: expected an incoming gradient outside torch.func transforms, got a batched one "
                 f"(torch.autograd.grad(..., is_grads_batched=True), jacobian(..., vectorize=True) or a transform "

@@ -316,10 +316,11 @@ def test_compile_dynamic_keeps_the_weights_sizes_symbolic():
             assert torch.equal(compiled(args[0], *args[1:], offsets), eager)
         return counter.frame_count
 
-    grouped = [([8, 8, 8, 8], (32, 32), (4, 32, 16)), ([8, 8, 8], (24, 48), (3, 48, 24)),
-               ([8] * 5, (40, 64), (5, 64, 8)), ([8, 8], (16, 16), (2, 16, 40))]
+    # No two sizes of a call are equal, so that torch's duck sizing ties none of them together.
+    grouped = [([9] * 4, (36, 32), (4, 32, 16)), ([9] * 3, (27, 48), (3, 48, 24)),
+               ([9] * 5, (45, 64), (5, 64, 8)), ([9] * 2, (18, 16), (2, 16, 40))]
     assert frames(lambda a, b, offsets: mt.grouped_mm(a, b, offsets), grouped) <= 2
-    mlp = [([8, 8], (16, h), (2, h, 2 * i), (2, i, h)) for h, i in ((32, 16), (48, 24), (64, 8), (16, 40))]
+    mlp = [([24, 32], (56, h), (2, h, 2 * i), (2, i, h)) for h, i in ((32, 8), (48, 16), (64, 40), (16, 24))]
     assert frames(lambda x, w_up, w_down, offsets: mt.moe_mlp(x, w_up, w_down, offsets), mlp) <= 2
 
     a, b, offsets = randn(32, 32), randn(4, 32, 16, seed=1), offsets_of([8, 8, 8, 8])
