@@ -33,6 +33,15 @@ inline Rows rows(const HostTensor& offsets, int64_t M) {
   return r;
 }
 
+/// (E, N, N) dense weights of `dtype` that are each the identity, so that a backward op's dH is its dY.
+inline HostTensor identity_experts(DType dtype, int64_t e, int64_t n) {
+  HostTensor eye(dtype, {e, n, n});
+  for (int64_t g = 0; g < e; ++g)
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < n; ++j) eye.set({g, i, j}, i == j ? 1.0 : 0.0);
+  return eye;
+}
+
 /// How the expert weights are stored.
 enum class BMode { dense_nk, dense_kn, ptrs_nk, ptrs_kn };
 

@@ -111,9 +111,7 @@ TEST(DgluReference, ClampedMasksANonFiniteDh) {
   const int64_t M = 2, I = 8;
   const std::vector<double> gates{9, -9, 2, 7, NAN, 1, 8, 0.5}, ups{1, 9, -9, 7, 2, NAN, -7, 3};
   HostTensor offsets = offsets_from_sizes({M});
-  HostTensor eye(DType::f32, {1, I, I}), dy(DType::f32, {M, I}), c(DType::f32, {M, 2 * I});
-  for (int64_t i = 0; i < I; ++i)
-    for (int64_t j = 0; j < I; ++j) eye.set({0, i, j}, i == j ? 1.0 : 0.0);
+  HostTensor eye = naive::identity_experts(DType::f32, 1, I), dy(DType::f32, {M, I}), c(DType::f32, {M, 2 * I});
   for (int64_t r = 0; r < M; ++r)
     for (int64_t j = 0; j < I; ++j) {
       dy.set({r, j}, r == 0 ? INFINITY : NAN);
@@ -156,10 +154,7 @@ TEST(DgluReference, IsTheDerivativeOfTheForward) {
   naive::Weights wf(BMode::dense_nk, DType::f64, E, N2, Kf, 62, 3.0);
   HostTensor prob = random_tensor(DType::f64, {M}, 63, 0.2, 1.0);
   HostTensor dy = random_tensor(DType::f64, {M, I}, 64);  // incoming gradient of D; dglu's A = dy, B = I
-  HostTensor eye(DType::f64, {E, I, I});
-  for (int64_t g = 0; g < E; ++g)
-    for (int64_t i = 0; i < I; ++i)
-      for (int64_t j = 0; j < I; ++j) eye.set({g, i, j}, i == j ? 1.0 : 0.0);
+  HostTensor eye = naive::identity_experts(DType::f64, E, I);
 
   for (Activation act : {Activation::swiglu, Activation::geglu, Activation::swiglu_clamped}) {
     GluParams glu{act, GluLayout::interleaved32};

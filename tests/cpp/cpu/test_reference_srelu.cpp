@@ -160,9 +160,7 @@ TEST(SreluReference, NonFiniteDhGivesZeroWhereCIsNotPositive) {
   const int64_t M = 2, N = 8;
   const std::vector<double> saved_row{-1, 0, -0.0, 2, NAN, 0.5, -3, 1e-30};
   HostTensor offsets = offsets_from_sizes({M});
-  HostTensor eye(DType::f32, {1, N, N}), dy(DType::f32, {M, N}), saved(DType::f32, {M, N});
-  for (int64_t i = 0; i < N; ++i)
-    for (int64_t j = 0; j < N; ++j) eye.set({0, i, j}, i == j ? 1.0 : 0.0);
+  HostTensor eye = naive::identity_experts(DType::f32, 1, N), dy(DType::f32, {M, N}), saved(DType::f32, {M, N});
   for (int64_t r = 0; r < M; ++r)
     for (int64_t n = 0; n < N; ++n) {
       dy.set({r, n}, r == 0 ? INFINITY : NAN);
