@@ -20,22 +20,24 @@ _MESSAGE = (b"moegemm: trying to differentiate twice: the backward of moe_mlp an
             b"which have no derivative of their own (first-order gradients only)")
 
 
-def _check_unbatched(op: str, grads) -> None:
-    """NotImplementedError naming ``op`` for an incoming gradient that a torch.func transform wraps: autograd
-    batches the gradients with vmap for ``torch.autograd.grad(..., is_grads_batched=True)`` and
+def _batched_gradient_error(op: str, grads) -> NotImplementedError | None:
+    """The NotImplementedError naming ``op`` for an incoming gradient that a torch.func transform wraps, or None:
+    autograd batches the gradients with vmap for ``torch.autograd.grad(..., is_grads_batched=True)`` and
     ``jacobian(..., vectorize=True)``, and the ops then fail on the wrapped tensor with an error that names
     nothing ("Cannot access data pointer of Tensor that doesn't have storage"). is_grads_batched batches with
     torch's older vmap, whose tensors carry the Batched dispatch key (which torch.func does not report).
-    Skipped while torch.compile traces (Dynamo cannot trace the test; it sees no wrapped tensors there)."""
+    Asked once a backward has failed, so that the usual path pays nothing; None while torch.compile traces
+    (Dynamo cannot trace the test; it sees no wrapped tensors there)."""
     if torch.compiler.is_compiling():
-        return
+        return None
     for g in grads:
         if isinstance(g, torch.Tensor) and (torch._C._functorch.is_functorch_wrapped_tensor(g)
                                             or "Batched" in str(torch._C._dispatch_keys(g))):
-            raise NotImplementedError(
+            return NotImplementedError(
                 f"{op}: backward: expected an incoming gradient outside torch.func transforms, got a batched one "
                 f"(torch.autograd.grad(..., is_grads_batched=True), jacobian(..., vectorize=True) or a transform "
                 f"over the backward): pass the gradients one at a time")
+    return None
 
 
 def first_order_only(backward):
@@ -48,10 +50,15 @@ def first_order_only(backward):
 
     @functools.wraps(backward)
     def wrapper(ctx, *grads):
-        _check_unbatched(getattr(ctx, "op", "grouped_mm"), grads)
         saved = ctx.saved_tensors
-        with torch.no_grad():
-            outputs = backward(ctx, saved, *grads)
+        try:
+            with torch.no_grad():
+                outputs = backward(ctx, saved, *grads)
+        except (RuntimeError, ValueError, NotImplementedError):
+            batched = _batched_gradient_error(getattr(ctx, "op", "grouped_mm"), grads)
+            if batched is None:
+                raise
+            raise batched from None
         if not torch.is_grad_enabled():  # create_graph=False: nothing differentiates these gradients
             return outputs
         outs = outputs if isinstance(outputs, tuple) else (outputs,)
