@@ -26,7 +26,7 @@ fs::path self_path(const std::string& argv0) {
   return ec ? fs::absolute(argv0) : p;
 }
 
-// $MOEGEMM_BENCH_DIR alone where it is set (a folder asked for and missing is an error, not a fallback); else the
+// $MOEGEMM_BENCH_DIR alone where it is set and not empty (a folder asked for and missing is an error, not a fallback); else the
 // installed share/moegemm/bench next to bin/, then the source tree it was built from.
 fs::path find_peers_script(const fs::path& exe) {
   std::vector<fs::path> dirs;

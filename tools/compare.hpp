@@ -26,4 +26,9 @@ struct Comparison {
 Comparison compare(const std::string& output, const std::vector<double>& actual,
                    const std::vector<double>& expected);
 
+/// Checks that every element of `actual` is exactly 0, as the contract requires of the weight gradient of an
+/// expert with no rows (docs/ops.md §5): any other value, NaN included, is a mismatch. max_abs_err is the largest
+/// |actual| and rel_frobenius its Frobenius norm (the expected norm being 0).
+Comparison compare_zeros(const std::string& output, const std::vector<double>& actual);
+
 }  // namespace moegemm::cli

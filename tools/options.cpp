@@ -81,8 +81,13 @@ void check_writable_path(const std::string& path) {
     throw UsageError("--json: cannot write '" + path + "': folder '" + parent.string() + "' is not writable");
   // Opened for appending (nothing is truncated or written): access() would let root through on files that
   // refuse writes anyway, such as those of /proc.
-  if (fs::exists(path, ec) && !std::ofstream(path, std::ios::app))
-    throw UsageError("--json: cannot write '" + path + "': file is not writable");
+  if (fs::exists(path, ec)) {
+    if (!std::ofstream(path, std::ios::app))
+      throw UsageError("--json: cannot write '" + path + "': file is not writable");
+  } else {  // created and removed again: a folder that refuses new files (such as /proc) lets root's access() pass
+    if (!std::ofstream(path)) throw UsageError("--json: cannot write '" + path + "': cannot create the file");
+    fs::remove(path, ec);
+  }
 }
 
 RunOptions parse_run_options(const std::vector<std::string>& args) {
@@ -172,9 +177,11 @@ GemmOptions parse_gemm_options(const std::vector<std::string>& args) {
     int64_t total = 0;
     for (size_t i = 0; i < o.group_sizes.size(); ++i) {
       if (o.group_sizes[i] > o.m - total)
-        throw UsageError("--group-sizes: the first " + std::to_string(i + 1) + " sizes sum past --m " +
-                         std::to_string(o.m) + " (size " + std::to_string(i + 1) + " is " +
-                         std::to_string(o.group_sizes[i]) + ")");
+        throw UsageError(i == 0 ? "--group-sizes: size 1 is " + std::to_string(o.group_sizes[0]) + ", past --m " +
+                                      std::to_string(o.m)
+                                : "--group-sizes: the first " + std::to_string(i + 1) + " sizes sum past --m " +
+                                      std::to_string(o.m) + " (size " + std::to_string(i + 1) + " is " +
+                                      std::to_string(o.group_sizes[i]) + ")");
       total += o.group_sizes[i];
     }
   }

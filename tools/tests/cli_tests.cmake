@@ -130,6 +130,9 @@ moegemm_cli_test(json_parent_is_a_file COMMAND ${_expect_2} ${_cli} run --json $
 if(EXISTS /proc/version)
   moegemm_cli_test(json_file_not_writable COMMAND ${_expect_2} ${_cli} run --backend cpu --json /proc/version
                    REGEX "--json: cannot write '/proc/version': file is not writable")
+  # A new file in a folder that refuses new files even to root: refused before any work too.
+  moegemm_cli_test(json_file_cannot_be_created COMMAND ${_expect_2} ${_cli} run --backend cpu --json /proc/moegemm.json
+                   REGEX "--json: cannot write '/proc/moegemm.json': (cannot create the file|folder '/proc' is not writable)")
 endif()
 moegemm_cli_test(repeated_flag COMMAND ${_expect_2} ${_cli} run --model qwen3-30b-a3b --model mixtral-8x7b
                  REGEX "--model: given more than once \\('qwen3-30b-a3b', then 'mixtral-8x7b'\\)")
@@ -137,6 +140,8 @@ moegemm_cli_test(gemm_routing_with_group_sizes COMMAND ${_expect_2} ${_cli} gemm
                  --group-sizes 32,32 --routing zipf REGEX "--routing: not used with --group-sizes")
 moegemm_cli_test(gemm_group_sizes_past_m COMMAND ${_expect_2} ${_cli} gemm --m 64 --n 64 --k 64 --e 2
                  --group-sizes 40,40 REGEX "--group-sizes: the first 2 sizes sum past --m 64 \\(size 2 is 40\\)")
+moegemm_cli_test(gemm_first_group_size_past_m COMMAND ${_expect_2} ${_cli} gemm --m 100 --n 64 --k 64 --e 2
+                 --group-sizes 101,0 REGEX "--group-sizes: size 1 is 101, past --m 100")
 # Sizes whose int64 sum wraps around must not pass the check either.
 moegemm_cli_test(gemm_group_sizes_wrap COMMAND ${_expect_2} ${_cli} gemm --m 64 --n 64 --k 64 --e 2
                  --group-sizes 64,9223372036854775807 REGEX "--group-sizes: the first 2 sizes sum past --m 64")

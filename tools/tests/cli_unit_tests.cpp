@@ -198,5 +198,46 @@ TEST_F(LayerVerification, WrongOrUnwrittenOutputsFail) {
   if (ends[0] > 0) EXPECT_FALSE(verify_step(layer_, wgrad, Oracle::spot_check, 1).passed());
 }
 
+// More experts than rows: most experts are empty, and their weight gradient must read exactly 0.
+TEST(LayerVerificationEmptyExperts, UnwrittenEmptyExpertGradientFails) {
+  MoeLayer layer = make_layer({"sparse", 6, 1, 16, 64, 32}, Routing::zipf, Device::host, 4);
+  const std::vector<Step> steps = layer_steps(layer);
+  const Step& wgrad = steps[5];
+  std::vector<char> ws(wgrad.workspace_bytes());
+  wgrad.call(ws.data(), ws.size(), nullptr);
+  int64_t first_empty = -1;
+  for (size_t e = 0; e < layer.ends.size() && first_empty < 0; ++e)
+    if (layer.ends[e] == (e == 0 ? 0 : layer.ends[e - 1])) first_empty = static_cast<int64_t>(e);
+  ASSERT_GE(first_empty, 0);
+  for (Oracle o : {Oracle::spot_check, Oracle::reference}) {
+    const Verification v = verify_step(layer, wgrad, o, 1);
+    ASSERT_EQ(v.outputs.size(), 2u);
+    EXPECT_EQ(v.outputs[1].output, "W of empty experts");
+    EXPECT_GT(v.outputs[1].elements, 0);
+    EXPECT_TRUE(v.passed()) << oracle_name(o);
+  }
+  // The op forgetting an empty expert leaves the poison (NaN) there: expert first_empty, entry (0, 0) is in the
+  // sample (the first 8-column blocks of both dims).
+  const int64_t slab = layer.dw2.view.shape[1] * layer.dw2.view.shape[2];
+  float* dw2 = layer.dw2.view.ptr<float>() + first_empty * slab;
+  dw2[0] = std::nanf("");
+  Verification v = verify_step(layer, wgrad, Oracle::spot_check, 1);
+  EXPECT_FALSE(v.passed());
+  EXPECT_TRUE(std::isnan(v.max_abs_err())) << "a NaN error must not read as 0";
+  dw2[0] = -1e-30f;  // any nonzero value fails, however small
+  EXPECT_FALSE(verify_step(layer, wgrad, Oracle::spot_check, 1).passed());
+  dw2[0] = 0.0f;
+  EXPECT_TRUE(verify_step(layer, wgrad, Oracle::spot_check, 1).passed());
+}
+
+TEST(Compare, ZerosCheckCountsEveryNonzeroAndNan) {
+  const Comparison c = compare_zeros("W", {0.0, -0.0, 1e-300, std::nan(""), 0.0});
+  EXPECT_EQ(c.elements, 5);
+  EXPECT_EQ(c.mismatches, 2);
+  EXPECT_FALSE(c.passed);
+  EXPECT_TRUE(std::isnan(c.max_abs_err));
+  EXPECT_TRUE(compare_zeros("W", {0.0, -0.0}).passed);
+}
+
 }  // namespace
 }  // namespace moegemm::cli
