@@ -42,8 +42,17 @@ def _wgrad_as(x, dy, offsets, dtype):
     return grouped_gemm_wgrad(x, dy, offsets, w_dtype=jnp.float32).astype(dtype)
 
 
+def _debug_checks_on():
+    """Whether jax_debug_nans or jax_debug_infs is on where the layer is traced. Their checks read every
+    output of every call, tail rows included, so that h's and C's tail rows, which nothing else reads, would
+    raise false alarms (and take the blame for a NaN made elsewhere in a jitted step): under them, the GLU
+    zeroes its tails (zero_tail), and only then, as the zeros cost a write of every tail row."""
+    return bool(jax.config.jax_debug_nans or jax.config.jax_debug_infs)
+
+
 def _forward(x, w_up, w_down, offsets, prob, glu):
-    h, c = grouped_gemm_glu(x, w_up, offsets, prob=prob, b_layout="kn", generate_c=True, **glu.kwargs())
+    h, c = grouped_gemm_glu(x, w_up, offsets, prob=prob, b_layout="kn", generate_c=True,
+                            zero_tail=_debug_checks_on(), **glu.kwargs())
     y = grouped_gemm(h, w_down, offsets, b_layout="kn", zero_tail=True)
     return y, h, c
 
@@ -52,7 +61,7 @@ def _forward(x, w_up, w_down, offsets, prob, glu):
 def _moe_mlp(x, w_up, w_down, offsets, prob, glu):
     # Not differentiated (_moe_mlp_fwd runs where it is): no C, which only the backward reads (M x 2I written
     # for nothing in inference).
-    h = grouped_gemm_glu(x, w_up, offsets, prob=prob, b_layout="kn", **glu.kwargs())
+    h = grouped_gemm_glu(x, w_up, offsets, prob=prob, b_layout="kn", zero_tail=_debug_checks_on(), **glu.kwargs())
     return grouped_gemm(h, w_down, offsets, b_layout="kn", zero_tail=True)
 
 

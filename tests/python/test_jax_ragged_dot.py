@@ -632,6 +632,65 @@ def test_moe_mlp_not_differentiated_keeps_no_pre_activation(act):
         assert np.array_equal(np.asarray(inference, np.float32), np.asarray(trained, np.float32))
 
 
+def _glu_zero_tail_flags(jaxpr):
+    """The zero_tail attribute of every grouped_gemm_glu call in a jaxpr, nested jaxprs included."""
+    flags = []
+    for eqn in jaxpr.eqns:
+        if "grouped_gemm_glu" in str(eqn.params.get("target_name", "")):
+            flags.append(dict(eqn.params["attributes"])["zero_tail"])
+        for param in eqn.params.values():
+            for sub in param if isinstance(param, (list, tuple)) else [param]:
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    flags += _glu_zero_tail_flags(inner)
+    return flags
+
+
+@pytest.mark.parametrize("check", ["nans", "infs"])
+def test_moe_mlp_under_debug_checks_has_no_false_alarm_from_its_tails(check):
+    """jax_debug_nans / jax_debug_infs read every output of every call, h's and C's tail rows included, which
+    the GLU leaves unwritten: under them (only), moe_mlp's GLU zeroes its tails, so that eager calls and
+    gradients raise nothing for a finite layer, and a NaN made elsewhere in a jitted step is blamed on the op
+    that made it. The allocator is dirtied with freed NaN/inf buffers of the tails' sizes before each call."""
+    rng = np.random.default_rng(23)
+    x, w_up, w_down = rand(rng, (48, 64)), rand(rng, (4, 64, 128), scale=0.2), rand(rng, (4, 64, 64), scale=0.2)
+    gs = jnp.asarray([5, 0, 17, 10], jnp.int32)  # 32 of 48 rows
+    bad = jnp.nan if check == "nans" else jnp.inf
+    context = jax.debug_nans if check == "nans" else jax.debug_infs
+
+    def layer(x):
+        return mj.moe_mlp(x, w_up, w_down, gs)
+
+    def loss(x):
+        return layer(x).astype(jnp.float32).sum()
+
+    def dirty():
+        for shape in ((48, 64), (48, 128)):
+            jnp.full(shape, bad, jnp.bfloat16).block_until_ready()
+
+    with on_cpu():
+        # Decided where the layer is traced: each trace below is of a new function, as jit caches a trace
+        # whatever these checks' settings (they are not part of its key).
+        assert _glu_zero_tail_flags(jax.make_jaxpr(lambda x: layer(x))(x).jaxpr) == [False]  # no cost without them
+        with context(True):
+            assert _glu_zero_tail_flags(jax.make_jaxpr(lambda x: layer(x))(x).jaxpr) == [True]
+            grad_flags = _glu_zero_tail_flags(jax.make_jaxpr(jax.grad(lambda x: loss(x)))(x).jaxpr)
+        assert grad_flags and all(grad_flags)
+        step = jax.jit(lambda x: jnp.log(layer(x).astype(jnp.float32) - 100.0))  # log of negatives: NaN
+        for _ in range(8):
+            dirty()  # outside the checks, which would flag these buffers themselves
+            with context(True):
+                y = layer(x)
+            dirty()
+            with context(True):
+                g = jax.grad(loss)(x)
+            assert np.isfinite(np.asarray(y, np.float32)).all() and np.isfinite(np.asarray(g, np.float32)).all()
+            if check == "nans":
+                dirty()
+                with context(True), pytest.raises(FloatingPointError, match=r"\blog\b"):
+                    step(x)
+
+
 @pytest.mark.parametrize("combine", ["linear", "router_weight"])
 def test_moe_mlp_residuals_are_named_for_remat_policies(combine):
     """Under jax.checkpoint, save_only_these_names(*MOE_MLP_CHECKPOINT_NAMES) keeps the up-projection's outputs
