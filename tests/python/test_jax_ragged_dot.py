@@ -598,18 +598,23 @@ def test_second_derivatives_raise():
             jax.hessian(lambda l: mj.ragged_dot(l, w_down, sizes).astype(jnp.float32).sum())(x)
 
 
-def _glu_output_shapes(jaxpr):
-    """The output shapes of every grouped_gemm_glu call in a jaxpr, nested jaxprs included."""
-    shapes = []
+def _glu_calls(jaxpr):
+    """Every grouped_gemm_glu call (its equation) in a jaxpr, nested jaxprs included, in order."""
+    calls = []
     for eqn in jaxpr.eqns:
         if "grouped_gemm_glu" in str(eqn.params.get("target_name", "")):
-            shapes.append([tuple(v.aval.shape) for v in eqn.outvars])
+            calls.append(eqn)
         for param in eqn.params.values():
             for sub in param if isinstance(param, (list, tuple)) else [param]:
                 inner = getattr(sub, "jaxpr", sub)
                 if hasattr(inner, "eqns"):
-                    shapes += _glu_output_shapes(inner)
-    return shapes
+                    calls += _glu_calls(inner)
+    return calls
+
+
+def _glu_output_shapes(jaxpr):
+    """The output shapes of every grouped_gemm_glu call in a jaxpr, nested jaxprs included."""
+    return [[tuple(v.aval.shape) for v in eqn.outvars] for eqn in _glu_calls(jaxpr)]
 
 
 @pytest.mark.parametrize("act", ["swiglu", "swiglu_clamped"])
@@ -634,16 +639,7 @@ def test_moe_mlp_not_differentiated_keeps_no_pre_activation(act):
 
 def _glu_zero_tail_flags(jaxpr):
     """The zero_tail attribute of every grouped_gemm_glu call in a jaxpr, nested jaxprs included."""
-    flags = []
-    for eqn in jaxpr.eqns:
-        if "grouped_gemm_glu" in str(eqn.params.get("target_name", "")):
-            flags.append(dict(eqn.params["attributes"])["zero_tail"])
-        for param in eqn.params.values():
-            for sub in param if isinstance(param, (list, tuple)) else [param]:
-                inner = getattr(sub, "jaxpr", sub)
-                if hasattr(inner, "eqns"):
-                    flags += _glu_zero_tail_flags(inner)
-    return flags
+    return [dict(eqn.params["attributes"])["zero_tail"] for eqn in _glu_calls(jaxpr)]
 
 
 @pytest.mark.parametrize("check", ["nans", "infs"])
