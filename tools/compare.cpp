@@ -3,6 +3,15 @@
 #include <cmath>
 
 namespace moegemm::cli {
+namespace {
+
+// The largest |error| so far: a NaN stays, whatever comes after it; inf is larger than any finite value.
+void track_max(double& max_abs_err, double d) {
+  if (std::isnan(max_abs_err)) return;
+  if (std::isnan(d) || d > max_abs_err) max_abs_err = d;
+}
+
+}  // namespace
 
 Comparison compare(const std::string& output, const std::vector<double>& actual,
                    const std::vector<double>& expected) {
@@ -18,7 +27,7 @@ Comparison compare(const std::string& output, const std::vector<double>& actual,
     if (!std::isfinite(d)) finite = false;
     sum_d2 += d * d;
     if (!(d <= kAtol * scale + kRtol * std::abs(expected[i]))) ++c.mismatches;  // NaN fails too
-    if (d > c.max_abs_err || !std::isfinite(d)) c.max_abs_err = d;
+    track_max(c.max_abs_err, d);
   }
   c.rel_frobenius = sum_e2 > 0 ? std::sqrt(sum_d2 / sum_e2) : std::sqrt(sum_d2);
   c.passed = finite && c.rel_frobenius < kMaxRelFrobenius && c.mismatches == 0;
@@ -34,7 +43,7 @@ Comparison compare_zeros(const std::string& output, const std::vector<double>& a
     const double d = std::abs(a);
     sum2 += d * d;
     if (!(a == 0)) ++c.mismatches;  // NaN counts
-    if (d > c.max_abs_err || !std::isfinite(d)) c.max_abs_err = d;
+    track_max(c.max_abs_err, d);
   }
   c.rel_frobenius = std::sqrt(sum2);
   c.passed = c.mismatches == 0;

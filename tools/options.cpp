@@ -1,12 +1,15 @@
 #include "options.hpp"
 
+#include <cerrno>
 #include <charconv>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <functional>
 #include <limits>
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "usage_error.hpp"
@@ -84,9 +87,17 @@ void check_writable_path(const std::string& path) {
   if (fs::exists(path, ec)) {
     if (!std::ofstream(path, std::ios::app))
       throw UsageError("--json: cannot write '" + path + "': file is not writable");
-  } else {  // created and removed again: a folder that refuses new files (such as /proc) lets root's access() pass
-    if (!std::ofstream(path)) throw UsageError("--json: cannot write '" + path + "': cannot create the file");
-    fs::remove(path, ec);
+  } else {
+    // Created and removed again: a folder that refuses new files (such as /proc) lets root's access() pass.
+    // O_EXCL creates nothing where a name already is (a dangling link, a file made since the check), and
+    // what it did not create is never removed.
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      ::close(fd);
+      ::unlink(path.c_str());
+    } else if (errno != EEXIST) {
+      throw UsageError("--json: cannot write '" + path + "': cannot create the file (" + std::strerror(errno) + ")");
+    }
   }
 }
 

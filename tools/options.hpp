@@ -43,7 +43,7 @@ RunOptions parse_run_options(const std::vector<std::string>& args);
 GemmOptions parse_gemm_options(const std::vector<std::string>& args);
 
 /// Throws UsageError unless a file can be created at `path` (its folder exists and is writable, and the path is
-/// not a folder).
+/// not a folder). A new file is probed by creating and removing it; an existing one (or a link) is left as is.
 void check_writable_path(const std::string& path);
 
 }  // namespace moegemm::cli

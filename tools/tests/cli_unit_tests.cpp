@@ -3,17 +3,23 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
 #include <set>
 #include <stdexcept>
 
 #include <cuda_bf16.h>
+#include <unistd.h>
 
 #include "compare.hpp"
 #include "moe_layer.hpp"
+#include "options.hpp"
 #include "routing.hpp"
 #include "sample.hpp"
 #include "spot_check.hpp"
 #include "tensor_store.hpp"
+#include "usage_error.hpp"
 #include "verify.hpp"
 
 namespace moegemm::cli {
@@ -228,6 +234,45 @@ TEST(LayerVerificationEmptyExperts, UnwrittenEmptyExpertGradientFails) {
   EXPECT_FALSE(verify_step(layer, wgrad, Oracle::spot_check, 1).passed());
   dw2[0] = 0.0f;
   EXPECT_TRUE(verify_step(layer, wgrad, Oracle::spot_check, 1).passed());
+  // The second expert checked is one of the others: poisoning all of them but the first fails too.
+  int poisoned = 0;
+  for (size_t e = static_cast<size_t>(first_empty) + 1; e < layer.ends.size(); ++e)
+    if (layer.ends[e] == layer.ends[e - 1]) layer.dw2.view.ptr<float>()[e * slab] = std::nanf(""), ++poisoned;
+  ASSERT_GT(poisoned, 0);
+  EXPECT_FALSE(verify_step(layer, wgrad, Oracle::spot_check, 1).passed());
+}
+
+TEST(Compare, NanErrorWinsOverInfInEitherOrder) {
+  const double nan = std::nan(""), inf = std::numeric_limits<double>::infinity();
+  for (const std::vector<double>& a : {std::vector<double>{nan, inf, 1}, std::vector<double>{1, inf, nan}}) {
+    EXPECT_TRUE(std::isnan(compare("D", a, {1, 1, 1}).max_abs_err));
+    EXPECT_TRUE(std::isnan(compare_zeros("W", a).max_abs_err));
+  }
+  EXPECT_EQ(compare_zeros("W", {1, inf, 2}).max_abs_err, inf);
+}
+
+TEST(Options, JsonPathProbeCreatesNothingAndRemovesOnlyItsOwnFile) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("moegemm_cli_probe_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string fresh = (dir / "fresh.json").string();
+  check_writable_path(fresh);
+  EXPECT_FALSE(fs::exists(fresh)) << "the probe's file is removed";
+  const std::string kept = (dir / "kept.json").string();
+  std::ofstream(kept) << "old";
+  check_writable_path(kept);
+  std::ifstream in(kept);
+  std::string text;
+  in >> text;
+  EXPECT_EQ(text, "old") << "an existing file is neither truncated nor removed";
+  const fs::path link = dir / "link.json", target = dir / "target.json";
+  fs::create_symlink(target, link);  // dangling
+  check_writable_path(link.string());
+  EXPECT_TRUE(fs::is_symlink(link)) << "a dangling link is left in place";
+  EXPECT_FALSE(fs::exists(target)) << "and its target is not created";
+  EXPECT_THROW(check_writable_path((dir / "missing" / "x.json").string()), UsageError);
+  fs::remove_all(dir);
 }
 
 TEST(Compare, ZerosCheckCountsEveryNonzeroAndNan) {
