@@ -26,8 +26,8 @@ fs::path self_path(const std::string& argv0) {
   return ec ? fs::absolute(argv0) : p;
 }
 
-// $MOEGEMM_BENCH_DIR alone where it is set and not empty (a folder asked for and missing is an error, not a fallback); else the
-// installed share/moegemm/bench next to bin/, then the source tree it was built from.
+// $MOEGEMM_BENCH_DIR alone where it is set and not empty (a folder asked for and missing is an error, not a
+// fallback); else the installed share/moegemm/bench next to bin/, then the source tree it was built from.
 fs::path find_peers_script(const fs::path& exe) {
   std::vector<fs::path> dirs;
   if (const char* env = std::getenv("MOEGEMM_BENCH_DIR"); env && *env) {
