@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include "moegemm/ops.hpp"
 #include "usage_error.hpp"
 
 namespace moegemm::cli {
@@ -136,12 +137,12 @@ RunOptions parse_run_options(const std::vector<std::string>& args) {
 
 GemmOptions parse_gemm_options(const std::vector<std::string>& args) {
   GemmOptions o;
-  bool routing_given = false;
+  std::string routing_given;  // as written, for the conflict's message
   parse_flags(args, {
       {"--m", [&](const std::string& v) { o.m = parse_int("--m", v, 1); }},
       {"--n", [&](const std::string& v) { o.n = parse_int("--n", v, 1); }},
       {"--k", [&](const std::string& v) { o.k = parse_int("--k", v, 1); }},
-      {"--e", [&](const std::string& v) { o.e = parse_int("--e", v, 1); }},
+      {"--e", [&](const std::string& v) { o.e = parse_int("--e", v, 1, kMaxExperts); }},  // the ops' limit
       {"--group-sizes",
        [&](const std::string& v) {
          o.group_sizes.clear();
@@ -155,7 +156,7 @@ GemmOptions parse_gemm_options(const std::vector<std::string>& args) {
       {"--routing",
        [&](const std::string& v) {
          o.routing = parse_routing(v);
-         routing_given = true;
+         routing_given = v;
        }},
       {"--seed", [&](const std::string& v) { o.seed = static_cast<uint64_t>(parse_int("--seed", v, 0)); }},
       {"--layout",
@@ -178,8 +179,8 @@ GemmOptions parse_gemm_options(const std::vector<std::string>& args) {
   }
   if (o.m > std::numeric_limits<int32_t>::max())
     throw UsageError("--m: " + std::to_string(o.m) + " rows exceed the 2147483647 that int32 expert offsets address");
-  if (!o.group_sizes.empty() && routing_given)
-    throw UsageError("--routing: not used with --group-sizes, which gives the sizes itself");
+  if (!o.group_sizes.empty() && !routing_given.empty())
+    throw UsageError("--routing: '" + routing_given + "' not used with --group-sizes, which gives the sizes itself");
   if (!o.group_sizes.empty()) {
     if (static_cast<int64_t>(o.group_sizes.size()) != o.e)
       throw UsageError("--group-sizes: expected " + std::to_string(o.e) + " sizes (--e), got " +
