@@ -14,8 +14,12 @@ from moegemm import _jax_vma as vma
 from moegemm.jax import grouped_gemm, grouped_gemm_wgrad
 
 _OP = "ragged_dot"
-# Jitted, so that an eager call moves no host scalar to the device (jax.lax.ragged_dot's zeros move none).
-_zeros = jax.jit(jnp.zeros, static_argnums=(0, 1))
+# The zeros of a call with nothing to contract, jitted over the operands, unused but kept (jit would prune
+# them, and place its result on the default device): an eager call then places them where
+# jax.lax.ragged_dot places its result (the operands' device or sharding, committed), and moves no host
+# scalar to the device.
+_zeros = jax.jit(lambda lhs, rhs, group_sizes, dtype: jnp.zeros((lhs.shape[0], rhs.shape[2]), dtype),
+                 static_argnums=(3,), keep_unused=True)
 
 
 def _wgrad_as(lhs, dout, offsets, dtype):
@@ -97,6 +101,6 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
     if rhs.shape[0] == 0 or lhs.shape[1] == 0 or rhs.shape[2] == 0:
         # No groups (every row is past the last one), nothing to contract or no columns: zero (or empty), as
         # jax.lax.ragged_dot gives; no kernel to run. Inside shard_map typed as varying like the operands.
-        zeros = _zeros((lhs.shape[0], rhs.shape[2]), out_dtype)
+        zeros = _zeros(lhs, rhs, group_sizes, out_dtype)
         return vma.cast_all([zeros], vma.union([lhs, rhs, group_sizes]))[0]
     return _ragged_dot(lhs, rhs, group_sizes, out_dtype)

@@ -146,3 +146,49 @@ def test_shard_map_data_and_expert_parallel(check_vma):
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "shard_map ok" in result.stdout
+
+
+_PLACEMENT_SCRIPT = r'''
+import numpy as np
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+import moegemm.jax as mj
+
+assert len(jax.devices()) == 4, jax.devices()
+rng = np.random.default_rng(1)
+bf16 = lambda shape: jnp.asarray(rng.standard_normal(shape), jnp.bfloat16)
+# No groups, K = 0 and N = 0: calls that run no kernel. Their zeros lie where jax.lax.ragged_dot puts its
+# result: on the operands' device (not the default one), committed, so that combining them with the
+# operands' other results moves nothing, even under transfer_guard("disallow").
+cases = {"no groups": ((16, 32), (0, 32, 16), [], 16), "K = 0": ((16, 0), (2, 0, 16), [3, 5], 16),
+         "N = 0": ((16, 32), (2, 32, 0), [3, 5], 0)}
+device = jax.devices()[2]
+for name, (lhs_shape, rhs_shape, sizes, n) in cases.items():
+    lhs, rhs = jax.device_put(bf16(lhs_shape), device), jax.device_put(bf16(rhs_shape), device)
+    gs = jax.device_put(jnp.asarray(sizes, jnp.int32), device)
+    ours, ref = mj.ragged_dot(lhs, rhs, gs), jax.lax.ragged_dot(lhs, rhs, gs)
+    assert ours.devices() == ref.devices() == {device}, (name, ours.devices(), ref.devices())
+    assert ours.committed and ref.committed, name
+    assert ours.shape == (16, n) and not np.asarray(ours, np.float32).any(), name
+    with jax.transfer_guard("disallow"):
+        jax.jit(jnp.add)(ours, ref).block_until_ready()
+# Sharded operands: the zeros come out sharded as jax.lax.ragged_dot's.
+mesh = Mesh(np.array(jax.devices()), ("x",))
+lhs = jax.device_put(bf16((16, 32)), NamedSharding(mesh, P("x", None)))
+rhs, gs = bf16((0, 32, 16)), jnp.zeros((0,), jnp.int32)
+ours, ref = mj.ragged_dot(lhs, rhs, gs), jax.lax.ragged_dot(lhs, rhs, gs)
+assert ours.sharding.is_equivalent_to(ref.sharding, 2), (ours.sharding, ref.sharding)
+print("placement ok")
+'''
+
+
+def test_ragged_dot_without_a_kernel_places_its_zeros_like_jax():
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu",
+               PYTHONPATH=os.pathsep.join([here, *sys.path]))
+    result = subprocess.run([sys.executable, "-c", _PLACEMENT_SCRIPT], env=env, capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "placement ok" in result.stdout
