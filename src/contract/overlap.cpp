@@ -1,5 +1,6 @@
 #include "contract/overlap.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 
@@ -20,6 +21,35 @@ struct Footprint {
 };
 
 Wide floor_div(Wide a, Wide b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
+Wide ceil_div(Wide a, Wide b) { return -floor_div(-a, b); }
+
+/// The sum over k in [0, n) of floor((a k + b) / m), for m > 0, modulo 2^128: only differences of two such
+/// sums that fit are used, so a wrap in between cancels. Each step swaps the roles of a and m as Euclid's
+/// algorithm does, so it takes O(log m) steps. The products stay below 2^128 for n < 2^63 and m < 2^62.
+using UWide = unsigned __int128;
+UWide floor_sum(UWide n, UWide m, UWide a, UWide b) {
+  UWide sum = 0;
+  while (n > 0) {
+    if (a >= m) {  // the whole multiples of m in a k
+      sum += n * (n - 1) / 2 * (a / m);
+      a %= m;
+    }
+    if (b >= m) {
+      sum += n * (b / m);
+      b %= m;
+    }
+    // Now a, b < m: floor((a k + b) / m) steps up by at most one per k. Counting the k below each step
+    // instead is the same kind of sum with a and m exchanged, over the top / m steps.
+    const UWide top = a * n + b;
+    if (top < m) break;
+    n = top / m;
+    b = top % m;
+    const UWide t = m;
+    m = a;
+    a = t;
+  }
+  return sum;
+}
 
 /// `rows` ranges of `width` bytes at `pitch`; one range where no padding separates them (a column-major view
 /// of a contiguous block, the transpose torch makes), so that it is compared exactly with any other view.
@@ -64,6 +94,36 @@ bool touches(const Footprint& f, Wide lo, Wide hi) {
   return first < f.rows && f.base + first * f.pitch < hi;
 }
 
+/// Whether two padded matrices (rows > 1, width < pitch) of any pitches share a byte, in O(log pitch). Row r of
+/// x and row s of y share one iff r px - s py lies in [lo, hi], lo = d - x.width + 1, hi = d + y.width - 1,
+/// d = y.base - x.base. Some s in [0, y.rows) is then at hand exactly for the r in [r_first, r_last] below
+/// that have a multiple of py in [r px - hi, r px - lo], i.e. (r px - lo) mod py <= hi - lo: those r are
+/// counted with two floor sums, (v mod m <= c) being floor(v / m) - floor((v - c - 1) / m).
+bool padded_overlap(const Footprint& x, const Footprint& y) {
+  // Beyond what the layout rules admit (strides of at most 2^62 bytes): whether the spans meet, a superset.
+  if (x.pitch >= (Wide{1} << 62) || y.pitch >= (Wide{1} << 62)) {
+    const auto end = [](const Footprint& f) {
+      Wide e;
+      if (__builtin_mul_overflow(f.rows - 1, f.pitch, &e) || __builtin_add_overflow(e, f.base + f.width, &e)) {
+        return Wide{1} << 100;
+      }
+      return e;
+    };
+    return x.base < end(y) && y.base < end(x);
+  }
+  const Wide d = y.base - x.base, lo = d - x.width + 1, hi = d + y.width - 1;
+  const Wide r_first = std::max<Wide>(0, ceil_div(lo, x.pitch));  // some s >= 0: r px >= lo
+  const Wide r_last = std::min<Wide>(x.rows - 1, floor_div(hi + (y.rows - 1) * y.pitch, x.pitch));  // some s < rows
+  if (r_first > r_last) return false;
+  const Wide span = hi - lo;
+  if (span >= y.pitch - 1) return true;  // every residue is in range
+  const Wide first = r_first * x.pitch - lo;  // >= 0
+  const UWide n = static_cast<UWide>(r_last - r_first + 1), m = static_cast<UWide>(y.pitch);
+  const UWide a = static_cast<UWide>(x.pitch % y.pitch), b = static_cast<UWide>(first % y.pitch);
+  const UWide count = floor_sum(n, m, a, b) - floor_sum(n, m, a, b + m - static_cast<UWide>(span) - 1) + n;
+  return count != 0;
+}
+
 }  // namespace
 
 bool views_overlap(const TensorView& x, const TensorView& y) {
@@ -72,7 +132,7 @@ bool views_overlap(const TensorView& x, const TensorView& y) {
   if (fx->rows == 1) return touches(*fy, fx->base, fx->base + fx->width);
   if (fy->rows == 1) return touches(*fx, fy->base, fy->base + fy->width);
   if (fx->base == fy->base) return true;
-  if (fx->pitch != fy->pitch) return false;  // not established: taken as disjoint (see the header)
+  if (fx->pitch != fy->pitch) return padded_overlap(*fx, *fy);
   // Row r of x and row s of y share a byte iff (r - s) * pitch lies strictly between d - x.width and
   // d + y.width, d = y.base - x.base, with r - s in [-(y.rows - 1), x.rows - 1]. Widths are at most the
   // pitch, so at most two multiples of it lie in that interval.

@@ -1,4 +1,4 @@
-// Whether two operand views share memory (docs/ops.md §0.2, rule 9), in O(1) per pair.
+// Whether two operand views share memory (docs/ops.md §0.2, rule 9), in O(log pitch) per pair.
 #pragma once
 
 #include "moegemm/tensor.hpp"
@@ -9,9 +9,9 @@ namespace moegemm::contract {
 /// matrices with unit column stride (rows of one byte width at one row pitch), and column-major ones (the
 /// same with columns for rows; without padding, one range like a contiguous tensor); any other view (a strided
 /// stack of expert weights, an input) counts as the whole span from its first byte to its last, so that an
-/// output inside its gaps is refused too. Two padded matrices of different row pitches are taken as disjoint
-/// unless they start at the same address (their overlap is a number-theoretic question the rules never need
-/// answered). Views without elements or without data overlap nothing.
+/// output inside its gaps is refused too. Two padded matrices are compared exactly whatever their row pitches
+/// (with different pitches by counting, in O(log pitch), the rows of one that meet a row of the other).
+/// Views without elements or without data overlap nothing.
 bool views_overlap(const TensorView& x, const TensorView& y);
 
 }  // namespace moegemm::contract

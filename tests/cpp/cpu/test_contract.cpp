@@ -9,6 +9,8 @@
 #include <functional>
 #include <initializer_list>
 #include <limits>
+#include <random>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -898,6 +900,45 @@ TensorView at(uintptr_t address, DType dtype, std::initializer_list<int64_t> sha
   return TensorView::strided(reinterpret_cast<void*>(address), dtype, shape, strides, Device::cuda);
 }
 
+TEST(Contract, PaddedMatricesOverlapExactlyWhateverTheirPitches) {
+  // Random pairs of row-major views (contiguous, padded, one row) at random byte offsets and pitches, equal
+  // or not, against the bytes they cover.
+  std::mt19937 rng(7);
+  const auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  int overlaps = 0, disjoint = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    int64_t rows[2], cols[2], pitch[2], offset[2];
+    std::set<int64_t> bytes[2];
+    for (int v = 0; v < 2; ++v) {
+      rows[v] = pick(1, 9);
+      cols[v] = pick(1, 8);
+      pitch[v] = cols[v] + (pick(0, 3) == 0 ? 0 : pick(1, 12));  // elements of 2 bytes
+      offset[v] = pick(0, 240);
+      for (int64_t r = 0; r < rows[v]; ++r) {
+        for (int64_t b = 0; b < 2 * cols[v]; ++b) bytes[v].insert(offset[v] + 2 * pitch[v] * r + b);
+      }
+    }
+    bool expected = false;
+    for (int64_t b : bytes[0]) expected = expected || bytes[1].count(b) > 0;
+    const TensorView x = at(0x10000 + offset[0], DType::bf16, {rows[0], cols[0]}, {pitch[0], 1});
+    const TensorView y = at(0x10000 + offset[1], DType::bf16, {rows[1], cols[1]}, {pitch[1], 1});
+    ASSERT_EQ(contract::views_overlap(x, y), expected)
+        << "x: " << rows[0] << " x " << cols[0] << " at +" << offset[0] << ", pitch " << pitch[0] << "; y: " << rows[1]
+        << " x " << cols[1] << " at +" << offset[1] << ", pitch " << pitch[1];
+    ASSERT_EQ(contract::views_overlap(y, x), expected);
+    (expected ? overlaps : disjoint) += 1;
+  }
+  EXPECT_GT(overlaps, 2000);  // both outcomes are well represented
+  EXPECT_GT(disjoint, 2000);
+  // Long matrices: rows of 16 bytes at pitches of 4096 and 4104 bytes. y's row s starts 16 + 8 s bytes past a
+  // row of x (modulo 4096), so its rows 0-508 lie in x's padding and row 509 (at 4088) reaches x's next row.
+  const uintptr_t base = 0x100000;
+  const TensorView long_x = at(base, DType::bf16, {1 << 22, 8}, {2048, 1});
+  EXPECT_FALSE(contract::views_overlap(long_x, at(base + 4096 * 3 + 16, DType::bf16, {509, 8}, {2052, 1})));
+  EXPECT_TRUE(contract::views_overlap(long_x, at(base + 4096 * 3 + 16, DType::bf16, {510, 8}, {2052, 1})));
+  EXPECT_TRUE(contract::views_overlap(at(base + 4096 * 3 + 16, DType::bf16, {1 << 20, 8}, {2052, 1}), long_x));
+}
+
 TEST(Contract, ViewsOverlapOnlyWhereTheyShareAByte) {
   using contract::views_overlap;
   constexpr uintptr_t base = 0x10000;
@@ -922,9 +963,12 @@ TEST(Contract, ViewsOverlapOnlyWhereTheyShareAByte) {
   EXPECT_TRUE(views_overlap(left, at(base + 32 + 16, DType::bf16, {9}, {1})));
   EXPECT_FALSE(views_overlap(at(base + 16 - 64, DType::bf16, {8}, {1}), left));  // before it
   EXPECT_FALSE(views_overlap(at(base + 32 * 3 + 16, DType::f32, {100}, {1}), left));  // after its last row
-  // Different row pitches: one start in common is an overlap; otherwise not established, taken as disjoint.
+  // Different row pitches: one start in common is an overlap; otherwise a row of one meeting a row of the
+  // other. `left`'s rows cover bytes [0, 16), [32, 48), [64, 80) and [96, 112).
   EXPECT_TRUE(views_overlap(left, at(base, DType::bf16, {4, 8}, {32, 1})));
-  EXPECT_FALSE(views_overlap(left, at(base + 16, DType::bf16, {4, 8}, {24, 1})));
+  EXPECT_FALSE(views_overlap(left, at(base + 16, DType::bf16, {2, 8}, {32, 1})));  // [16, 32), [80, 96)
+  EXPECT_TRUE(views_overlap(left, at(base + 16, DType::bf16, {2, 8}, {20, 1})));   // [16, 32), [56, 72)
+  EXPECT_TRUE(views_overlap(at(base + 16, DType::bf16, {4, 8}, {24, 1}), left));   // [16, 32), [64, 80), ...
   // A column-major view of one contiguous block (a (K, M) tensor transposed: column stride M) is that block,
   // whatever the other view's pitch: a padded matrix starting inside it overlaps it, one starting past it not.
   const TensorView columns = at(base, DType::bf16, {16, 16}, {1, 16});  // [base, base + 512)
@@ -982,6 +1026,15 @@ TEST(Contract, OutputsSharingMemoryWithAnyOperandAreRejected) {
     g = grouped_gemm_args(m);
     g.c.data = g.d.data;
     aliased([&] { contract::check(g); }, "grouped_gemm", "d", "c");
+    // Padded d and c at different row strides in one buffer: c starting in d's first row gap covers d's
+    // second row; c after d's last row shares nothing.
+    g = grouped_gemm_args(m);
+    auto* rows = static_cast<char*>(m.memory(kM * (kN + 8) * 2 + kM * (kN + 16) * 2));
+    g.d = TensorView::strided(rows, DType::bf16, {kM, kN}, {kN + 8, 1}, dev);
+    g.c = TensorView::strided(rows + kN * 2, DType::bf16, {kM, kN}, {kN + 16, 1}, dev);
+    aliased([&] { contract::check(g); }, "grouped_gemm", "d", "c");
+    g.c.data = rows + kM * (kN + 8) * 2;
+    EXPECT_EQ(contract::check(g), dev);
     g = grouped_gemm_args(m);
     g.prob.data = static_cast<char*>(g.c.data) + 64;  // an input inside an output
     aliased([&] { contract::check(g); }, "grouped_gemm", "c", "prob");
