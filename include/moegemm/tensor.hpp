@@ -52,22 +52,25 @@ struct TensorView {
   std::array<int64_t, kMaxRank> strides{};
   Device device = Device::host;
 
+  /// A dim as an index of shape and strides (std::array's is unsigned).
+  static constexpr size_t index(int dim) { return static_cast<size_t>(dim); }
+
   bool defined() const { return rank > 0; }
   /// The extents stored: all of them, or the first kMaxRank of a view of higher rank (which every op refuses).
   int stored_rank() const { return rank < kMaxRank ? rank : kMaxRank; }
   int64_t numel() const {
     int64_t n = 1;
-    for (int i = 0; i < stored_rank(); ++i) n = detail::saturating_mul(n, shape[i]);
+    for (int i = 0; i < stored_rank(); ++i) n = detail::saturating_mul(n, shape[index(i)]);
     return n;
   }
-  int64_t size(int dim) const { return shape[dim]; }
-  int64_t stride(int dim) const { return strides[dim]; }
+  int64_t size(int dim) const { return shape[index(dim)]; }
+  int64_t stride(int dim) const { return strides[index(dim)]; }
   /// True when the view is dense row-major (last dim contiguous, no padding).
   bool is_contiguous() const {
     int64_t expect = 1;
     for (int i = stored_rank() - 1; i >= 0; --i) {
-      if (shape[i] != 1 && strides[i] != expect) return false;
-      expect = detail::saturating_mul(expect, shape[i]);
+      if (shape[index(i)] != 1 && strides[index(i)] != expect) return false;
+      expect = detail::saturating_mul(expect, shape[index(i)]);
     }
     return true;
   }
@@ -90,12 +93,12 @@ struct TensorView {
     int i = 0;
     for (int64_t s : shape) {
       if (i == kMaxRank) break;
-      v.shape[i++] = s;
+      v.shape[index(i++)] = s;
     }
     int64_t st = 1;
     for (int d = (v.rank < kMaxRank ? v.rank : kMaxRank) - 1; d >= 0; --d) {
-      v.strides[d] = st;
-      st = detail::saturating_mul(st, v.shape[d]);
+      v.strides[index(d)] = st;
+      st = detail::saturating_mul(st, v.shape[index(d)]);
     }
     return v;
   }
@@ -111,7 +114,7 @@ struct TensorView {
     int i = 0;
     for (int64_t s : strides) {
       if (i == kMaxRank) break;
-      v.strides[i++] = s;
+      v.strides[index(i++)] = s;
     }
     return v;
   }
