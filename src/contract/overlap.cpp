@@ -20,12 +20,19 @@ struct Footprint {
   Wide width;
 };
 
+/// a * b, or 2^100 (past every address) where it would not fit in 127 bits: only views that no rule admits
+/// (extents or strides near 2^63) get there, and are then taken as reaching past every byte.
+Wide product(Wide a, Wide b) {
+  Wide p;
+  return __builtin_mul_overflow(a, b, &p) ? Wide{1} << 100 : p;
+}
+
 Wide floor_div(Wide a, Wide b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
 Wide ceil_div(Wide a, Wide b) { return -floor_div(-a, b); }
 
 /// The sum over k in [0, n) of floor((a k + b) / m), for m > 0, modulo 2^128: only differences of two such
 /// sums that fit are used, so a wrap in between cancels. Each step swaps the roles of a and m as Euclid's
-/// algorithm does, so it takes O(log m) steps. The products stay below 2^128 for n < 2^63 and m < 2^62.
+/// algorithm does, so it takes O(log m) steps. The products stay below 2^128 for n < 2^63 and m <= 2^62.
 using UWide = unsigned __int128;
 UWide floor_sum(UWide n, UWide m, UWide a, UWide b) {
   UWide sum = 0;
@@ -54,7 +61,7 @@ UWide floor_sum(UWide n, UWide m, UWide a, UWide b) {
 /// `rows` ranges of `width` bytes at `pitch`; one range where no padding separates them (a column-major view
 /// of a contiguous block, the transpose torch makes), so that it is compared exactly with any other view.
 Footprint matrix(Wide base, Wide pitch, Wide rows, Wide width) {
-  if (pitch == width || rows == 1) return Footprint{base, 0, 1, rows * width};
+  if (pitch == width || rows == 1) return Footprint{base, 0, 1, product(rows, width)};
   return Footprint{base, pitch, rows, width};
 }
 
@@ -82,7 +89,7 @@ std::optional<Footprint> footprint(const TensorView& t) {
       return Footprint{base, 0, 1, Wide{1} << 100};
     }
   }
-  return Footprint{base, 0, 1, (last + 1) * size};
+  return Footprint{base, 0, 1, product(last + 1, size)};
 }
 
 /// Whether footprint f has a byte in [lo, hi).
@@ -100,8 +107,8 @@ bool touches(const Footprint& f, Wide lo, Wide hi) {
 /// that have a multiple of py in [r px - hi, r px - lo], i.e. (r px - lo) mod py <= hi - lo: those r are
 /// counted with two floor sums, (v mod m <= c) being floor(v / m) - floor((v - c - 1) / m).
 bool padded_overlap(const Footprint& x, const Footprint& y) {
-  // Beyond what the layout rules admit (strides of at most 2^62 bytes): whether the spans meet, a superset.
-  if (x.pitch >= (Wide{1} << 62) || y.pitch >= (Wide{1} << 62)) {
+  // Beyond what the layout rules admit (strides reaching at most 2^62 bytes): whether the spans meet, a superset.
+  if (x.pitch > (Wide{1} << 62) || y.pitch > (Wide{1} << 62)) {
     const auto end = [](const Footprint& f) {
       Wide e;
       if (__builtin_mul_overflow(f.rows - 1, f.pitch, &e) || __builtin_add_overflow(e, f.base + f.width, &e)) {

@@ -937,6 +937,17 @@ TEST(Contract, PaddedMatricesOverlapExactlyWhateverTheirPitches) {
   EXPECT_FALSE(contract::views_overlap(long_x, at(base + 4096 * 3 + 16, DType::bf16, {509, 8}, {2052, 1})));
   EXPECT_TRUE(contract::views_overlap(long_x, at(base + 4096 * 3 + 16, DType::bf16, {510, 8}, {2052, 1})));
   EXPECT_TRUE(contract::views_overlap(at(base + 4096 * 3 + 16, DType::bf16, {1 << 20, 8}, {2052, 1}), long_x));
+  // A row stride of 2^62 bytes, the most the rules admit, is still compared row by row: y lies between x's rows.
+  constexpr int64_t k2To61 = int64_t{1} << 61;
+  const TensorView between = at(base + 16, DType::bf16, {2, 8}, {16, 1});
+  EXPECT_FALSE(contract::views_overlap(at(base, DType::bf16, {2, 1}, {k2To61, 1}), between));
+  EXPECT_TRUE(contract::views_overlap(at(base, DType::bf16, {2, 9}, {k2To61, 1}), between));
+  // Past what the rules admit, extents whose bytes pass 2^127 reach past every byte (no overflow): a
+  // column-major (2^62, 2^62) f64 view, an f64 vector of INT64_MAX elements at that stride.
+  constexpr int64_t k2To62 = int64_t{1} << 62, kMax = std::numeric_limits<int64_t>::max();
+  const TensorView later = at(0x5000, DType::bf16, {4}, {1});
+  EXPECT_TRUE(contract::views_overlap(at(0x1000, DType::f64, {k2To62, k2To62}, {1, k2To62}), later));
+  EXPECT_TRUE(contract::views_overlap(at(0x1000, DType::f64, {kMax}, {kMax}), later));
 }
 
 TEST(Contract, ViewsOverlapOnlyWhereTheyShareAByte) {
