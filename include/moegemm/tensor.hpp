@@ -24,6 +24,8 @@ constexpr int64_t saturating_mul(int64_t a, int64_t b) {
     return negative ? std::numeric_limits<int64_t>::min() : std::numeric_limits<int64_t>::max();
   return a * b;
 }
+/// A dim as an index of a TensorView's shape and strides (std::array's index is unsigned).
+constexpr std::size_t index(int dim) { return static_cast<std::size_t>(dim); }
 }  // namespace detail
 
 /// Element types. f64 is accepted by the host (CPU reference) backend only, for gradient checks.
@@ -52,25 +54,22 @@ struct TensorView {
   std::array<int64_t, kMaxRank> strides{};
   Device device = Device::host;
 
-  /// A dim as an index of shape and strides (std::array's is unsigned).
-  static constexpr size_t index(int dim) { return static_cast<size_t>(dim); }
-
   bool defined() const { return rank > 0; }
   /// The extents stored: all of them, or the first kMaxRank of a view of higher rank (which every op refuses).
   int stored_rank() const { return rank < kMaxRank ? rank : kMaxRank; }
   int64_t numel() const {
     int64_t n = 1;
-    for (int i = 0; i < stored_rank(); ++i) n = detail::saturating_mul(n, shape[index(i)]);
+    for (int i = 0; i < stored_rank(); ++i) n = detail::saturating_mul(n, shape[detail::index(i)]);
     return n;
   }
-  int64_t size(int dim) const { return shape[index(dim)]; }
-  int64_t stride(int dim) const { return strides[index(dim)]; }
+  int64_t size(int dim) const { return shape[detail::index(dim)]; }
+  int64_t stride(int dim) const { return strides[detail::index(dim)]; }
   /// True when the view is dense row-major (last dim contiguous, no padding).
   bool is_contiguous() const {
     int64_t expect = 1;
     for (int i = stored_rank() - 1; i >= 0; --i) {
-      if (shape[index(i)] != 1 && strides[index(i)] != expect) return false;
-      expect = detail::saturating_mul(expect, shape[index(i)]);
+      if (shape[detail::index(i)] != 1 && strides[detail::index(i)] != expect) return false;
+      expect = detail::saturating_mul(expect, shape[detail::index(i)]);
     }
     return true;
   }
@@ -93,12 +92,12 @@ struct TensorView {
     int i = 0;
     for (int64_t s : shape) {
       if (i == kMaxRank) break;
-      v.shape[index(i++)] = s;
+      v.shape[detail::index(i++)] = s;
     }
     int64_t st = 1;
     for (int d = (v.rank < kMaxRank ? v.rank : kMaxRank) - 1; d >= 0; --d) {
-      v.strides[index(d)] = st;
-      st = detail::saturating_mul(st, v.shape[index(d)]);
+      v.strides[detail::index(d)] = st;
+      st = detail::saturating_mul(st, v.shape[detail::index(d)]);
     }
     return v;
   }
@@ -114,7 +113,7 @@ struct TensorView {
     int i = 0;
     for (int64_t s : strides) {
       if (i == kMaxRank) break;
-      v.strides[index(i++)] = s;
+      v.strides[detail::index(i++)] = s;
     }
     return v;
   }

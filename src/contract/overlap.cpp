@@ -111,10 +111,7 @@ bool padded_overlap(const Footprint& x, const Footprint& y) {
   if (x.pitch > (Wide{1} << 62) || y.pitch > (Wide{1} << 62)) {
     const auto end = [](const Footprint& f) {
       Wide e;
-      if (__builtin_mul_overflow(f.rows - 1, f.pitch, &e) || __builtin_add_overflow(e, f.base + f.width, &e)) {
-        return Wide{1} << 100;
-      }
-      return e;
+      return __builtin_add_overflow(product(f.rows - 1, f.pitch), f.base + f.width, &e) ? Wide{1} << 100 : e;
     };
     return x.base < end(y) && y.base < end(x);
   }
@@ -138,16 +135,7 @@ bool views_overlap(const TensorView& x, const TensorView& y) {
   if (!fx || !fy) return false;
   if (fx->rows == 1) return touches(*fy, fx->base, fx->base + fx->width);
   if (fy->rows == 1) return touches(*fx, fy->base, fy->base + fy->width);
-  if (fx->base == fy->base) return true;
-  if (fx->pitch != fy->pitch) return padded_overlap(*fx, *fy);
-  // Row r of x and row s of y share a byte iff (r - s) * pitch lies strictly between d - x.width and
-  // d + y.width, d = y.base - x.base, with r - s in [-(y.rows - 1), x.rows - 1]. Widths are at most the
-  // pitch, so at most two multiples of it lie in that interval.
-  const Wide d = fy->base - fx->base, p = fx->pitch;
-  for (Wide q = floor_div(d + fy->width - 1, p); q * p > d - fx->width; --q) {
-    if (q <= fx->rows - 1 && q >= -(fy->rows - 1)) return true;
-  }
-  return false;
+  return padded_overlap(*fx, *fy);
 }
 
 }  // namespace moegemm::contract
