@@ -70,8 +70,11 @@ void parallel_for(int64_t n, double flops, Fn&& fn) {
   for (int t = 1; t < threads; ++t) {
     try {
       pool.emplace_back(worker);
-    } catch (const std::system_error&) {  // no more threads (a process or memory limit): the started ones
-      break;                              // and this one take every task
+    } catch (const std::exception&) {
+      // No more threads: std::system_error at a process or memory limit, or bad_alloc of the new thread's
+      // state. The started ones and this one take every task; none is left running unjoined (the pool's
+      // destruction would then end the process).
+      break;
     }
   }
   worker();

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <set>
 #include <string>
@@ -20,6 +21,21 @@
 #include "common/random_fill.hpp"
 #include "moegemm/moegemm.hpp"
 #include "reference/parallel.hpp"
+
+// Allocation failures on demand: while positive on a thread, the countdown-th operator new of that thread
+// (counting from when it was set) throws std::bad_alloc. The replacement serves the whole test program, and
+// allocates with malloc as the default one does.
+namespace {
+thread_local int fail_new_countdown = 0;
+}  // namespace
+
+void* operator new(std::size_t size) {
+  if (fail_new_countdown > 0 && --fail_new_countdown == 0) throw std::bad_alloc();
+  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 
 namespace moegemm::testing {
 namespace {
@@ -134,6 +150,26 @@ TEST(ReferenceThreads, EveryTaskRunsWhenThreadsCannotStart) {
     threads.insert(id);
   }
   EXPECT_LT(threads.size(), 256u) << "every thread started: the limit did not bite, so nothing was tested";
+}
+
+TEST(ReferenceThreads, EveryTaskRunsWhenAThreadCannotAllocateItsState) {
+  // The second thread's start fails to allocate (std::thread's state, with operator new) while the first
+  // runs: the call goes on with the first and the caller, where the failure used to leave a running thread
+  // unjoined and end the process.
+  ScopedEnv moegemm("MOEGEMM_NUM_THREADS", "4");
+  constexpr int64_t kTasks = 4096;
+  std::vector<std::thread::id> ran_on(kTasks);
+  fail_new_countdown = 3;  // the pool's reserve, the first thread's state, then the second's
+  parallel_for(kTasks, 1e12, [&](int64_t i) { ran_on[i] = std::this_thread::get_id(); });
+  const int left = fail_new_countdown;
+  fail_new_countdown = 0;
+  ASSERT_EQ(left, 0) << "no allocation failed: nothing was tested";
+  std::set<std::thread::id> threads;
+  for (const auto& id : ran_on) {
+    ASSERT_NE(id, std::thread::id()) << "a task did not run";
+    threads.insert(id);
+  }
+  EXPECT_LE(threads.size(), 2u);  // the caller and the one thread that started
 }
 
 TEST(ReferenceThreads, ResultsDoNotDependOnTheThreadCount) {
