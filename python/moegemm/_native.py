@@ -19,7 +19,8 @@ def library_path(stem: str) -> Path:
     if not path.exists():
         raise ImportError(
             f"moegemm: native library {path.name} not found in {path.parent}; build the package "
-            "(pip install --no-build-isolation .) or set MOEGEMM_LIB_DIR"
+            "(pip install --no-build-isolation .) in an environment where its framework imports (a binding is "
+            "built only where its framework imports at build time) or set MOEGEMM_LIB_DIR"
         )
     return path
 

@@ -20,3 +20,12 @@ execute_process(COMMAND ${CMAKE_COMMAND} ${common} -B ${BINARY}/chosen -DMOEGEMM
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "a wheel with both bindings turned off did not configure (exit ${rc}):\n${err}")
 endif()
+# pip passes AUTO on every wheel build (pyproject.toml): the folder's earlier OFF is not kept, the frameworks are
+# looked up again, and this Python has neither, so the build is refused again.
+execute_process(COMMAND ${CMAKE_COMMAND} ${common} -B ${BINARY}/chosen -DMOEGEMM_BUILD_JAX=AUTO
+                        -DMOEGEMM_BUILD_TORCH=AUTO
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+string(REGEX REPLACE "[ \n]+" " " err "${err}")
+if(rc EQUAL 0 OR NOT err MATCHES "this wheel would have neither front end")
+  message(FATAL_ERROR "AUTO kept the build folder's earlier choice (exit ${rc}):\n${err}")
+endif()
