@@ -137,15 +137,20 @@ print("shard_map ok")
 '''
 
 
-@pytest.mark.parametrize("check_vma", [True, False], ids=["check_vma", "no_check_vma"])
-def test_shard_map_data_and_expert_parallel(check_vma):
+def _run_on_four_cpu_devices(script: str, *args: str) -> str:
+    """Runs `script` in a Python of its own whose JAX has four CPU devices; its stdout, once it has exited 0."""
     here = os.path.dirname(os.path.abspath(__file__))
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu",
                PYTHONPATH=os.pathsep.join([here, *sys.path]))
-    result = subprocess.run([sys.executable, "-c", _SCRIPT, "1" if check_vma else "0"], env=env,
-                            capture_output=True, text=True, timeout=600)
+    result = subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True, text=True,
+                            timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "shard_map ok" in result.stdout
+    return result.stdout
+
+
+@pytest.mark.parametrize("check_vma", [True, False], ids=["check_vma", "no_check_vma"])
+def test_shard_map_data_and_expert_parallel(check_vma):
+    assert "shard_map ok" in _run_on_four_cpu_devices(_SCRIPT, "1" if check_vma else "0")
 
 
 _PLACEMENT_SCRIPT = r'''
@@ -185,10 +190,4 @@ print("placement ok")
 
 
 def test_ragged_dot_without_a_kernel_places_its_zeros_like_jax():
-    here = os.path.dirname(os.path.abspath(__file__))
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu",
-               PYTHONPATH=os.pathsep.join([here, *sys.path]))
-    result = subprocess.run([sys.executable, "-c", _PLACEMENT_SCRIPT], env=env, capture_output=True, text=True,
-                            timeout=600)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "placement ok" in result.stdout
+    assert "placement ok" in _run_on_four_cpu_devices(_PLACEMENT_SCRIPT)
