@@ -312,6 +312,7 @@ Device check(const GroupedGemmDgluArgs& x, Pointers pointers) {
   check_per_row(r, "prob", x.prob, p);
   check_glu_params(r, x.glu);
   r.present("c", x.c, {{"M"}, {"2I"}});
+  r.kernel_extent("c", "2I", 2 * I);  // c, dc and dbias have 2I columns
   check_glu_split(r, "b", 2 * I, I, x.glu.layout, {{"c", &x.c}, {"dc", &x.dc}});
   check_activation_grads(r, x, p, "2I", 2 * I, 2);
   r.disjoint();

@@ -26,16 +26,19 @@ __global__ void __launch_bounds__(32) expert_maps_kernel(const __grid_constant__
 // One warp per expert: the clamped row range [start, end) of expert g (end_g = min(rows, max(0,
 // offsets[0..g]))), then both templates with address and row extent replaced. Block 0 also zeroes the
 // dynamic tile order's counter, when there is one: the GEMM after it in the stream starts from 0 without a
-// memset of its own.
+// memset of its own. With a w_ptrs table, its entry g is copied into the workspace: the GEMM reads the copy,
+// so that an expert's output stored over the table cannot redirect a later expert's (docs/ops.md rule 9).
 __global__ void __launch_bounds__(32) ragged_k_maps_kernel(const __grid_constant__ CUtensorMap tmpl_a,
                                                            const __grid_constant__ CUtensorMap tmpl_b,
                                                            const uint8_t* a, int64_t a_row_bytes, const uint8_t* b,
                                                            int64_t b_row_bytes, const int* offsets, int rows,
                                                            CUtensorMap* a_maps, CUtensorMap* b_maps,
-                                                           int* tile_counter) {
+                                                           int* tile_counter, const int64_t* w_ptrs,
+                                                           int64_t* w_ptrs_copy) {
   __shared__ alignas(128) CUtensorMap staged[2];
   const int g = blockIdx.x;
   if (g == 0 && threadIdx.x == 0 && tile_counter) *tile_counter = 0;
+  if (threadIdx.x == 0 && w_ptrs) w_ptrs_copy[g] = w_ptrs[g];
   int before = 0;  // max(0, offsets[0..g-1])
   for (int h = threadIdx.x; h < g; h += 32) before = max(before, __ldg(offsets + h));
   before = __reduce_max_sync(0xffffffffu, before);
@@ -72,12 +75,12 @@ CUtensorMap* aligned_maps(void* workspace) {
 RaggedKMaps launch_ragged_k_maps(const CUtensorMap& tmpl_a, const CUtensorMap& tmpl_b, const void* a,
                                  int64_t a_row_bytes, const void* b, int64_t b_row_bytes, const int* offsets,
                                  int num_experts, int rows, void* workspace, int* tile_counter,
-                                 cudaStream_t stream) {
+                                 const int64_t* w_ptrs, int64_t* w_ptrs_copy, cudaStream_t stream) {
   CUtensorMap* a_maps = aligned_maps(workspace);
   CUtensorMap* b_maps = a_maps + num_experts;
   ragged_k_maps_kernel<<<num_experts, 32, 0, stream>>>(tmpl_a, tmpl_b, static_cast<const uint8_t*>(a), a_row_bytes,
                                                        static_cast<const uint8_t*>(b), b_row_bytes, offsets, rows,
-                                                       a_maps, b_maps, tile_counter);
+                                                       a_maps, b_maps, tile_counter, w_ptrs, w_ptrs_copy);
   check_launch("per-expert tensor map launch failed: ");
   return {a_maps, b_maps};
 }

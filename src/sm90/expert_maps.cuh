@@ -26,10 +26,11 @@ struct RaggedKMaps {
 /// Enqueues a kernel that writes, for every expert g, `tmpl_a` and `tmpl_b` with their base address moved to
 /// the expert's first row and their row extent (dim 1) set to its row count, from the clamped offsets (as
 /// the schedulers clamp them). TMA then zero-fills past the expert's last row. Needs 2 expert_maps_bytes(E).
-/// Also sets *tile_counter (the dynamic tile order's, or nullptr) to 0.
+/// Also sets *tile_counter (the dynamic tile order's, or nullptr) to 0 and, where `w_ptrs` is given, copies
+/// its E entries to `w_ptrs_copy`, so that the whole table is read before the GEMM writes through it.
 RaggedKMaps launch_ragged_k_maps(const CUtensorMap& tmpl_a, const CUtensorMap& tmpl_b, const void* a,
                                  int64_t a_row_bytes, const void* b, int64_t b_row_bytes, const int* offsets,
                                  int num_experts, int rows, void* workspace, int* tile_counter,
-                                 cudaStream_t stream);
+                                 const int64_t* w_ptrs, int64_t* w_ptrs_copy, cudaStream_t stream);
 
 }  // namespace moegemm::sm90

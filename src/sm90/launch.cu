@@ -282,16 +282,20 @@ void launch_forward(const ForwardProblem& f, cudaStream_t stream) {
     throw Error(ErrorCode::unsupported, std::string(f.op) + ": a: the sm_90a kernels take bf16 inputs, got " +
                                             dtype_name(f.a.dtype));
   }
-  if (f.amax.defined()) {  // the op's own starting value of its max (0 over no element)
+  // The op's own starting value of its max (0 over no element), set once nothing left can throw before the
+  // launches.
+  const auto zero_amax = [&] {
+    if (!f.amax.defined()) return;
     check_cuda(cudaMemsetAsync(f.amax.data, 0, static_cast<std::size_t>(f.amax.numel()) * 4, stream),
                "cudaMemsetAsync(amax)");
-  }
+  };
   const bool glu = f.epilogue == EpilogueKind::glu;
   Carver carve{static_cast<uint8_t*>(f.workspace) + (f.pointer_weights ? expert_maps_bytes(f.num_experts) : 0)};
   float* dprob_partials = static_cast<float*>(carve.take(dprob_partial_bytes(f)));
   float* dbias_partials = static_cast<float*>(carve.take(dbias_partial_bytes(f)));
   int* tile_counter = static_cast<int*>(carve.take(tile_counter_bytes(f)));
   if (f.m == 0) {  // no rows: nothing is addressed and there is no tail, but every expert's dbias is 0
+    zero_amax();
     if (f.dbias.defined()) {
       launch_dbias_finish(nullptr, static_cast<int>(f.dbias.size(1)), out_matrix(f.dbias), f.offsets,
                           static_cast<int>(f.num_experts), 0, stream);
@@ -399,6 +403,8 @@ void launch_forward(const ForwardProblem& f, cudaStream_t stream) {
   if (p.c.ptr) p.tma_c = output_map(p.c, f.m, f.n, "c");
   if (p.saved_tile) p.tma_c = output_map(p.preact, f.m, f.preact.size(1), "preact");
 
+  zero_amax();
+
   // Persistent grid: at most one CTA per SM, never more CTAs than the largest possible tile count (ping-pong:
   // than half of it, since each CTA runs two tiles at a time).
   const int64_t max_tiles = ((f.m + 127) / 128 + std::min<int64_t>(f.num_experts, f.m)) * p.n_tiles;
@@ -425,8 +431,8 @@ void launch_forward(const ForwardProblem& f, cudaStream_t stream) {
                         p.num_experts, p.m, stream);
   }
   if (f.zero_tail) {
-    launch_zero_tail(p.d, static_cast<int>(d_cols), f.offsets, p.num_experts, p.m, sms, stream);
-    launch_zero_tail(p.c, static_cast<int>(f.n), f.offsets, p.num_experts, p.m, sms, stream);
+    launch_zero_tail(p.d, d_cols, f.offsets, p.num_experts, p.m, sms, stream);
+    launch_zero_tail(p.c, f.n, f.offsets, p.num_experts, p.m, sms, stream);
     if (f.dprob.defined()) {
       launch_zero_tail(OutMatrix{f.dprob.data, 1, OutType::f32}, 1, f.offsets, p.num_experts, p.m, sms,
                        stream);
@@ -434,9 +440,11 @@ void launch_forward(const ForwardProblem& f, cudaStream_t stream) {
   }
 }
 
-/// The per-expert maps of A and B, then the dynamic order's tile counter, whichever order the launch takes (the
-/// size depends on E alone).
-std::size_t wgrad_workspace_bytes(int64_t num_experts) { return 2 * expert_maps_bytes(num_experts) + region(4); }
+/// The per-expert maps of A and B, the dynamic order's tile counter, whichever order the launch takes, and the
+/// copy of a w_ptrs table, whichever output mode the launch writes (the size depends on E alone).
+std::size_t wgrad_workspace_bytes(int64_t num_experts) {
+  return 2 * expert_maps_bytes(num_experts) + region(4) + region(8 * static_cast<std::size_t>(num_experts));
+}
 
 void launch_wgrad(const WgradProblem& w, cudaStream_t stream) {
   const int64_t t = w.a.size(0), m = w.a.size(1), n = w.b.size(1);
@@ -492,20 +500,24 @@ void launch_wgrad(const WgradProblem& w, cudaStream_t stream) {
   // The dynamic tile order (wgrad_dynamic_order_pays, or the override) on the cooperative kernel: its counter
   // follows the maps in the workspace, and the maps' kernel zeroes it.
   const int64_t tiles = w.num_experts * ((m + 127) / 128) * p.n_tiles;
+  Carver carver{static_cast<uint8_t*>(w.workspace) + 2 * expert_maps_bytes(w.num_experts)};
+  int* const counter = static_cast<int*>(carver.take(4));
   if (schedule == Schedule::cooperative &&
       dynamic_order_override().value_or(wgrad_dynamic_order_pays(tiles, w.num_experts))) {
-    p.tile_counter = static_cast<int*>(
-        Carver{static_cast<uint8_t*>(w.workspace) + 2 * expert_maps_bytes(w.num_experts)}.take(4));
+    p.tile_counter = counter;
   }
+  // The kernels write through the maps kernel's copy of w_ptrs, never the caller's table (docs/ops.md rule 9).
+  int64_t* const w_ptrs_copy = static_cast<int64_t*>(carver.take(8 * static_cast<std::size_t>(w.num_experts)));
+  if (w.w_ptrs) p.w_ptrs = w_ptrs_copy;
   const RaggedKMaps maps =
       launch_ragged_k_maps(p.tma_a, p.tma_b, x_base, static_cast<int64_t>(a_pitch), dy_base,
                            static_cast<int64_t>(b_pitch), w.offsets, p.num_experts, p.k, w.workspace,
-                           p.tile_counter, stream);
+                           p.tile_counter, w.w_ptrs, w_ptrs_copy, stream);
   p.a_maps = maps.a;
   p.b_maps = maps.b;
   if (!w.w_ptrs) {
     p.d.ptr = w.w.data;
-    p.tma_d = output_map(p.d, w.num_experts * m, n, "w");
+    if (dense_rows_fit_tma(p)) p.tma_d = output_map(p.d, w.num_experts * m, n, "w");
   }
   if (schedule == Schedule::pingpong) launch_wgrad_pingpong(p, persistent_grid(sms, (tiles + 1) / 2), stream);
   else launch_wgrad_kernel(p, block_n, persistent_grid(sms, tiles), stream);

@@ -70,4 +70,10 @@ struct KernelParams {
   float crossing_lo, crossing_hi, crossing_to;
 };
 
+/// Whether the weight gradient's dense output, (E * m, n), is addressed by TMA: its coordinates are 32-bit, so
+/// past 2^31 - 1 rows the epilogue takes its 64-bit bounds-checked stores and launch_wgrad encodes no map.
+__host__ __device__ inline bool dense_rows_fit_tma(const KernelParams& p) {
+  return static_cast<int64_t>(p.num_experts) * p.m <= INT32_MAX;
+}
+
 }  // namespace moegemm::sm90

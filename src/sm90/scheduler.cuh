@@ -70,7 +70,8 @@ struct ExpertTileScheduler {
       const int start = min(M, prefix_max[i]);
       const int end = min(M, max(prefix_max[i], ends[i]));
       const int g = base + i;
-      tiles[i] = g < E && end > start ? ((end - (start & row_mask) + bm - 1) / bm) * n_tiles : 0;
+      // (rows - 1) / bm + 1: rows + bm - 1 would wrap for an expert of more than 2^31 - bm rows
+      tiles[i] = g < E && end > start ? ((end - (start & row_mask) - 1) / bm + 1) * n_tiles : 0;
       if (g < E) s.row_start[g] = start;
       if (g == E - 1) s.row_start[E] = end;
     }
@@ -105,7 +106,7 @@ struct ExpertTileScheduler {
     const int row_first = s.row_start[g];
     const int row_begin = row_first & row_mask;  // g has tiles, so it has rows
     const int row_end = s.row_start[g + 1];
-    const int m_tiles = (row_end - row_begin + block_m - 1) / block_m;
+    const int m_tiles = (row_end - row_begin - 1) / block_m + 1;
     const int group_span = kGroupM * n_tiles;
     const int group = local / group_span;
     const int m_first = group * kGroupM;

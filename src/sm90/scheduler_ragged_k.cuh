@@ -47,7 +47,7 @@ struct RaggedKScheduler {
   __device__ RaggedKScheduler(Storage& storage, const KernelParams& p)
       : s(storage),
         num_experts(p.num_experts),
-        m_tiles((p.m + 127) / 128),
+        m_tiles((p.m - 1) / 128 + 1),  // p.m > 0; p.m + 127 would wrap past 2^31 - 128
         n_tiles(p.n_tiles),
         m(p.m),
         longest_first(p.tile_counter != nullptr) {
@@ -57,7 +57,11 @@ struct RaggedKScheduler {
 
   __device__ int total_tiles() const { return num_experts * m_tiles * n_tiles; }
 
-  __device__ int k_blocks(int g) const { return (s.rows.row_start[g + 1] - s.rows.row_start[g] + 63) / 64; }
+  /// ceil(rows / 64), without the rows + 63 that wraps for an expert of more than 2^31 - 64 rows.
+  __device__ int k_blocks(int g) const {
+    const int rows = s.rows.row_start[g + 1] - s.rows.row_start[g];
+    return rows / 64 + (rows % 64 != 0);
+  }
 
   __device__ WorkTile tile(int t) const {
     const int per_expert = m_tiles * n_tiles;

@@ -10,7 +10,7 @@ namespace {
 
 constexpr int kTailThreads = 256;
 
-__global__ void __launch_bounds__(kTailThreads) zero_tail_kernel(OutMatrix out, int row_bytes,
+__global__ void __launch_bounds__(kTailThreads) zero_tail_kernel(OutMatrix out, int64_t row_bytes,
                                                                  const int* offsets, int num_experts, int m) {
   using Reduce = cub::BlockReduce<int, kTailThreads>;
   __shared__ typename Reduce::TempStorage tmp;
@@ -23,7 +23,7 @@ __global__ void __launch_bounds__(kTailThreads) zero_tail_kernel(OutMatrix out, 
   const int64_t end = end_shared;
   // 16-byte stores for matrices (rows are multiples of 16 bytes), 4-byte ones for a vector such as dprob.
   const int unit = row_bytes % 16 == 0 ? 16 : 4;
-  const int units_per_row = row_bytes / unit;
+  const int64_t units_per_row = row_bytes / unit;
   const int64_t total = (static_cast<int64_t>(m) - end) * units_per_row;
   const int esize = out.type == OutType::f32 ? 4 : 2;
   uint8_t* base = static_cast<uint8_t*>(out.ptr);
@@ -37,7 +37,7 @@ __global__ void __launch_bounds__(kTailThreads) zero_tail_kernel(OutMatrix out, 
 
 }  // namespace
 
-void launch_zero_tail(const OutMatrix& out, int cols, const int* offsets, int num_experts, int m, int sms,
+void launch_zero_tail(const OutMatrix& out, int64_t cols, const int* offsets, int num_experts, int m, int sms,
                       cudaStream_t stream) {
   if (!out.ptr || m == 0 || !offsets) return;
   const int esize = out.type == OutType::f32 ? 4 : 2;

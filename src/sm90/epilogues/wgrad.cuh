@@ -26,7 +26,7 @@ struct WgradEpilogue {
     const int rows_valid = rows_in_warpgroup(row0, tile.row_end);
     OutMatrix out = p.d;
     int64_t out_row0 = static_cast<int64_t>(tile.expert) * p.m + row0;
-    bool use_tma = rows_valid == 64;
+    bool use_tma = rows_valid == 64 && dense_rows_fit_tma(p);
     if (p.w_ptrs) {
       out.ptr = reinterpret_cast<void*>(__ldg(p.w_ptrs + tile.expert));
       out_row0 = row0;

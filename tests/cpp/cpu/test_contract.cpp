@@ -1261,6 +1261,25 @@ TEST(Contract, DeviceExtentsFitThirtyTwoBits) {
   w.w = TensorView::contiguous(w.w.data, DType::f32, {kE, 48, kHuge - 128 + 8}, Device::cuda);
   expect_error([&] { contract::check(w, contract::Pointers::ignore); }, ErrorCode::unsupported,
                {"grouped_gemm_wgrad: dy: expected N <= 2147483647 on the cuda backend", "got N=2147483656"});
+  // The dGLU's c, dc and dbias have 2I columns, which the kernels hold in 32 bits too: I = 2^30 + 8 fits,
+  // 2I does not (its last up columns wrapped to negative ones).
+  for (Device dev : {Device::cuda, Device::host}) {
+    Maker md{dev};
+    const int64_t i = (int64_t{1} << 30) + 8;
+    auto d = dglu_args(md, 8);
+    d.a = TensorView::contiguous(d.a.data, DType::bf16, {1, kK}, dev);
+    d.b.dense = TensorView::contiguous(d.b.dense.data, DType::bf16, {kE, i, kK}, dev);
+    d.c = TensorView::contiguous(d.c.data, DType::bf16, {1, 2 * i}, dev);
+    d.dc = TensorView::contiguous(d.dc.data, DType::bf16, {1, 2 * i}, dev);
+    d.prob = TensorView::contiguous(d.prob.data, DType::f32, {1}, dev);
+    d.dprob = d.dbias = TensorView{};
+    if (dev == Device::cuda) {
+      expect_error([&] { contract::check(d, contract::Pointers::ignore); }, ErrorCode::unsupported,
+                   {"grouped_gemm_dglu: c: expected 2I <= 2147483647 on the cuda backend", "got 2I=2147483664"});
+    } else {
+      EXPECT_EQ(contract::check(d, contract::Pointers::ignore), Device::host);
+    }
+  }
 }
 
 // Sizes whose byte span passes 2^62 (no memory holds them) are refused by name on either backend, before any

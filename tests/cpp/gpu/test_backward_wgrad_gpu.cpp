@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -159,6 +160,42 @@ TEST(BackwardGpu, WgradNoRowsWithoutStorage) {
       check_wgrad(p);
     }
   }
+}
+
+TEST(BackwardGpu, WgradPointerTableInsideAnExpertsOutput) {
+  REQUIRE_GPU();
+  // docs/ops.md rule 9: the whole w_ptrs table is read before any write through it, so an expert's output
+  // stored over the table does not redirect the experts after it. 1024 experts of 4 rows, f32 (64, 64)
+  // outputs of 16 KiB each, the 8 KiB table at the start of expert 0's buffer: far more tiles than CTAs, so
+  // most experts' tiles run after expert 0's has been written.
+  const int64_t e = 1024, rows = 4, h = 64, n = 64, t = e * rows, slot = h * n, slot_bytes = slot * 4;
+  const HostTensor x = random_tensor(DType::bf16, {t, h}, 15001, -1.0, 1.0);
+  const HostTensor dy = random_tensor(DType::bf16, {t, n}, 15002, -1.0, 1.0);
+  const HostTensor offsets = offsets_from_sizes(std::vector<int64_t>(static_cast<size_t>(e), rows));
+  const DeviceTensor dx(x), ddy(dy), doffsets(offsets);
+  HostTensor ref = poisoned(DType::f32, {e, slot}), got = poisoned(DType::f32, {e, slot});
+  DeviceTensor dgot(got);
+  for (bool device : {false, true}) {
+    char* base = static_cast<char*>(device ? dgot.view().data : ref.view().data);
+    std::vector<int64_t> table(static_cast<size_t>(e));
+    for (int64_t g = 0; g < e; ++g) table[static_cast<size_t>(g)] = reinterpret_cast<int64_t>(base + g * slot_bytes);
+    if (device) {
+      ASSERT_EQ(cudaMemcpy(base, table.data(), table.size() * 8, cudaMemcpyHostToDevice), cudaSuccess);
+    } else {
+      std::memcpy(base, table.data(), table.size() * 8);
+    }
+    GroupedGemmWgradArgs args;
+    args.x = device ? dx.view() : x.view();
+    args.dy = device ? ddy.view() : dy.view();
+    args.offsets = device ? doffsets.view() : offsets.view();
+    args.w_ptrs = TensorView::contiguous(base, DType::i64, {e}, device ? Device::cuda : Device::host);
+    args.w_dtype = DType::f32;
+    call_op(grouped_gemm_wgrad_workspace_bytes, grouped_gemm_wgrad, args, device);
+  }
+  dgot.download(got);
+  Expected want({e, slot});
+  for (int64_t i = 0; i < e * slot; ++i) want.set(i, Expected::kClose, ref.get_at(i));
+  EXPECT_TRUE(matches(got, want));
 }
 
 TEST(BackwardGpu, WgradCasesC01C02C09) {
