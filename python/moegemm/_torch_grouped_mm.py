@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 
 from . import _torch_ops  # noqa: F401  (the ops, also where this module is imported on its own)
-from ._torch_errors import call_named, check_same_device, jit_tracing, known, misfit_operand
+from ._torch_errors import (IN_DTYPES, call_named, check_input_dtype, check_same_device, jit_tracing, known,
+                            misfit_operand)
 from ._torch_first_order import first_order_only
 from ._torch_layouts import check_aligned_base, column_major, is_column_major, row_major, rows_or_columns, stacked_rows
 from ._torch_options import MAX_EXPERTS, MAX_OFFSET_ROWS, MAX_OPERAND_BYTES, check_flag
@@ -17,10 +18,6 @@ _OP = "grouped_mm"
 _GROUPED_GEMM = torch.ops.moegemm.grouped_gemm.default
 _WGRAD = torch.ops.moegemm.grouped_gemm_wgrad.default
 _OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-_IN_DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
-# The input dtypes the ops know and refuse as not supported yet (NotImplementedError), not as invalid.
-_UNSUPPORTED_IN_DTYPES = tuple(getattr(torch, name) for name in ("float8_e4m3fn", "float8_e5m2", "float4_e2m1fn_x2")
-                               if hasattr(torch, name))
 
 # The inner ops' operands as grouped_mm's caller knows them.
 _ROWS_NAMES = {("grouped_gemm", "a"): "a", ("grouped_gemm", "b"): "b", ("grouped_gemm", "offsets"): "offs",
@@ -130,7 +127,7 @@ def _check_without_op(a, b, k_a, k_b, where, n, out_dtype, offs=None, bias=None,
     if bias is not None and bias.dtype not in bias_dtypes:
         names = ", ".join(map(str, bias_dtypes[:-1])) + f" or {bias_dtypes[-1]}"
         raise ValueError(f"{_OP}: bias: expected dtype {names}, got {bias.dtype}")
-    if a.dtype not in _IN_DTYPES:
+    if a.dtype not in IN_DTYPES:
         raise ValueError(f"{_OP}: a: expected dtype torch.bfloat16 (torch.float16, torch.float32 or torch.float64 "
                          f"on CPU), got {a.dtype}")
     if b.dtype != a.dtype:
@@ -464,12 +461,7 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
         if out_dtype is not None and out_dtype not in _OUT_DTYPES and not (out_dtype == a.dtype == torch.float64):
             raise ValueError(f"{_OP}: out_dtype: expected None, torch.bfloat16, torch.float16 or torch.float32 (or "
                              f"torch.float64 with float64 inputs), got {out_dtype!r}")
-        if a.dtype not in _IN_DTYPES:  # in every mode, before an inner op would name its own operands
-            # 8-bit and FP4 inputs are NotImplementedError, as the ops raise for them (docs/ops.md §8)
-            error = NotImplementedError if a.dtype in _UNSUPPORTED_IN_DTYPES else ValueError
-            raise error(f"{_OP}: a: expected dtype torch.bfloat16 (torch.float16, torch.float32 or torch.float64 on "
-                        f"CPU), got {a.dtype}" + (" (8-bit and FP4 inputs are not supported yet)"
-                                                  if error is NotImplementedError else ""))
+        check_input_dtype(_OP, "a", a.dtype)  # in every mode, before an inner op would name its own operands
         a_rank, b_rank = a.dim(), b.dim()
         if a_rank == 2 and b_rank == 3:
             if offs is None:

@@ -8,8 +8,8 @@ import operator
 import torch
 
 from . import _torch_ops  # noqa: F401  (the ops, also where this module is imported on its own: unpickling)
-from ._torch_errors import (call_named, check_row_major, check_same_device, dtensor_placements, jit_tracing,
-                             known, misfit_operand)
+from ._torch_errors import (call_named, check_input_dtype, check_row_major, check_same_device, dtensor_placements,
+                             jit_tracing, known, misfit_operand)
 from ._torch_first_order import first_order_only
 from ._torch_layouts import check_aligned_base
 from ._torch_options import ACTIVATIONS, GLU_LAYOUTS, MAX_EXPERTS, check_choice, check_flag
@@ -220,6 +220,7 @@ def _check_operands(op, x, w_up, w_down, offsets, prob, activation, glu_layout) 
         raise ValueError(f"{op}: w_up: expected a 3-D (E, H, 2I) tensor, got shape {tuple(w_up.shape)}")
     if w_down.dim() != 3:
         raise ValueError(f"{op}: w_down: expected a 3-D (E, I, H) tensor, got shape {tuple(w_down.shape)}")
+    check_input_dtype(op, "x", x.dtype)  # before the weights are asked for x's dtype
     for name, w in (("w_up", w_up), ("w_down", w_down)):
         if w.dtype != x.dtype:
             raise ValueError(f"{op}: {name}: expected dtype {x.dtype} (the dtype of x), got {w.dtype}")

@@ -547,6 +547,11 @@ def test_moe_mlp_errors_name_its_own_operands(case, pattern):
                                       r"stride\(0\)=2$"),
     ("prob_strided_f32", ValueError, r"moe_mlp: prob: expected a contiguous vector \(stride\(0\) == 1\)"),
     ("x_expanded", ValueError, r"moe_mlp: x: expected a row stride stride\(0\) >= H=32, got stride\(0\)=0$"),
+    # x's own dtype is named before the weights are asked for it (they were told to take x's int32).
+    ("x_int32", ValueError, r"^moe_mlp: x: expected dtype torch\.bfloat16 \(torch\.float16, torch\.float32 or "
+                            r"torch\.float64 on CPU\), got torch\.int32$"),
+    ("x_float8", NotImplementedError, r"^moe_mlp: x: expected dtype torch\.bfloat16 .*got torch\.float8_e4m3fn "
+                                      r"\(8-bit and FP4 inputs are not supported yet\)$"),
 ])
 def test_moe_mlp_rejects_bad_arguments_by_name(case, error, pattern):
     x, w_up, w_down = randn(64, 32), randn(4, 32, 32, seed=1), randn(4, 16, 32, seed=2)
@@ -580,7 +585,9 @@ def test_moe_mlp_rejects_bad_arguments_by_name(case, error, pattern):
              "w_up_without_columns": dict(w_up=randn(4, 32, 0)),
              "prob_strided_bf16": dict(prob=torch.ones(64, 2, dtype=torch.bfloat16)[:, 0]),
              "prob_strided_f32": dict(prob=torch.ones(64, 2)[:, 0]),
-             "x_expanded": dict(x=randn(1, 32).expand(64, 32))}[case]
+             "x_expanded": dict(x=randn(1, 32).expand(64, 32)),
+             "x_int32": dict(x=torch.ones(64, 32, dtype=torch.int32)),
+             "x_float8": dict(x=randn(64, 32).to(torch.float8_e4m3fn))}[case]
     clamp = {k: args.pop(k) for k in ("limit", "act_alpha", "linear_offset") if k in args}
     with pytest.raises(error, match=pattern):
         mt.moe_mlp(*args.values(), **clamp)

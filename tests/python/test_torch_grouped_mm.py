@@ -473,8 +473,8 @@ def test_out_dtype_float64_with_float64_inputs_is_their_default():
 
 
 def test_unsupported_input_dtypes_are_named_in_every_mode():
-    """8-bit inputs are NotImplementedError, as the ops raise for them (and moe_mlp passes on); other dtypes
-    the ops do not take are ValueError."""
+    """8-bit inputs are NotImplementedError, as the ops raise for them (moe_mlp names its x the same way); other
+    dtypes the ops do not take are ValueError."""
     offs = offsets_of([M] * G)
     for a, b in ((randn(M * G, K), randn(G, K, N)), (randn(K, M * G).t(), randn(M * G, N)),
                  (randn(G, M, K), randn(G, K, N)), (randn(G, M, K), randn(K, N * G))):
@@ -488,7 +488,8 @@ def test_unsupported_input_dtypes_are_named_in_every_mode():
         with pytest.raises(ValueError, match=r"^grouped_mm: a: expected dtype torch\.bfloat16 \(torch\.float16, "
                                              r"torch\.float32 or torch\.float64 on CPU\), got torch\.int8$"):
             mt.grouped_mm(a.to(torch.int8), b.to(torch.int8), o)
-    with pytest.raises(NotImplementedError, match=r"8-bit inputs are not supported yet"):  # the op's own error
+    with pytest.raises(NotImplementedError, match=r"^moe_mlp: x: expected dtype torch\.bfloat16 .*got "
+                                                  r"torch\.float8_e4m3fn \(8-bit and FP4 inputs are not supported yet\)$"):
         mt.moe_mlp(randn(M, K).to(torch.float8_e4m3fn), randn(1, K, 2 * N).to(torch.float8_e4m3fn),
                    randn(1, N, K).to(torch.float8_e4m3fn), offsets_of([M]))
 
