@@ -462,6 +462,12 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
             raise ValueError(f"{_OP}: out_dtype: expected None, torch.bfloat16, torch.float16 or torch.float32 (or "
                              f"torch.float64 with float64 inputs), got {out_dtype!r}")
         check_input_dtype(_OP, "a", a.dtype)  # in every mode, before an inner op would name its own operands
+        # Before a layout copy of a (a row-major a in the 2-D x 2-D mode, a column-major one at an unaligned
+        # stride): a call refused for b's or offs' dtype copies nothing.
+        if b.dtype != a.dtype:
+            raise ValueError(f"{_OP}: b: expected a's dtype {a.dtype}, got {b.dtype}")
+        if offs is not None and offs.dtype != torch.int32 and known(offs.shape[0] != 0):  # no groups: below
+            raise ValueError(f"{_OP}: offs: expected dtype torch.int32, got {offs.dtype}")
         a_rank, b_rank = a.dim(), b.dim()
         if a_rank == 2 and b_rank == 3:
             if offs is None:
