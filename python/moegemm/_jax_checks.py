@@ -243,7 +243,8 @@ def offsets_from_sizes(group_sizes, m: int):
 
 def check_choice(op: str, name: str, value: str, choices: Iterable[str]) -> str:
     choices = tuple(choices)
-    if value not in choices:
+    # A str first: a NumPy string array compares element-wise and would pass `in` (np.array("nk") in ("nk",)).
+    if not isinstance(value, str) or value not in choices:
         raise ValueError(f"moegemm.jax.{op}: {name}: expected one of {', '.join(map(repr, choices))}, "
                          f"got {value!r}")
     return value

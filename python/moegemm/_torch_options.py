@@ -29,7 +29,8 @@ def check_choice(op: str, name: str, value: str, choices: tuple[str, ...], descr
     """ValueError naming ``op: name`` unless ``value`` is one of ``choices``, worded as the C++ ops word it
     (bindings/torch/options.cpp), so that a fake kernel and its op raise the same text. ``described``
     replaces the quoted list of choices."""
-    if value not in choices:
+    # A str first: a NumPy string array compares element-wise and would pass `in` (np.array("nk") in ("nk",)).
+    if not isinstance(value, str) or value not in choices:
         got = f'"{value}"' if isinstance(value, str) else repr(value)
         raise ValueError(f"{op}: {name}: expected {described or _quoted_or(choices)}, got {got}")
 

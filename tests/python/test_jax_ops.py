@@ -276,6 +276,9 @@ def test_trace_time_errors_name_the_operand():
         mj.grouped_gemm_glu(a, rand(rng, (E, 24, K)), off)
     with pytest.raises(ValueError, match=r"b_layout: expected one of 'nk', 'kn', got 'tn'"):
         mj.grouped_gemm(a, b, off, b_layout="tn")
+    # A NumPy string array is not a str (`in` would compare it element-wise and let it through to the lowering).
+    with pytest.raises(ValueError, match=r"grouped_gemm: b_layout: expected one of 'nk', 'kn', got array\('nk'"):
+        mj.grouped_gemm(a, b, off, b_layout=np.array("nk"))
     with pytest.raises(ValueError, match=r"activation: expected one of"):
         mj.grouped_gemm_glu(a, b, off, activation="relu")
     with pytest.raises(ValueError, match=r"prob: expected dim 0 = 200 \(M\)"):

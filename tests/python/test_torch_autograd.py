@@ -645,6 +645,9 @@ def test_moe_mlp_module_checks_its_configuration_when_built():
         mt.MoEMLP(2, 16, 8, activation="bogus")
     with pytest.raises(ValueError, match=r'MoEMLP: glu_layout: expected "halves", .*got "bogus"'):
         mt.MoEMLP(2, 16, 8, glu_layout="bogus")
+    # A NumPy string array is not a str (`in` would compare it element-wise; the op refused it in forward).
+    with pytest.raises(ValueError, match=r'MoEMLP: activation: expected "swiglu", .*got array\(\'swiglu\''):
+        mt.MoEMLP(2, 16, 8, activation=np.array("swiglu"))
     with pytest.raises(ValueError, match=r"MoEMLP: intermediate: expected a positive int, got 0"):
         mt.MoEMLP(2, 16, 0)
     with pytest.raises(ValueError, match=r"MoEMLP: hidden: expected a positive int, got True"):
