@@ -12,7 +12,7 @@ from ._torch_errors import (call_named, check_input_dtype, check_row_major, chec
                              jit_tracing, known, misfit_operand)
 from ._torch_first_order import first_order_only
 from ._torch_layouts import check_aligned_base
-from ._torch_options import ACTIVATIONS, GLU_LAYOUTS, MAX_EXPERTS, check_choice, check_flag
+from ._torch_options import ACTIVATIONS, GLU_LAYOUTS, MAX_EXPERTS, MAX_OPERAND_BYTES, check_choice, check_flag
 from ._torch_weights import dense_grad, flipped, weight_grad_like, weight_operand
 
 _OP = "moe_mlp"
@@ -417,6 +417,12 @@ class MoEMLP(torch.nn.Module):
             if value % per_row:
                 raise ValueError(f"MoEMLP: {name}: expected a multiple of {per_row} for {8 * itemsize}-bit "
                                  f"weights (16-byte aligned rows), got {value}")
+        # The contract's bound on an operand's bytes (docs/ops.md rule 4), before torch.empty would overflow its
+        # sizes without naming MoEMLP's argument.
+        if num_experts * hidden * 2 * intermediate * itemsize > MAX_OPERAND_BYTES:
+            raise ValueError(f"MoEMLP: hidden, intermediate: expected w_up's (E, H, 2I) of {8 * itemsize}-bit "
+                             f"elements within {MAX_OPERAND_BYTES} bytes, got E={num_experts}, H={hidden}, "
+                             f"I={intermediate}")
         self.activation = activation
         self.glu_layout = glu_layout
         self.zero_tail = check_flag("MoEMLP", "zero_tail", zero_tail)
