@@ -57,6 +57,12 @@ void parse_flags(const std::vector<std::string>& args, const std::map<std::strin
       throw UsageError("unknown option '" + args[i] + "' (see moegemm --help)");
     if (!inline_value) {
       if (i + 1 >= args.size()) throw UsageError(flag + ": missing value");
+      // A known flag in the value's place: this flag's value was left out (its own value would otherwise be
+      // blamed as an unknown option). A value that starts with "--" can still be given as --flag=value.
+      const std::string& next = args[i + 1];
+      if (handlers.count(next.substr(0, next.find('=')))) {
+        throw UsageError(flag + ": missing value (got the option '" + next + "' in its place)");
+      }
       value = args[++i];
     }
     if (const auto first = seen.find(flag); first != seen.end())

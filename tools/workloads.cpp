@@ -19,33 +19,6 @@
 namespace moegemm::cli {
 namespace {
 
-int64_t positive_field(const nlohmann::ordered_json& obj, const char* key, const std::string& where) {
-  constexpr uint64_t kMax = std::numeric_limits<int64_t>::max();
-  // nlohmann keeps integers past int64 (up to 2^64 - 1) unsigned; read as int64 they would wrap to <= 0.
-  if (obj.contains(key) && obj[key].is_number_unsigned() && obj[key].get<uint64_t>() > kMax) {
-    throw UsageError(where + ": field \"" + key + "\" must be at most " + std::to_string(kMax) + ", got " +
-                     std::to_string(obj[key].get<uint64_t>()));
-  }
-  // Past 2^64 - 1 nlohmann reads an integer literal as a double: named with the limit too, not as a fraction.
-  if (obj.contains(key) && obj[key].is_number_float() && obj[key].get<double>() >= 0x1p63) {
-    throw UsageError(where + ": field \"" + key + "\" must be at most " + std::to_string(kMax) + ", got " +
-                     obj[key].dump());
-  }
-  if (!obj.contains(key) || !obj[key].is_number_integer() || obj[key].get<int64_t>() <= 0)
-    throw UsageError(where + ": field \"" + key + "\" must be a positive integer");
-  return obj[key].get<int64_t>();
-}
-
-/// An expert count: positive and at most the ops' limit (kMaxExperts), which every op would reject past.
-int64_t experts_field(const nlohmann::ordered_json& obj, const char* key, const std::string& where) {
-  const int64_t e = positive_field(obj, key, where);
-  if (e > kMaxExperts) {
-    throw UsageError(where + ": field \"" + key + "\" must be at most " + std::to_string(kMaxExperts) +
-                     " (the ops' limit on experts), got " + std::to_string(e));
-  }
-  return e;
-}
-
 /// `text` with every byte outside printable ASCII written as \xHH: the parser's messages quote the bytes it
 /// last read, which in a file that is not UTF-8 text would reach the terminal raw.
 std::string escaped_bytes(const std::string& text) {
@@ -59,6 +32,37 @@ std::string escaped_bytes(const std::string& text) {
     }
   }
   return out;
+}
+
+int64_t positive_field(const nlohmann::ordered_json& obj, const char* key, const std::string& where) {
+  constexpr uint64_t kMax = std::numeric_limits<int64_t>::max();
+  // nlohmann keeps integers past int64 (up to 2^64 - 1) unsigned; read as int64 they would wrap to <= 0.
+  if (obj.contains(key) && obj[key].is_number_unsigned() && obj[key].get<uint64_t>() > kMax) {
+    throw UsageError(where + ": field \"" + key + "\" must be at most " + std::to_string(kMax) + ", got " +
+                     std::to_string(obj[key].get<uint64_t>()));
+  }
+  // Past 2^64 - 1 nlohmann reads an integer literal as a double: named with the limit too, not as a fraction.
+  if (obj.contains(key) && obj[key].is_number_float() && obj[key].get<double>() >= 0x1p63) {
+    throw UsageError(where + ": field \"" + key + "\" must be at most " + std::to_string(kMax) + ", got " +
+                     obj[key].dump());
+  }
+  if (!obj.contains(key)) throw UsageError(where + ": field \"" + key + "\" must be a positive integer, got none");
+  if (!obj[key].is_number_integer() || obj[key].get<int64_t>() <= 0) {
+    std::string given = obj[key].dump();
+    if (given.size() > 40) given = given.substr(0, 37) + "...";
+    throw UsageError(where + ": field \"" + key + "\" must be a positive integer, got " + escaped_bytes(given));
+  }
+  return obj[key].get<int64_t>();
+}
+
+/// An expert count: positive and at most the ops' limit (kMaxExperts), which every op would reject past.
+int64_t experts_field(const nlohmann::ordered_json& obj, const char* key, const std::string& where) {
+  const int64_t e = positive_field(obj, key, where);
+  if (e > kMaxExperts) {
+    throw UsageError(where + ": field \"" + key + "\" must be at most " + std::to_string(kMaxExperts) +
+                     " (the ops' limit on experts), got " + std::to_string(e));
+  }
+  return e;
 }
 
 /// How deep a workloads file's objects and arrays may nest.
@@ -103,6 +107,10 @@ nlohmann::ordered_json parse_without_duplicate_keys(const std::string& text, con
     }
     return true;
   };
+  // The parser stops at a NUL byte and would take the text before it for the whole document.
+  if (const std::size_t nul = text.find('\0'); nul != std::string::npos) {
+    throw UsageError("workloads file " + source + " is not valid JSON: a NUL byte at offset " + std::to_string(nul));
+  }
   try {
     return nlohmann::ordered_json::parse(text, refuse_duplicates);
   } catch (const nlohmann::json::parse_error& e) {

@@ -4,9 +4,11 @@
 #include <cudaTypedefs.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "sm90/clamp_crossing.hpp"
 #include "sm90/device.hpp"
@@ -142,13 +144,17 @@ bool pairs_override() {
   return env.value() == "1";
 }
 
-/// MOEGEMM_MAX_CTAS=N (N > 0) caps the persistent grid at N CTAs, so that tests run many tiles per CTA on
-/// small problems; 0 (no cap) when unset or anything else.
+/// MOEGEMM_MAX_CTAS=N (a decimal 0 < N < 2^31) caps the persistent grid at N CTAs, so that tests run many
+/// tiles per CTA on small problems; 0 (no cap) when unset or anything else (std::from_chars: atoi's overflow
+/// is undefined).
 int max_ctas_override() {
   static const int value = [] {
     const char* env = std::getenv("MOEGEMM_MAX_CTAS");
-    const int v = env ? std::atoi(env) : 0;
-    return v > 0 ? v : 0;
+    if (!env) return 0;
+    const std::string_view text(env);
+    int v = 0;
+    const auto [end, err] = std::from_chars(text.data(), text.data() + text.size(), v);
+    return err == std::errc{} && end == text.data() + text.size() && v > 0 ? v : 0;
   }();
   return value;
 }

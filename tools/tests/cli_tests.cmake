@@ -163,6 +163,12 @@ moegemm_cli_test(unknown_flag COMMAND ${_expect_2} ${_cli} run --frobnicate 1 RE
 moegemm_cli_test(unknown_routing COMMAND ${_expect_2} ${_cli} run --routing pareto
                  REGEX "--routing: expected uniform or zipf, got 'pareto'")
 moegemm_cli_test(missing_value COMMAND ${_expect_2} ${_cli} run --model REGEX "--model: missing value")
+# A flag in a value's place names the flag whose value is missing, not the next value as an unknown option.
+moegemm_cli_test(missing_value_before_flag COMMAND ${_expect_2} ${_cli} run --model --tokens 4
+                 REGEX "--model: missing value \\(got the option '--tokens' in its place\\)")
+# A field of the wrong type is named with what was given; a NUL byte ended the parse before the rest.
+moegemm_bad_workloads_test(tokens_string "model m: field \"tokens\" must be a positive integer, got \"64\"")
+moegemm_bad_workloads_test(nul_byte "workloads_nul_byte.json is not valid JSON: a NUL byte at offset 92")
 moegemm_cli_test(unknown_command COMMAND ${_expect_2} ${_cli} frobnicate REGEX "unknown command 'frobnicate'")
 moegemm_cli_test(unreadable_workloads COMMAND ${_expect_2} ${_cli} run --workloads /nonexistent/w.json
                  REGEX "--workloads: cannot read workloads file /nonexistent/w.json")
