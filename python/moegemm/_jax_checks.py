@@ -67,8 +67,10 @@ def static_float(op: str, name: str, value) -> float:
     except jax.errors.ConcretizationTypeError as e:
         raise TypeError(f"moegemm.jax.{op}: {name}: expected a Python float (a constant of the compiled call), "
                         f"got a traced value; pass a constant, or mark the argument static in jax.jit") from e
-    except (TypeError, ValueError) as e:
-        raise TypeError(f"moegemm.jax.{op}: {name}: expected a real number, got {type(value).__name__}") from e
+    except (TypeError, ValueError) as e:  # an array of several elements, an object float() does not take
+        text = repr(value)
+        text = text if len(text) <= 80 else text[:77] + "..."
+        raise TypeError(f"moegemm.jax.{op}: {name}: expected a real number, got {type(value).__name__} {text}") from e
 
 
 # The smallest normal f32: a float attribute of an XLA custom call reaches the op with subnormals flushed to 0.

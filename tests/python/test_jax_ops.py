@@ -310,6 +310,10 @@ def test_trace_time_errors_name_the_operand():
     for bad in ("7", None, 1 + 2j, True, np.bool_(True), jnp.array(True)):  # a bool too, as the torch ops say
         with pytest.raises(TypeError, match=r"grouped_gemm_glu: limit: expected a real number"):
             mj.grouped_gemm_glu(a, b, off, activation="swiglu_clamped", limit=bad)
+    # An array of several values is named with its values, not only its type.
+    with pytest.raises(TypeError, match=r"grouped_gemm_glu: limit: expected a real number, got \w+ "
+                                        r"Array\(\[1\., 2\.\], dtype=float32\)$"):
+        mj.grouped_gemm_glu(a, b, off, activation="swiglu_clamped", limit=jnp.array([1.0, 2.0]))
     with pytest.raises(ValueError, match=r"grouped_gemm_glu: limit: expected a positive clamp limit for "
                                          r"swiglu_clamped \(in f32.*\), got 0.0"):
         mj.grouped_gemm_glu(a, b, off, activation="swiglu_clamped", limit=0)
