@@ -85,6 +85,17 @@ std::vector<float> fetch32(const void* src, int64_t first, int64_t count) {
 
 HostTensor offsets_of_ends(const std::vector<int32_t>& ends) { return offsets_raw(ends); }
 
+/// grouped_gemm_wgrad on the device: x (T, H) and dY (T, N) bf16, dense W (E, H, N) of `w_dtype`.
+void run_dense_wgrad(const Raw& x, const Raw& dy, const DeviceTensor& offsets, const Raw& w, DType w_dtype, int64_t e,
+                     int64_t t, int64_t h, int64_t n) {
+  GroupedGemmWgradArgs args;
+  args.x = TensorView::contiguous(x.p, DType::bf16, {t, h}, Device::cuda);
+  args.dy = TensorView::contiguous(dy.p, DType::bf16, {t, n}, Device::cuda);
+  args.offsets = offsets.view();
+  args.w = TensorView::contiguous(w.p, w_dtype, {e, h, n}, Device::cuda);
+  call_op(grouped_gemm_wgrad_workspace_bytes, grouped_gemm_wgrad, args, true);
+}
+
 // The dGLU's c and dc have 2I columns; the largest I the contract takes (2I = 2^31 - 16) puts the last
 // n-tile's up columns at the top of the 32-bit range. M = 1, K = 8: ~25 GiB.
 TEST(LargeExtentsGpu, DgluAtTheLargestHalfWidth) {
@@ -131,12 +142,7 @@ void wgrad_one_huge_expert(int64_t e) {
   fill32(w.p, e * h * n, kF32Poison);
   HostTensor off = offsets_of_ends(std::vector<int32_t>(static_cast<size_t>(e), INT32_MAX));  // all rows: expert 0
   DeviceTensor doff(off);
-  GroupedGemmWgradArgs args;
-  args.x = TensorView::contiguous(x.p, DType::bf16, {t, h}, Device::cuda);
-  args.dy = TensorView::contiguous(dy.p, DType::bf16, {t, n}, Device::cuda);
-  args.offsets = doff.view();
-  args.w = TensorView::contiguous(w.p, DType::f32, {e, h, n}, Device::cuda);
-  ASSERT_NO_THROW(call_op(grouped_gemm_wgrad_workspace_bytes, grouped_gemm_wgrad, args, true));
+  ASSERT_NO_THROW(run_dense_wgrad(x, dy, doff, w, DType::f32, e, t, h, n));
   const std::vector<float> got = fetch32(w.p, 0, e * h * n);
   for (int64_t j = 0; j < h * n; ++j) EXPECT_EQ(got[static_cast<size_t>(j)], 2.0f) << "expert 0, element " << j;
   for (int64_t j = h * n; j < e * h * n; ++j) ASSERT_EQ(got[static_cast<size_t>(j)], 0.0f) << "empty expert, element " << j;
@@ -217,12 +223,7 @@ TEST(LargeExtentsGpu, WgradDenseOutputRowsPast2To31) {
   for (int64_t g = 0; g < e; ++g) ends[static_cast<size_t>(g)] = static_cast<int32_t>(g + 1);
   HostTensor off = offsets_of_ends(ends);
   DeviceTensor doff(off);
-  GroupedGemmWgradArgs args;
-  args.x = TensorView::contiguous(x.p, DType::bf16, {t, h}, Device::cuda);
-  args.dy = TensorView::contiguous(dy.p, DType::bf16, {t, n}, Device::cuda);
-  args.offsets = doff.view();
-  args.w = TensorView::contiguous(w.p, DType::bf16, {e, h, n}, Device::cuda);
-  ASSERT_NO_THROW(call_op(grouped_gemm_wgrad_workspace_bytes, grouped_gemm_wgrad, args, true));
+  ASSERT_NO_THROW(run_dense_wgrad(x, dy, doff, w, DType::bf16, e, t, h, n));
   for (int64_t g : {int64_t{0}, int64_t{255}, int64_t{256}, e - 1}) {
     for (int64_t row : {int64_t{0}, h - 1}) {
       for (uint16_t v : fetch16(w.p, (g * h + row) * n, n)) EXPECT_EQ(bf16_value(v), 1.0f) << "expert " << g << " row " << row;
