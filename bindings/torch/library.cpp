@@ -24,6 +24,16 @@ namespace {
 // exactly the strides eager mode would.
 const std::vector<at::Tag> kTags = {at::Tag::needs_exact_strides};
 
+/// The dispatcher's handle of grouped_gemm_wgrad.accumulate, for the kernels below that call the keys after
+/// their own.
+const auto& wgrad_accumulate_op() {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("moegemm::grouped_gemm_wgrad", "accumulate")
+                             .typed<void(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                         bool, bool)>();
+  return op;
+}
+
 // grouped_gemm_wgrad.accumulate returns nothing, so the not-implemented fallback has no output to mark, and
 // a gradient owed to x or dy would be dropped without a word: refused at the call instead. The rest is the
 // fallback's: a w that requires grad is checked as torch checks the self of any in-place op (a leaf, or a
@@ -31,6 +41,14 @@ const std::vector<at::Tag> kTags = {at::Tag::needs_exact_strides};
 // d w_after / d w_before is the identity).
 void wgrad_accumulate_autograd(const at::Tensor& x, const at::Tensor& dy, const at::Tensor& offsets,
                                const at::Tensor& w, bool transpose_output, bool validate) {
+  // Forward AD ignores grad mode, and a dual tensor need not require grad: refused as the fallback refuses it
+  // for the other ops (w's own tangent stays right: the sum added does not depend on w).
+  for (const auto& [t, name] : {std::pair{&x, "x"}, std::pair{&dy, "dy"}}) {
+    TORCH_CHECK_NOT_IMPLEMENTED(!t->_fw_grad(/*level=*/0).defined(), "grouped_gemm_wgrad.accumulate: ", name,
+                                ": expected a tensor without a forward-mode tangent (the op has no forward ",
+                                "derivative), got a dual tensor; pass its primal (torch.autograd.forward_ad.",
+                                "unpack_dual)");
+  }
   if (at::GradMode::is_enabled()) {
     for (const auto& [t, name] : {std::pair{&x, "x"}, std::pair{&dy, "dy"}}) {
       TORCH_CHECK_NOT_IMPLEMENTED(!t->requires_grad(), "grouped_gemm_wgrad.accumulate: ", name,
@@ -40,12 +58,20 @@ void wgrad_accumulate_autograd(const at::Tensor& x, const at::Tensor& dy, const 
     }
   }
   torch::autograd::check_inplace(w, w.requires_grad());  // x and dy do not require grad (refused above)
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("moegemm::grouped_gemm_wgrad", "accumulate")
-                             .typed<void(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                         bool, bool)>();
   at::AutoDispatchBelowADInplaceOrView guard;
-  op.call(x, dy, offsets, w, transpose_output, validate);
+  wgrad_accumulate_op().call(x, dy, offsets, w, transpose_output, validate);
+}
+
+// torch's fallback for negative views clones a mutated argument and copies the op's output back into it, but
+// accumulate returns nothing (its output is w itself): the fallback would read past the stack and free an
+// argument it does not own. So a negative view of w is refused here; one of x, dy or offsets is read resolved.
+void wgrad_accumulate_negative(const at::Tensor& x, const at::Tensor& dy, const at::Tensor& offsets,
+                               const at::Tensor& w, bool transpose_output, bool validate) {
+  TORCH_CHECK_VALUE(!w.is_neg(), "grouped_gemm_wgrad.accumulate: w: expected a tensor that holds its own values, ",
+                    "got a negative view (torch._neg_view), whose memory holds their negation");
+  const at::Tensor xr = x.resolve_neg(), dyr = dy.resolve_neg(), offr = offsets.resolve_neg();
+  c10::impl::ExcludeDispatchKeyGuard guard(c10::DispatchKey::Negative);
+  wgrad_accumulate_op().call(xr, dyr, offr, w, transpose_output, validate);
 }
 
 }  // namespace
@@ -123,4 +149,8 @@ TORCH_LIBRARY_IMPL(moegemm, Autograd, m) {
     m.impl(op, torch::autograd::autogradNotImplementedFallback());
   }
   m.impl("grouped_gemm_wgrad.accumulate", TORCH_FN(wgrad_accumulate_autograd));
+}
+
+TORCH_LIBRARY_IMPL(moegemm, Negative, m) {
+  m.impl("grouped_gemm_wgrad.accumulate", TORCH_FN(wgrad_accumulate_negative));
 }

@@ -63,7 +63,7 @@ std::string_view vector_shape(std::string_view operand) {
 
 }  // namespace
 
-TensorView view_of(const at::Tensor& t, const char* op, const char* operand) {
+TensorView view_of(const at::Tensor& t, const char* op, const char* operand, bool written) {
   TORCH_CHECK_VALUE(t.defined(), op, ": ", operand, ": expected a tensor, got an undefined one");
   const int64_t rank = t.dim();
   const std::string_view vector = vector_shape(operand);
@@ -83,7 +83,7 @@ TensorView view_of(const at::Tensor& t, const char* op, const char* operand) {
                       t.device().str());
   }
   v.dtype = dtype_of(t.scalar_type(), op, operand);
-  v.data = t.data_ptr();
+  v.data = written ? t.data_ptr() : const_cast<void*>(t.const_data_ptr());
   v.rank = static_cast<int>(rank);
   for (int64_t d = 0; d < rank; ++d) {
     v.shape[d] = t.size(d);
@@ -105,7 +105,7 @@ TensorView planned_view(const TensorView& like, at::ScalarType type, std::initia
 at::Tensor allocate(TensorView& planned, const at::Tensor& like, const char* op, const char* operand) {
   at::Tensor t = at::empty(c10::IntArrayRef(planned.shape.data(), static_cast<std::size_t>(planned.rank)),
                            like.options().dtype(scalar_type_of(planned.dtype)));
-  planned = view_of(t, op, operand);
+  planned = view_of(t, op, operand, /*written=*/true);
   return t;
 }
 

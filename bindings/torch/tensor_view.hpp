@@ -21,8 +21,9 @@ at::ScalarType scalar_type_of(DType type);
 /// A non-owning view of `t`: data pointer, dtype, shape, strides (elements) and backend (CPU tensors ->
 /// host, CUDA tensors -> device). Throws ValueError naming "op: operand" for a rank outside 1..4, a device
 /// that is neither CPU nor CUDA, or an unsupported dtype. Everything else (shapes, strides, alignment) is
-/// the moegemm contract's to check.
-TensorView view_of(const at::Tensor& t, const char* op, const char* operand);
+/// the moegemm contract's to check. The data pointer of an operand the op only reads is taken without
+/// write access (a copy-on-write tensor stays shared); `written` asks for it with (an output, accumulate's w).
+TensorView view_of(const at::Tensor& t, const char* op, const char* operand, bool written = false);
 
 /// As above; an absent optional operand gives an absent view (rank 0).
 TensorView view_of(const std::optional<at::Tensor>& t, const char* op, const char* operand);

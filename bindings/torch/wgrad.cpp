@@ -39,7 +39,7 @@ bool spans_intersect(const at::Tensor& a, const at::Tensor& b) {
       const int64_t reach = (t.size(d) - 1) * t.stride(d);
       (reach < 0 ? low : high) += reach;
     }
-    const auto* base = static_cast<const char*>(t.data_ptr());
+    const auto* base = static_cast<const char*>(t.const_data_ptr());
     return std::pair{base + low * t.element_size(), base + (high + 1) * t.element_size()};
   };
   const auto [a_begin, a_end] = span(a);
@@ -89,7 +89,7 @@ void grouped_gemm_wgrad_accumulate_op(const at::Tensor& x, const at::Tensor& dy,
                       " uses), got a w inside that span");
   }
   DeviceContext context(x);
-  args.w = view_of(w, op, "w");
+  args.w = view_of(w, op, "w", /*written=*/true);
   args.accumulate = true;
   // The contract names the C++ function (grouped_gemm_wgrad); this overload's errors name the overload.
   const std::size_t workspace_bytes = check_before_allocation(context, args, grouped_gemm_wgrad_check, op);

@@ -206,7 +206,7 @@ def _grouped_gemm_wgrad_accumulate_fake(x, dy, offsets, w, *, transpose_output=F
     op = "grouped_gemm_wgrad.accumulate"
     check_same_device(op, x=x, dy=dy, offsets=offsets, w=w)
     e, h, n = _wgrad_hn(op, x, dy, offsets)
-    _rank(op, "w", w, 3, "(E, H, N)")
+    _rank(op, "w", w, 3, "(E, N, H)" if transpose_output else "(E, H, N)")
     shape = lambda: (f"{op}: w: expected shape (E={e}, N={n}, H={h}) with E from offsets, N from dy, "
                      f"H from x, got {_dims(w)}" if transpose_output else
                      f"{op}: w: expected shape (E={e}, H={h}, N={n}) with E from offsets, H from x, "

@@ -256,6 +256,41 @@ def test_grouped_gemm_wgrad_accumulate_refuses_inputs_that_require_grad():
     assert torch.equal(base.grad, torch.full_like(base, 3.0))
 
 
+def test_grouped_gemm_wgrad_accumulate_refuses_a_negative_view_of_w_and_dual_inputs():
+    """A negative view of w (torch._neg_view) is refused by name: torch's fallback for such views would copy a
+    returned output back into w, and accumulate returns none (it read past the stack and freed x). Negative
+    views of x and dy are read as their values. Forward-mode tangents of x or dy are refused, as the other ops
+    refuse them (w was written and its tangent silently left out of date)."""
+    x, dy, offsets = randn(16, 8, seed=31), randn(16, 8, seed=32), offsets_of([8, 8])
+    w = randn(2, 8, 8, dtype=torch.float32, seed=33)
+    before = w.clone()
+    with pytest.raises(ValueError, match=r"^grouped_gemm_wgrad\.accumulate: w: expected a tensor that holds its "
+                                         r"own values, got a negative view \(torch\._neg_view\)"):
+        ops.grouped_gemm_wgrad.accumulate(x, dy, offsets, torch._neg_view(w))
+    assert torch.equal(w, before) and x._use_count() >= 1
+    want, got = w.clone(), w.clone()
+    ops.grouped_gemm_wgrad.accumulate(-x, dy, offsets, want)
+    ops.grouped_gemm_wgrad.accumulate(torch._neg_view(x), dy, offsets, got)
+    assert torch.equal(got, want)
+    import torch.autograd.forward_ad as fwad
+    with fwad.dual_level():
+        dual = fwad.make_dual(x, torch.ones_like(x))
+        with pytest.raises(NotImplementedError, match=r"^grouped_gemm_wgrad\.accumulate: x: expected a tensor "
+                                                      r"without a forward-mode tangent"):
+            ops.grouped_gemm_wgrad.accumulate(dual, dy, offsets, w)
+    assert torch.equal(w, before)
+
+
+@pytest.mark.skipif(not hasattr(torch, "_lazy_clone"), reason="this torch has no copy-on-write tensors")
+def test_inputs_the_ops_only_read_stay_copy_on_write():
+    """The ops take read-only operands without write access: a copy-on-write input (torch._lazy_clone) is not
+    copied, as torch.mm leaves it."""
+    x, dy, offsets = randn(64, 16, seed=34), randn(64, 8, seed=35), offsets_of([32, 32])
+    lazy = torch._lazy_clone(x)
+    ops.grouped_gemm_wgrad(lazy, dy, offsets)
+    assert torch._C._is_cow_tensor(lazy)
+
+
 def test_grouped_gemm_wgrad_accumulate_refuses_what_torch_in_place_ops_refuse_before_writing():
     """accumulate refuses the w that torch's own in-place ops refuse, with torch's errors, before anything is
     written: an inference tensor outside InferenceMode, a view of a leaf that requires grad. Where torch allows
