@@ -114,6 +114,20 @@ def static_bool(op: str, name: str, value) -> bool:
 _F32_ROUNDS_TO_INF = 2.0 ** 128 - 2.0 ** 103
 
 
+# swiglu_clamped's defaults (docs/ops.md §2), which the GLU ops also pass where the activation is another.
+CLAMP_DEFAULTS = (7.0, 1.702, 1.0)
+
+
+def clamp_parameters(op: str, activation: str, limit, act_alpha, linear_offset) -> tuple[float, float, float]:
+    """limit, act_alpha and linear_offset as static floats, checked as clamp_limit and clamp_parameter check
+    them. Where the activation does not use them (swiglu, geglu), the call gets the defaults instead: JAX keys
+    its compiled calls by their attributes with ==, so a NaN there (never equal to itself) would compile the
+    call anew every time."""
+    values = (clamp_limit(op, activation, limit), clamp_parameter(op, activation, "act_alpha", act_alpha),
+              clamp_parameter(op, activation, "linear_offset", linear_offset))
+    return values if activation == "swiglu_clamped" else CLAMP_DEFAULTS
+
+
 def clamp_parameter(op: str, activation: str, name: str, value) -> float:
     """act_alpha or linear_offset as a static float; ValueError where swiglu_clamped uses it and it is NaN or
     infinite as the kernels take it, in f32 (every output would be NaN), as the ops' contract checks it."""

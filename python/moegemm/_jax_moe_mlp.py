@@ -175,9 +175,7 @@ def moe_mlp(x, w_up, w_down, group_sizes=None, offsets=None, prob=None, activati
         chk.check_extent(_OP, "prob", prob, 0, x.shape[0], "M from x")
     chk.check_choice(_OP, "activation", activation, ACTIVATIONS)
     chk.check_choice(_OP, "glu_layout", glu_layout, GLU_LAYOUTS)
-    glu = _Glu(activation, glu_layout, chk.clamp_limit(_OP, activation, limit),
-               chk.clamp_parameter(_OP, activation, "act_alpha", act_alpha),
-               chk.clamp_parameter(_OP, activation, "linear_offset", linear_offset))
+    glu = _Glu(activation, glu_layout, *chk.clamp_parameters(_OP, activation, limit, act_alpha, linear_offset))
     # Every check made: only now anything is computed (the offsets, the cast of prob).
     if group_sizes is not None:
         offsets = chk.offsets_from_sizes(group_sizes, x.shape[0])

@@ -139,8 +139,11 @@ def _ffi_attr(value):
     if isinstance(value, (float, np.floating)):
         # Past the f32 range a value becomes +-inf: an infinite clamp limit (docs/ops.md §0), or a dense op's
         # alpha that the caller asked for (torch's front end rounds it the same way).
+        # + 0 takes -0.0 to +0.0: JAX keys its compiled calls by their attributes with ==, under which the two
+        # are one key, so that an eager call with one would reuse the call compiled for the other (and differ
+        # from the same call under jit in the sign of zeros); docs/jax.md.
         with np.errstate(over="ignore"):
-            return np.float32(value)
+            return np.float32(value) + np.float32(0.0)
     return value
 
 

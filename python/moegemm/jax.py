@@ -115,11 +115,11 @@ def _optional_vector(op, name, x, n, what, dtypes=(jnp.float32,)):
 
 
 def _glu_attrs(op, activation, glu_layout, limit, act_alpha, linear_offset):
-    return dict(activation=chk.check_choice(op, "activation", activation, ACTIVATIONS),
-                glu_layout=chk.check_choice(op, "glu_layout", glu_layout, GLU_LAYOUTS),
-                limit=chk.clamp_limit(op, activation, limit),
-                act_alpha=chk.clamp_parameter(op, activation, "act_alpha", act_alpha),
-                linear_offset=chk.clamp_parameter(op, activation, "linear_offset", linear_offset))
+    attrs = dict(activation=chk.check_choice(op, "activation", activation, ACTIVATIONS),
+                 glu_layout=chk.check_choice(op, "glu_layout", glu_layout, GLU_LAYOUTS))
+    attrs["limit"], attrs["act_alpha"], attrs["linear_offset"] = chk.clamp_parameters(
+        op, activation, limit, act_alpha, linear_offset)
+    return attrs
 
 
 def _grouped_forward(op, a, b, offsets, alpha, prob, bias, b_layout, generate_c, d_dtype, c_dtype,

@@ -209,6 +209,27 @@ def test_jit_and_eager_bitwise_identical(op, platform):
         np.testing.assert_array_equal(np.asarray(j1), np.asarray(j2))
 
 
+def test_float_attributes_keep_eager_and_jit_bitwise_identical():
+    """JAX keys its eager executables by their attributes with ==: -0.0 and +0.0 are one key, and a NaN is
+    never equal to itself. A float attribute of -0.0 is passed as +0.0, so that eager calls with either (in
+    any order) match jit bitwise; swiglu and geglu get the clamp parameters' defaults (they use none of them),
+    so a NaN given there compiles the call once, like any other value."""
+    rng = np.random.default_rng(12)
+    a, dense = rand(rng, (M, K)), rand(rng, (128, K), scale=0.2)
+    c = lambda alpha: mj.gemm_srelu(a, dense, alpha=alpha, generate_c=True)[1]
+    first, second = c(-0.0), c(0.0)  # eager, -0.0 first
+    jitted = jax.jit(lambda: c(0.0))()
+    np.testing.assert_array_equal(np.asarray(first), np.asarray(jitted))
+    np.testing.assert_array_equal(np.asarray(second), np.asarray(jitted))
+    assert np.signbit(f32(jitted)).any() and not np.signbit(f32(jitted)).all()  # zeros of either sign: a real test
+    _, b, off = _inputs(rng)
+    bk = rand(rng, (E, 128, K), scale=0.2)
+    lowered = lambda **kw: jax.jit(lambda: mj.grouped_gemm_glu(a, bk, off, **kw)).lower().as_text()
+    for activation in ("swiglu", "geglu"):
+        nan = dict(limit=float("nan"), act_alpha=float("nan"), linear_offset=float("nan"))
+        assert lowered(activation=activation, **nan) == lowered(activation=activation)
+
+
 def test_output_dtype_options_that_are_no_dtype_are_refused():
     """Only None means an output-dtype option's default: a falsy non-dtype (0, "", False, ()) is refused by name
     (as jax.lax.ragged_dot refuses it), and so is a bad option for an output the call does not ask for."""
