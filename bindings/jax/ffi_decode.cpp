@@ -28,8 +28,8 @@ template <class T>
 T attribute(const ffi::Dictionary& attrs, std::string_view name, const char* type) {
   auto value = attrs.get<T>(name);
   if (value.has_error()) {
-    throw Error(ErrorCode::invalid_argument, "attribute " + std::string(name) + ": expected a " + type +
-                                                 " attribute: " + value.error().message());
+    throw Error(ErrorCode::invalid_argument, "attribute " + std::string(name) + ": expected an attribute of type " +
+                                                 type + ", got " + value.error().message());
   }
   return value.value();
 }
@@ -65,6 +65,8 @@ bool FfiOptions::flag(std::string_view name) const { return attribute<bool>(attr
 
 float FfiOptions::real(std::string_view name) const { return attribute<float>(attrs_, name, "float32"); }
 
+int64_t FfiOptions::count(std::string_view name) const { return attribute<int64_t>(attrs_, name, "i64"); }
+
 std::string FfiOptions::text(std::string_view name) const {
   return std::string(attribute<std::string_view>(attrs_, name, "string"));
 }
@@ -73,18 +75,20 @@ DecodedCall decode_call(const ffi::RemainingArgs& args, const ffi::RemainingRets
   DecodedCall call;
   for (std::size_t i = 0; i < args.size(); ++i) {
     auto buffer = args.get<ffi::AnyBuffer>(i);
-    if (buffer.has_error()) throw Error(ErrorCode::internal, "input " + std::to_string(i) + ": not a buffer");
-    call.operands.in.push_back(view_of(buffer.value(), device, "input"));
+    const std::string what = "input " + std::to_string(i);
+    if (buffer.has_error()) throw Error(ErrorCode::invalid_argument, what + ": expected a buffer");
+    call.operands.in.push_back(view_of(buffer.value(), device, what.c_str()));
   }
-  if (rets.size() == 0) throw Error(ErrorCode::internal, "the call has no workspace output");
+  if (rets.size() == 0) throw Error(ErrorCode::invalid_argument, "workspace: expected a u8 buffer as the last output, got no output");
   for (std::size_t i = 0; i + 1 < rets.size(); ++i) {
     auto buffer = rets.get<ffi::AnyBuffer>(i);
-    if (buffer.has_error()) throw Error(ErrorCode::internal, "output " + std::to_string(i) + ": not a buffer");
-    call.operands.out.push_back(view_of(*buffer.value(), device, "output"));
+    const std::string what = "output " + std::to_string(i);
+    if (buffer.has_error()) throw Error(ErrorCode::invalid_argument, what + ": expected a buffer");
+    call.operands.out.push_back(view_of(*buffer.value(), device, what.c_str()));
   }
   auto workspace = rets.get<ffi::AnyBuffer>(rets.size() - 1);
   if (workspace.has_error() || workspace.value()->element_type() != ffi::DataType::U8) {
-    throw Error(ErrorCode::internal, "workspace: expected a u8 buffer as the last output");
+    throw Error(ErrorCode::invalid_argument, "workspace: expected a u8 buffer as the last output");
   }
   call.workspace = workspace.value()->untyped_data();
   call.workspace_bytes = workspace.value()->size_bytes();

@@ -22,6 +22,8 @@ class FfiOptions final : public Options {
   bool flag(std::string_view name) const override;
   float real(std::string_view name) const override;
   std::string text(std::string_view name) const override;
+  /// An i64 attribute (a count); invalid_argument naming it where it has another type.
+  int64_t count(std::string_view name) const;
 
  private:
   const ffi::Dictionary& attrs_;

@@ -24,14 +24,20 @@ ffi::Error run_call(const char* op, Device device, cudaStream_t stream, const ff
     // Benchmarks of what a pre-filled output costs alias an extra buffer into an output; that buffer is
     // passed as trailing input(s) counted by the optional attribute "ignored_trailing_inputs" (i64)
     // and never read by the op. moegemm.jax never sets it.
-    if (auto ignored = attrs.get<int64_t>("ignored_trailing_inputs"); ignored.has_value()) {
-      const auto n = static_cast<std::size_t>(ignored.value());
-      if (n > call.operands.in.size()) throw Error(ErrorCode::invalid_argument, "ignored_trailing_inputs too large");
-      call.operands.in.resize(call.operands.in.size() - n);
+    if (attrs.contains("ignored_trailing_inputs")) {
+      const int64_t n = FfiOptions(attrs).count("ignored_trailing_inputs");
+      if (n < 0 || static_cast<std::size_t>(n) > call.operands.in.size()) {
+        throw Error(ErrorCode::invalid_argument, "ignored_trailing_inputs: expected 0.." +
+                                                     std::to_string(call.operands.in.size()) + ", got " + std::to_string(n));
+      }
+      call.operands.in.resize(call.operands.in.size() - static_cast<std::size_t>(n));
     }
     entry.run(call.operands, FfiOptions(attrs), call.workspace, call.workspace_bytes, stream);
     return ffi::Error::Success();
   } catch (const Error& e) {
+    // The ops' own messages start with their name; the decoding's (a direct ffi_call of a target) get it here.
+    const std::string message = e.what(), prefix = std::string(op) + ": ";
+    if (message.rfind(prefix, 0) != 0) return to_ffi_error(Error(e.code(), prefix + message));
     return to_ffi_error(e);
   } catch (const std::exception& e) {
     return ffi::Error::Internal(std::string(op) + ": " + e.what());

@@ -209,6 +209,26 @@ def test_jit_and_eager_bitwise_identical(op, platform):
         np.testing.assert_array_equal(np.asarray(j1), np.asarray(j2))
 
 
+def test_a_target_called_directly_names_the_op_and_the_buffer():
+    """The public targets (moegemm_<op>) decode their buffers before the op runs: a mismatch found there is
+    INVALID_ARGUMENT naming the op and the buffer's position, and an attribute of the wrong type is named
+    (an i32 ignored_trailing_inputs was ignored and the extra input counted as an operand)."""
+    a, b = jnp.ones((64, 64), jnp.bfloat16), jnp.ones((4, 32, 64), jnp.bfloat16)
+    off = jnp.array([16, 32, 48, 64], jnp.int32)
+    attrs = dict(b_layout="nk", has_alpha=False, has_prob=False, has_bias=False, generate_c=False, zero_tail=False)
+    results = [jax.ShapeDtypeStruct((64, 32), jnp.bfloat16), jax.ShapeDtypeStruct((0,), jnp.uint8)]
+
+    def call(*args, **extra):
+        fn = jax.ffi.ffi_call("moegemm_grouped_gemm", results, vmap_method="sequential")
+        jax.block_until_ready(jax.jit(lambda *x: fn(*x, **attrs, **extra))(*args))
+
+    with pytest.raises(Exception, match=r"INVALID_ARGUMENT: grouped_gemm: input 2: expected rank 1\.\.4, got rank 0"):
+        call(a, b, jnp.ones((), jnp.int32))
+    with pytest.raises(Exception, match=r"INVALID_ARGUMENT: grouped_gemm: attribute ignored_trailing_inputs: "
+                                        r"expected an attribute of type int64"):
+        call(a, b, off, a, ignored_trailing_inputs=np.int32(1))
+
+
 def test_float_attributes_keep_eager_and_jit_bitwise_identical():
     """JAX keys its eager executables by their attributes with ==: -0.0 and +0.0 are one key, and a NaN is
     never equal to itself. A float attribute of -0.0 is passed as +0.0, so that eager calls with either (in
