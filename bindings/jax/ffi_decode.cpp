@@ -79,7 +79,9 @@ DecodedCall decode_call(const ffi::RemainingArgs& args, const ffi::RemainingRets
     if (buffer.has_error()) throw Error(ErrorCode::invalid_argument, what + ": expected a buffer");
     call.operands.in.push_back(view_of(buffer.value(), device, what.c_str()));
   }
-  if (rets.size() == 0) throw Error(ErrorCode::invalid_argument, "workspace: expected a u8 buffer as the last output, got no output");
+  if (rets.size() == 0) {
+    throw Error(ErrorCode::invalid_argument, "workspace: expected a u8 buffer as the last output, got no output");
+  }
   for (std::size_t i = 0; i + 1 < rets.size(); ++i) {
     auto buffer = rets.get<ffi::AnyBuffer>(i);
     const std::string what = "output " + std::to_string(i);

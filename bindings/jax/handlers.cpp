@@ -28,7 +28,8 @@ ffi::Error run_call(const char* op, Device device, cudaStream_t stream, const ff
       const int64_t n = FfiOptions(attrs).count("ignored_trailing_inputs");
       if (n < 0 || static_cast<std::size_t>(n) > call.operands.in.size()) {
         throw Error(ErrorCode::invalid_argument, "ignored_trailing_inputs: expected 0.." +
-                                                     std::to_string(call.operands.in.size()) + ", got " + std::to_string(n));
+                                                     std::to_string(call.operands.in.size()) + ", got " +
+                                                     std::to_string(n));
       }
       call.operands.in.resize(call.operands.in.size() - static_cast<std::size_t>(n));
     }

@@ -652,7 +652,8 @@ def test_moe_mlp_module_checks_its_configuration_when_built():
         mt.MoEMLP(2, 16, 0)
     # Sizes past the contract's 2^62 bytes of an operand are named before torch.empty would overflow them.
     with pytest.raises(ValueError, match=r"MoEMLP: hidden, intermediate: expected w_up's \(E, H, 2I\) of 32-bit "
-                                         r"elements within 4611686018427387904 bytes, got E=2, H=16, I=1180591620717411303424"):
+                                         r"elements within 4611686018427387904 bytes, got E=2, H=16, "
+                                         r"I=1180591620717411303424"):
         mt.MoEMLP(2, 16, 2**70, dtype=torch.float32)
     with pytest.raises(ValueError, match=r"MoEMLP: hidden: expected a positive int, got True"):
         mt.MoEMLP(2, True, 16)

@@ -489,7 +489,8 @@ def test_unsupported_input_dtypes_are_named_in_every_mode():
                                              r"torch\.float32 or torch\.float64 on CPU\), got torch\.int8$"):
             mt.grouped_mm(a.to(torch.int8), b.to(torch.int8), o)
     with pytest.raises(NotImplementedError, match=r"^moe_mlp: x: expected dtype torch\.bfloat16 .*got "
-                                                  r"torch\.float8_e4m3fn \(8-bit and FP4 inputs are not supported yet\)$"):
+                                                  r"torch\.float8_e4m3fn \(8-bit and FP4 inputs are not supported "
+                                                  r"yet\)$"):
         mt.moe_mlp(randn(M, K).to(torch.float8_e4m3fn), randn(1, K, 2 * N).to(torch.float8_e4m3fn),
                    randn(1, N, K).to(torch.float8_e4m3fn), offsets_of([M]))
 

@@ -145,7 +145,9 @@ void wgrad_one_huge_expert(int64_t e) {
   ASSERT_NO_THROW(run_dense_wgrad(x, dy, doff, w, DType::f32, e, t, h, n));
   const std::vector<float> got = fetch32(w.p, 0, e * h * n);
   for (int64_t j = 0; j < h * n; ++j) EXPECT_EQ(got[static_cast<size_t>(j)], 2.0f) << "expert 0, element " << j;
-  for (int64_t j = h * n; j < e * h * n; ++j) ASSERT_EQ(got[static_cast<size_t>(j)], 0.0f) << "empty expert, element " << j;
+  for (int64_t j = h * n; j < e * h * n; ++j) {
+    ASSERT_EQ(got[static_cast<size_t>(j)], 0.0f) << "empty expert, element " << j;
+  }
 }
 TEST(LargeExtentsGpu, WgradExpertOf2To31MinusOneRowsDynamicOrder) {
   REQUIRE_GPU();
@@ -226,7 +228,9 @@ TEST(LargeExtentsGpu, WgradDenseOutputRowsPast2To31) {
   ASSERT_NO_THROW(run_dense_wgrad(x, dy, doff, w, DType::bf16, e, t, h, n));
   for (int64_t g : {int64_t{0}, int64_t{255}, int64_t{256}, e - 1}) {
     for (int64_t row : {int64_t{0}, h - 1}) {
-      for (uint16_t v : fetch16(w.p, (g * h + row) * n, n)) EXPECT_EQ(bf16_value(v), 1.0f) << "expert " << g << " row " << row;
+      for (uint16_t v : fetch16(w.p, (g * h + row) * n, n)) {
+        EXPECT_EQ(bf16_value(v), 1.0f) << "expert " << g << " row " << row;
+      }
     }
   }
 }
