@@ -5,8 +5,7 @@ from __future__ import annotations
 import torch
 
 from . import _torch_ops  # noqa: F401  (the ops, also where this module is imported on its own)
-from ._torch_errors import (IN_DTYPES, call_named, check_input_dtype, check_same_device, jit_tracing, known,
-                            misfit_operand)
+from ._torch_errors import call_named, check_input_dtype, check_same_device, jit_tracing, known, misfit_operand
 from ._torch_first_order import first_order_only
 from ._torch_layouts import check_aligned_base, column_major, is_column_major, row_major, rows_or_columns, stacked_rows
 from ._torch_options import MAX_EXPERTS, MAX_OFFSET_ROWS, MAX_OPERAND_BYTES, check_flag
@@ -116,22 +115,18 @@ def _check_no_groups(a, b, k_a, k_b, where, n, out_dtype, offs=None, bias=None, 
 
 def _check_without_op(a, b, k_a, k_b, where, n, out_dtype, offs=None, bias=None, ragged=None, out_rows=0):
     """What the ops would check of a call that runs none of them (no groups, or an empty output extent):
-    devices, dtypes, the contraction extent, the 16-byte rule on K and N (n: the output's columns, also in
-    ``out_dtype``, None for a's), bias (E = 0, N) and the size of an output of ``out_rows`` rows (at most 2^62
-    bytes, the contract's rule on every operand: the 2-D x 3-D mode's (M, N) output is allocated all the
-    same). ``ragged`` names the dimension the groups split, which, as with groups, may have any extent: "K"
-    for the 2-D x 2-D mode (the contraction is its token dimension T; the rules on K do not apply), "N" for
-    the 3-D x 2-D mode (the output's columns; the rules on N and on the output's rows do not apply)."""
+    devices, bias's dtype (a's and b's are checked before any mode), the contraction extent, the 16-byte rule
+    on K and N (n: the output's columns, also in ``out_dtype``, None for a's), bias (E = 0, N) and the size of
+    an output of ``out_rows`` rows (at most 2^62 bytes, the contract's rule on every operand: the 2-D x 3-D
+    mode's (M, N) output is allocated all the same). ``ragged`` names the dimension the groups split, which, as
+    with groups, may have any extent: "K" for the 2-D x 2-D mode (the contraction is its token dimension T; the
+    rules on K do not apply), "N" for the 3-D x 2-D mode (the output's columns; the rules on N and on the
+    output's rows do not apply)."""
     check_same_device(_OP, a=a, b=b, offs=offs, bias=bias)
     bias_dtypes = (torch.bfloat16, torch.float32) + ((torch.float64,) if a.device.type == "cpu" else ())
     if bias is not None and bias.dtype not in bias_dtypes:
         names = ", ".join(map(str, bias_dtypes[:-1])) + f" or {bias_dtypes[-1]}"
         raise ValueError(f"{_OP}: bias: expected dtype {names}, got {bias.dtype}")
-    if a.dtype not in IN_DTYPES:
-        raise ValueError(f"{_OP}: a: expected dtype torch.bfloat16 (torch.float16, torch.float32 or torch.float64 "
-                         f"on CPU), got {a.dtype}")
-    if b.dtype != a.dtype:
-        raise ValueError(f"{_OP}: b: expected a's dtype {a.dtype}, got {b.dtype}")
     if k_a != k_b:
         raise ValueError(f"{_OP}: b: expected {where} = {k_a} (from a), got {k_b}")
     per_16_bytes = 16 // a.element_size()
@@ -318,8 +313,6 @@ def _ragged_k_mm(a, b, offs, out_dtype, zero_tail=False, validate=False):
     if b.shape[0] != a.shape[1]:
         raise ValueError(f"{_OP}: b: expected shape (T={a.shape[1]}, N) with T (the ragged dimension) from "
                          f"a.shape[1], got {tuple(b.shape)}")
-    if b.dtype != a.dtype:
-        raise ValueError(f"{_OP}: b: expected a's dtype {a.dtype}, got {b.dtype}")
     if known(b.shape[0] > 1) and known(b.shape[1] > 1) and known(b.stride(1) != 1):
         raise ValueError(f"{_OP}: b: expected a row-major or column-major (T, N) tensor (stride(1) == 1 or "
                          f"stride(0) == 1, without overlapping rows or columns), got strides {tuple(b.stride())}")
@@ -357,8 +350,6 @@ def _ragged_n_mm(a, b, offs, out_dtype, zero_tail, validate):
         raise ValueError(f"{_OP}: b: expected shape (K={k}, N) with K from a.shape[2], got {tuple(b.shape)}")
     if known(offs.shape[0] != g):
         raise ValueError(f"{_OP}: offs: expected shape (G={g},) with G from a.shape[0], got {tuple(offs.shape)}")
-    if b.dtype != a.dtype:
-        raise ValueError(f"{_OP}: b: expected a's dtype {a.dtype}, got {b.dtype}")
     if m == 0 and offs.dtype == torch.int32:  # no output rows, as torch._grouped_mm: the empty product
         _check_without_op(a, b, k, b.shape[0], "b.shape[0]", b.shape[1], out_dtype, offs, ragged="N")
         _check_rows_operand(rows_or_columns(b.t()), _RAGGED_N_NAMES[("grouped_gemm", "a")], "(N, K)")
