@@ -15,7 +15,8 @@ namespace {
 
 // Each command's lines of the usage; `moegemm <command> --help` prints its own, `moegemm --help` all of them.
 constexpr const char* kRunUsage = R"(  run     one MoE layer (up-projection with fused GLU, down-projection, and their backward ops) per model
-          preset: verified against the CPU reference on sampled rows, timed against a dense cuBLAS GEMM
+          preset: verified against the CPU reference on sampled rows, timed (median us, TFLOP/s) against a
+          dense cuBLAS GEMM
             --model NAME          one preset (default: every preset of the workloads file)
             --tokens N            tokens per batch, N > 0 (default: the preset's; 64 on the CPU backend)
             --routing uniform|zipf  how rows are routed to experts (default uniform)
@@ -27,17 +28,18 @@ constexpr const char* kRunUsage = R"(  run     one MoE layer (up-projection with
             --oracle reference|spot  expected values from the CPU reference on the sampled rows (GPU default)
                                   or from double-precision math (CPU default)
 )";
-constexpr const char* kGemmUsage = R"(  gemm    one grouped_gemm timed on the GPU, printed as JSON
-            --m M --n N --k K --e E [--group-sizes a,b,...] [--routing R] [--seed S]
-            [--layout kn|nk] [--iters N] [--warmup N] [--json PATH|-]
+constexpr const char* kGemmUsage = R"(  gemm    one grouped_gemm (bf16) timed on the GPU, as JSON: time_us (median, us), tflops (2*M*N*K / time)
+            --m M --n N --k K --e E (E <= 1024) [--seed S] [--json PATH|-]
+            [--group-sizes a,b,... (E sizes, their sum at most M) | --routing R]
+            [--layout kn|nk (default kn)] [--iters N (default 30)] [--warmup N (default 5)]
 )";
 constexpr const char* kBenchUsage =
     "  bench   the peers side by side (python3 bench/peers.py [args]; --help for its options)\n";
 constexpr const char* kExitCodes = "\nexit codes: 0 success, 1 verification failed or runtime error, 2 bad arguments\n";
 
 void print_usage() {
-  std::printf("usage: moegemm <command> [options]\n\ncommands:\n%s%s%s%s", kRunUsage, kGemmUsage, kBenchUsage,
-              kExitCodes);
+  std::printf("usage: moegemm <command> [options]   (moegemm --version prints the version)\n\ncommands:\n%s%s%s%s",
+              kRunUsage, kGemmUsage, kBenchUsage, kExitCodes);
 }
 
 void print_command_usage(const std::string& command, const char* lines) {

@@ -10,9 +10,15 @@
 //    device (sm_90a kernels). Mixing raises Error(invalid_argument).
 //  - Outputs are written exactly where the contract says. Rows at or past offsets[E-1] are left alone
 //    unless zero_tail, which writes zeros to exactly those rows. Nothing else is initialised.
-//  - Dtypes: each operand below lists the op family's 16-bit and f32 dtypes. The sm_90a kernels take bf16
-//    inputs (f16 raises Error(unsupported)); the host backend also takes f32 and f64 inputs and f64
-//    outputs (docs/ops.md §0).
+//  - Dtypes by role (docs/ops.md §0.2, rules 2-3): inputs a, b (b.dtype with ptrs), x, dy bf16 or f16, all of
+//    one dtype; outputs d, c, dc, ab12, w and the saved pre-activation c bf16, f16 or f32; offsets i32; alpha,
+//    beta, prob, dprob, amax f32; bias bf16 or f32; dbias f32 or bf16; b.ptrs, w_ptrs i64. The sm_90a kernels
+//    take bf16 inputs (f16 raises Error(unsupported)); the host backend also takes f32 and f64 inputs, and f64
+//    outputs and bias. 8-bit (e4m3, e5m2) and FP4 (e2m1) inputs raise Error(unsupported) on both backends.
+//  - Sizes: 1 <= E <= kMaxExperts; M >= 0; K, N, H > 0.
+//  - Layout (rules 5-6): 2-D operands row-major, stride(1) == 1 and stride(0) >= the columns (grouped_gemm's a
+//    may also be column-major); vectors contiguous. Base addresses 16-byte aligned, row lengths and row strides
+//    multiples of 16 bytes: K, N and H multiples of 8 for 16-bit dtypes.
 //  - Units: shapes in elements, strides in elements, workspace in bytes.
 //  - Every call throws moegemm::Error before any launch when an operand does not fit; the message names
 //    the operand, what was expected and what was given.
@@ -45,13 +51,17 @@ enum class Activation : uint8_t {
                    ///< D = prob * (u' + linear_offset) * g' * sigmoid(act_alpha * g')  (gpt-oss)
 };
 
-/// Which pre-activation columns pair up (N = 2I pre-activation columns -> I output columns).
+/// Which pre-activation columns pair up (N = 2I pre-activation columns -> I output columns). halves needs
+/// I % 8 == 0 for 16-bit d, c and dc (I % 4 for f32), the interleaved layouts 2I % 64 == 0 (invalid_argument).
 enum class GluLayout : uint8_t {
   halves,                  ///< gate = columns [0, I), up = columns [I, 2I)
   interleaved32,           ///< 32-column blocks: block 2j = gate, 2j+1 = up (cuDNN grouped convention)
   interleaved32_up_first,  ///< 32-column blocks: block 2j = up, 2j+1 = gate (cuDNN dense gemm_swiglu)
 };
 
+/// The GLU ops' options (docs/ops.md §2). The three floats are used as f32, also for f64 host inputs, and only by
+/// swiglu_clamped, which needs limit > 0 and a finite act_alpha and linear_offset (invalid_argument otherwise; an
+/// infinite limit clamps nothing); swiglu and geglu neither use nor check them.
 struct GluParams {
   Activation activation = Activation::swiglu;
   GluLayout layout = GluLayout::halves;
@@ -63,8 +73,9 @@ struct GluParams {
 /// Expert weights: a dense tensor or per-expert pointers (exactly one of the two).
 struct ExpertWeights {
   TensorView dense;                 ///< (E, N, K) for nk, (E, K, N) for kn; bf16 or f16, same dtype as A;
-                                    ///< unit last stride, padded rows and any positive expert stride
-                                    ///< (docs/ops.md §0.2, rule 5)
+                                    ///< unit last stride, padded rows and any positive expert stride, both
+                                    ///< strides multiples of 16 bytes and, on cuda, below 2^40 bytes
+                                    ///< (unsupported past it) (docs/ops.md §0.2, rules 5-6)
   TensorView ptrs;                  ///< (E,) int64: per-expert base address of a row-major (N, K) (nk) or
                                     ///< (K, N) (kn) matrix, 16-byte aligned, kept alive by the caller
   BLayout layout = BLayout::nk;
@@ -79,7 +90,8 @@ struct GroupedGemmArgs {
   TensorView offsets;  ///< (E,) int32
   TensorView alpha;    ///< optional (E,) f32, default 1
   TensorView prob;     ///< optional (M,) f32, default 1; scales D only
-  TensorView bias;     ///< optional (E, N) bf16/f32, added before prob
+  TensorView bias;     ///< optional (E, N) bf16/f32, added before prob; on cuda with contiguous rows
+                       ///< (stride(0) == N, unsupported otherwise), as for every grouped op's bias
   TensorView d;        ///< out (M, N) bf16/f16/f32
   TensorView c;        ///< optional out (M, N) bf16/f16/f32: generate_c
   bool zero_tail = false;
@@ -159,9 +171,9 @@ struct GroupedGemmWgradArgs {
   TensorView x;        ///< (M, H) row-major, bf16/f16
   TensorView dy;       ///< (M, N) row-major, same dtype
   TensorView offsets;  ///< (E,) int32
-  TensorView w;        ///< out dense (E, H, N), or (E, N, H) with transpose_output; f32/bf16/f16
-  TensorView w_ptrs;   ///< or (E,) int64 addresses of per-expert row-major buffers of that shape
-  DType w_dtype = DType::f32;  ///< element type behind w_ptrs
+  TensorView w;        ///< out dense (E, H, N), or (E, N, H) with transpose_output; contiguous; f32/bf16/f16
+  TensorView w_ptrs;   ///< or (E,) int64 addresses of per-expert row-major buffers of that shape, 16-byte aligned
+  DType w_dtype = DType::f32;  ///< element type behind w_ptrs: f32/bf16/f16
   bool transpose_output = false;
   bool accumulate = false;     ///< W_g += X^T dY instead of W_g = X^T dY
   bool validate = false;
@@ -173,9 +185,9 @@ struct GemmSwigluArgs {
   TensorView b;        ///< (N, K) for nk, (K, N) for kn
   BLayout b_layout = BLayout::nk;
   float alpha = 1.0f;
-  GluLayout layout = GluLayout::interleaved32_up_first;
+  GluLayout layout = GluLayout::interleaved32_up_first;  ///< the default needs N % 64 == 0 (GluLayout)
   TensorView ab12;     ///< out (M, N) f32/bf16/f16
-  TensorView c;        ///< out (M, N/2)
+  TensorView c;        ///< out (M, N/2) bf16/f16/f32
 };
 
 /// §6 gemm_amax. C = A @ B^T; amax = max |C| (written even for M = 0: then 0).
@@ -210,15 +222,19 @@ struct GemmDsreluArgs {
   TensorView dprob;    ///< optional out (M,) f32
 };
 
-// Every op: `X_workspace_bytes(args)` gives the scratch the call needs (bytes, device memory for device
-// calls, host memory ignored for host calls; may be 0). The workspace needs no initialisation.
+// Every op: `X_workspace_bytes(args)` gives the scratch the call needs, in bytes of device memory (0 for host
+// calls). It depends only on shapes, dtypes and options: it makes the contract checks but not the pointer rules,
+// nor the device check below. The workspace needs no initialisation.
 // `X(args, workspace, workspace_bytes, stream)` checks the contract, then runs on the backend of its
 // tensors. Device calls are asynchronous on `stream` and never synchronise (unless validate).
-// Throws Error: invalid_argument for operands that break the contract (docs/ops.md §0.2), unsupported for
-// what the backend lacks (f16/f32/f64 or 8-bit inputs on cuda tensors; a current device that is not compute
-// capability 9.0, from the op only), cuda_error when a CUDA call fails. An output that shares memory with
-// another output or an input (w with accumulate is one operand) is invalid_argument naming both (docs/ops.md
-// §0.2, rule 9; pointer-table buffers and the workspace are not checked).
+// Throws Error: invalid_argument for operands that break the contract (docs/ops.md §0.2), and for a device call
+// given less than X_workspace_bytes(args) (or a null workspace where that is > 0); unsupported for what the
+// backend lacks: f16/f32/f64 inputs on cuda tensors, 8-bit or FP4 inputs on either backend, on cuda an M, N, K
+// or H past 2147483647, a B stride of 2^40 bytes or more or a bias without contiguous rows, and a current device
+// that is not compute capability 9.0 (raised by X and X_check, not by the workspace query); cuda_error when a
+// CUDA call fails. An output that shares memory with another output or an input (w with accumulate is one
+// operand) is invalid_argument naming both (docs/ops.md §0.2, rule 9; pointer-table buffers and the workspace
+// are not checked).
 // `X_check(args, stream)` makes every check X(args, ...) makes before it launches, for a call whose outputs
 // are not allocated yet: an output with null data is taken as one still to come (its shape, dtype, strides
 // and options are checked; its pointer rules and aliasing are not; w with accumulate is read, so it must be
@@ -276,8 +292,10 @@ std::size_t gemm_dsrelu_check(const GemmDsreluArgs& args, cudaStream_t stream);
 void gemm_dsrelu(const GemmDsreluArgs& args, void* workspace, std::size_t workspace_bytes,
                  cudaStream_t stream);
 
-/// Host check of offsets against M (opt-in; copies device offsets to the host and synchronises).
-/// Throws Error(invalid_argument) naming the first bad index: negative, decreasing, or past M.
+/// Host check of offsets against M (opt-in; copies device offsets to the host on the legacy default stream and
+/// synchronises it). Throws Error(invalid_argument) for offsets that are not a contiguous (E,) i32 vector with
+/// 1 <= E <= kMaxExperts, for M < 0, and naming the first bad index: negative, decreasing, or past M;
+/// Error(cuda_error) when the copy fails.
 void validate_offsets(const TensorView& offsets, int64_t M);
 
 /// Whether this process can run the device kernels on the current device (the kernels were built and the

@@ -41,6 +41,7 @@ constexpr std::size_t dtype_size(DType t) {
     default: return 1;
   }
 }
+/// The name of `t` in messages and docs/ops.md ("bf16", "f32", "i32", ...); "unknown" for a value outside the enum.
 const char* dtype_name(DType t);
 
 /// Pointer, dtype, shape and strides (in elements, not bytes) of a tensor of rank 1..4.

@@ -100,7 +100,8 @@ _moe_mlp.defvjp(_moe_mlp_fwd, _moe_mlp_bwd)
 
 def moe_mlp(x, w_up, w_down, group_sizes=None, offsets=None, prob=None, activation="swiglu",
             glu_layout="halves", limit=7.0, act_alpha=1.702, linear_offset=1.0):
-    """Expert MLP: ``y[r] = (prob[r] * act(x[r] @ w_up[g])) @ w_down[g]`` for the rows r of expert g.
+    """Expert MLP: ``y[r] = (prob[r] * act(x[r] @ w_up[g])) @ w_down[g]`` for the rows r of expert g
+    (docs/ops.md §1-§3).
 
     Forward: grouped_gemm_glu (saving the pre-activation C) then grouped_gemm; backward:
     grouped_gemm_dglu(dy, w_down as nk, C) -> dC (+ dprob), dx = grouped_gemm(dC, w_up as nk),
@@ -108,10 +109,12 @@ def moe_mlp(x, w_up, w_down, group_sizes=None, offsets=None, prob=None, activati
     and dprob = 0 (zero_tail).
 
     Args:
-      x: (M, H) bf16/f16, rows sorted by expert (f16 on the CPU backend only: the GPU kernels take bf16).
-      w_up: (E, H, 2I), x's dtype (jax.lax.ragged_dot layout), E <= 1024; its 2I columns pair gate and up
-        by ``glu_layout`` ("halves": gate = [0, I), up = [I, 2I); "interleaved32": 32-column blocks gate,
-        up, gate, ...; "interleaved32_up_first": up, gate, ...).
+      x: (M, H) bf16/f16, rows sorted by expert (f16 on the CPU backend only: the GPU kernels take bf16); H a
+        multiple of 8.
+      w_up: (E, H, 2I), x's dtype (jax.lax.ragged_dot layout), 1 <= E <= 1024, I a multiple of 8; its 2I
+        columns pair gate and up by ``glu_layout`` ("halves": gate = [0, I), up = [I, 2I); "interleaved32":
+        32-column blocks gate, up, gate, ...; "interleaved32_up_first": up, gate, ...; the interleaved layouts
+        need 2I a multiple of 64).
       w_down: (E, I, H), x's dtype.
       group_sizes: (E,) integer rows per expert, or offsets: (E,) int32 cumulative end rows (exactly one).
       prob: optional (M,) router probabilities of a floating dtype (cast to f32), scaling each row's

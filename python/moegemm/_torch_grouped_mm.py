@@ -375,8 +375,8 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
                validate: bool = False) -> torch.Tensor:
     """Grouped matrix multiply with ``torch._grouped_mm`` semantics, on the moegemm kernels.
 
-    Modes (E groups, ``offs`` (E,) int32 on the operands' device: cumulative end of each group along the
-    ragged dimension, non-decreasing, any alignment, empty groups allowed):
+    Modes (E <= 1024 groups, ``offs`` (E,) int32 on the operands' device: cumulative end of each group along
+    the ragged dimension, non-decreasing, any alignment, empty groups allowed):
 
     - 2-D x 3-D (ragged M): ``a`` (M, K), ``b`` (E, K, N) -> (M, N); rows [offs[g-1], offs[g]) of the
       output are ``a[rows] @ b[g] (+ bias[g])``. ``b`` may be row-major (N contiguous) or a transposed view
@@ -433,10 +433,12 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
 
     dtypes: bf16 inputs (f16, f32, f64 on CPU only); ``out_dtype`` bf16, f16 or f32, or f64 with f64 inputs
     (default ``a.dtype``), unlike torch which only allows ``a.dtype``. ``bias`` (E, N) bf16 or f32 (f64 on CPU)
-    is supported (torch rejects any bias). Errors: ValueError naming the operand for shapes, dtypes, devices,
+    is supported in the 2-D x 3-D and 3-D x 3-D modes (torch rejects any bias; the other two modes raise
+    ValueError). Errors: ValueError naming the operand for shapes, dtypes, devices,
     layouts (sparse), strides, alignment (N and K multiples of 8 for 16-bit types), also with no groups;
     TypeError for an operand that is not a tensor and for a ``zero_tail`` or ``validate`` that is not a bool
-    (Python or NumPy); NotImplementedError for f16/f32 inputs on CUDA and for 8-bit and FP4 inputs.
+    (Python or NumPy); NotImplementedError for f16, f32 or f64 inputs on CUDA, for 8-bit and FP4 inputs and for
+    an operand inside a torch.func transform.
     Formula source: docs/ops.md §1 and §5; ``torch._grouped_mm`` (torch/_meta_registrations.py).
     """
     try:

@@ -284,10 +284,12 @@ def moe_mlp(x: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, offsets: 
 
     Args:
         x: (M, H) tokens sorted by expert, row-major; bf16 (also f16, and f32/f64 for gradient checks, on
-            CPU only: the sm_90a kernels take bf16).
-        w_up: (E, H, 2I), same dtype; N-contiguous, or a transposed view of an (E, 2I, H) tensor.
+            CPU only: the sm_90a kernels take bf16). H a multiple of 8 for 16-bit dtypes (4 for f32, 2 for f64).
+        w_up: (E, H, 2I), same dtype; N-contiguous, or a transposed view of an (E, 2I, H) tensor; 1 <= E <= 1024,
+            I a multiple of 8 for 16-bit dtypes (4 for f32, 2 for f64), 2I of 64 for the interleaved layouts.
         w_down: (E, I, H), same dtype and stride rules.
-        offsets: (E,) int32, cumulative end row of each expert, on x's device (never read on the host).
+        offsets: (E,) int32, cumulative end row of each expert, on x's device (read on the host only with
+            ``validate=True``).
         prob: optional (M,) router probability per row (any floating dtype; used as float32).
         zero_tail: the ops write zeros to rows at or past offsets[-1] of y (and of dx in the backward), as
             moegemm.jax.moe_mlp does, so that no unspecified value reaches the layers around it (e.g. through a
@@ -316,7 +318,8 @@ def moe_mlp(x: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, offsets: 
         ValueError naming the operand (shape, dtype, device, stride, alignment, activation, glu_layout);
         TypeError for an operand that is not a tensor, a zero_tail or validate that is not a bool (Python or
         NumPy), and a limit, act_alpha or linear_offset that is not a real number (a bool included);
-        NotImplementedError for requests the backend cannot serve (f16 or f32 inputs on CUDA).
+        NotImplementedError for requests the backend cannot serve (f16, f32 or f64 inputs on CUDA; 8-bit and
+        FP4 inputs) and for an operand inside a torch.func transform.
     """
     x, w_up, w_down = _autocast(x, w_up, w_down)
     return _moe_mlp(_OP, x, w_up, w_down, offsets, prob, activation, glu_layout, zero_tail=zero_tail, limit=limit,
@@ -383,8 +386,13 @@ class MoEMLP(torch.nn.Module):
     Parameters: ``w_up`` (E, H, 2I) and ``w_down`` (E, I, H), initialised uniform in
     [-1/sqrt(fan_in), 1/sqrt(fan_in)] (fan_in H for w_up, I for w_down), as nn.Linear does. ``zero_tail``
     (default True) and swiglu_clamped's ``limit``, ``act_alpha``, ``linear_offset`` as in :func:`moe_mlp`.
+    ``num_experts`` (E, 1 to 1024), ``hidden`` (H) and ``intermediate`` (I): positive ints, H and I multiples
+    of 16 bytes of ``dtype`` (8 for 16-bit, 4 for f32, 2 for f64), I a multiple of 32 for the interleaved
+    ``glu_layout``s; ``activation`` and ``glu_layout`` as in :func:`moe_mlp`; ``device`` as torch's factories.
     ``dtype``: None (torch's default), bf16 (the CUDA kernels' dtype), f16, f32 or f64 (CPU); anything else
-    raises ValueError naming ``dtype``; a ``zero_tail`` that is not a bool raises TypeError naming it.
+    raises ValueError naming ``dtype``, as does any size, activation, layout or (with swiglu_clamped) clamp
+    parameter above that does not fit; a ``zero_tail`` that is not a bool, or a clamp parameter that is not a
+    real number, raises TypeError naming it.
     Inside ``torch.autocast`` x and the parameters are cast to autocast's dtype, as in :func:`moe_mlp`.
     Parameters that are DTensors split over experts (``Shard(0)``) or replicated run on their local shards,
     with this rank's tokens and offsets, their gradients Partial along replicated mesh dims (docs/torch.md);
@@ -434,6 +442,8 @@ class MoEMLP(torch.nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
+        """Draws w_up and w_down anew, uniform in [-1/sqrt(fan_in), 1/sqrt(fan_in)] (fan_in H for w_up, I for
+        w_down), as nn.Linear.reset_parameters does."""
         for w, fan_in in ((self.w_up, self.w_up.shape[1]), (self.w_down, self.w_down.shape[1])):
             bound = 1.0 / math.sqrt(fan_in)
             torch.nn.init.uniform_(w, -bound, bound)
@@ -441,7 +451,7 @@ class MoEMLP(torch.nn.Module):
     def forward(self, x: torch.Tensor, offsets: torch.Tensor, prob: torch.Tensor | None = None, *,
                 validate: bool = False) -> torch.Tensor:
         """x (M, H), offsets (E,) int32, prob optional (M,) -> y (M, H); see :func:`moe_mlp` (also for
-        ``validate``)."""
+        ``validate`` and the errors). ValueError for an x whose H, dtype or device is not the module's."""
         w_up, w_down = _local_weight("w_up", self.w_up), _local_weight("w_down", self.w_down)
         x, w_up, w_down = _autocast(x, w_up, w_down)
         hidden = w_up.shape[1]

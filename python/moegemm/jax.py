@@ -161,7 +161,7 @@ def grouped_gemm(a, b, offsets, *, alpha=None, prob=None, bias=None, b_layout="n
     Args:
       a: (M, K) bf16/f16, rows sorted by expert.
       b: (E, N, K) with ``b_layout="nk"`` or (E, K, N) with ``"kn"``; a's dtype. K, N multiples of 8.
-      offsets: (E,) int32 cumulative end rows.
+      offsets: (E,) int32 cumulative end rows, 1 <= E <= 1024.
       alpha: optional (E,) f32 per-expert scale. prob: optional (M,) f32 per-row scale of D only.
       bias: optional (E, N) bf16/f32.
       generate_c: also return C = G (pre-prob). d_dtype, c_dtype: bf16/f16/f32 (default a.dtype).
@@ -169,7 +169,8 @@ def grouped_gemm(a, b, offsets, *, alpha=None, prob=None, bias=None, b_layout="n
     Returns:
       D (M, N), or (D, C) with generate_c.
     Raises:
-      ValueError / TypeError at trace time for operands that do not fit (named in the message).
+      At trace time, naming the operand: ValueError for shapes, E, alignment and option values; TypeError for
+      dtypes, a non-array operand and a flag that is not a bool.
     """
     return _grouped_forward("grouped_gemm", a, b, offsets, alpha, prob, bias, b_layout, generate_c,
                             d_dtype, c_dtype, zero_tail, None)
@@ -185,12 +186,16 @@ def grouped_gemm_glu(a, b, offsets, *, alpha=None, prob=None, bias=None, b_layou
       activation: "swiglu" (silu(gate) * up), "geglu" (gelu_tanh(gate) * up) or "swiglu_clamped"
         (gpt-oss: g' = min(gate, limit), u' = clamp(up, -limit, limit),
         (u' + linear_offset) * g' * sigmoid(act_alpha * g')).
-      glu_layout: "halves" (gate = columns [0, I), up = [I, 2I)), "interleaved32" (32-column blocks
-        gate, up, gate, up, ...) or "interleaved32_up_first".
+      glu_layout: "halves" (gate = columns [0, I), up = [I, 2I); I a multiple of 8 for 16-bit D and C, of 4
+        for f32), "interleaved32" (32-column blocks gate, up, gate, up, ...) or "interleaved32_up_first" (up,
+        gate, ...); the interleaved layouts need N = 2I a multiple of 64.
+      limit, act_alpha, linear_offset: swiglu_clamped's parameters, real Python numbers baked into the compiled
+        call; it needs limit > 0 and a finite act_alpha and linear_offset, in f32. swiglu and geglu ignore them.
     Returns:
       D (M, I), or (D, C) with generate_c, C = G (M, 2I) (the residual of grouped_gemm_dglu).
     Raises:
-      ValueError / TypeError at trace time.
+      As grouped_gemm; ValueError also for a limit, act_alpha or linear_offset that swiglu_clamped refuses,
+      TypeError for one that is not a real number or is traced.
     """
     glu = _glu_attrs("grouped_gemm_glu", activation, glu_layout, limit, act_alpha, linear_offset)
     return _grouped_forward("grouped_gemm_glu", a, b, offsets, alpha, prob, bias, b_layout, generate_c,
@@ -270,6 +275,8 @@ def grouped_gemm_dglu(dy, b, c, offsets, *, alpha=None, beta=None, prob=None, b_
       dc_dtype: bf16/f16/f32 (default c.dtype). zero_tail: zero dC and dprob rows >= offsets[-1].
     Returns:
       GroupedBackward(dc, dprob, dbias, amax) with None for what was not requested.
+    Raises:
+      As grouped_gemm_glu, at trace time.
     """
     glu = _glu_attrs("grouped_gemm_dglu", activation, glu_layout, limit, act_alpha, linear_offset)
     return GroupedBackward(*_grouped_backward(
@@ -284,8 +291,10 @@ def grouped_gemm_dsrelu(dy, b, c, offsets, *, alpha=None, prob=None, b_layout="n
     ``dC = 2 relu(c) dH prob``; ``dprob = sum_cols relu(c)^2 dH``; dbias = per-expert column sums of
     dC; amax = max|dC| (returned as a scalar).
 
-    Args: dy (M, K) bf16/f16; b (E, N, K) / (E, K, N); c (M, N) saved pre-activation; the rest as
-    grouped_gemm_dglu. Returns GroupedBackward(dc, dprob, dbias, amax).
+    Args: dy (M, K) bf16/f16; b (E, N, K) / (E, K, N), dy's dtype; c (M, N) bf16/f16/f32 saved
+    pre-activation; offsets, alpha, prob, b_layout as grouped_gemm; compute_dprob (dprob (M,) f32),
+    compute_dbias (dbias (E, N), dbias_dtype f32/bf16), compute_amax (amax () f32), dc_dtype and zero_tail as
+    grouped_gemm_dglu. Returns GroupedBackward(dc, dprob, dbias, amax). Raises as grouped_gemm.
     """
     dc, dprob, dbias, amax = _grouped_backward(
         "grouped_gemm_dsrelu", dy, b, c, offsets, alpha, None, prob, b_layout, 1, compute_dprob,
@@ -297,7 +306,8 @@ def grouped_gemm_wgrad(x, dy, offsets, *, transpose_output=False, w_dtype=jnp.fl
     """Per-expert weight gradient (docs/ops.md §5): ``W_g = x[rows_g]^T @ dy[rows_g]``.
 
     Args:
-      x: (M, H) bf16/f16; dy: (M, N), x's dtype; offsets: (E,) int32 over the M rows.
+      x: (M, H) bf16/f16; dy: (M, N), x's dtype; H, N multiples of 8; offsets: (E,) int32 over the M rows,
+        1 <= E <= 1024.
       transpose_output: return (E, N, H) (W_g^T) instead of (E, H, N).
       w_dtype: f32 (default; also for None) or bf16.
     Returns:
@@ -329,8 +339,10 @@ def gemm_swiglu(a, b, *, b_layout="nk", alpha=1.0, glu_layout="interleaved32_up_
     ``c = up * silu(gate)`` (M, N/2) with the pairing of ``glu_layout`` (default: 32-column blocks,
     block 2j up and 2j+1 gate, the cuDNN dense convention).
 
-    Args: a (M, K) bf16/f16; b (N, K) ("nk") or (K, N) ("kn"); alpha: python float (baked into the
-    compiled call); ab12_dtype f32/bf16/f16; c_dtype (default a.dtype). Returns (ab12, c).
+    Args: a (M, K) bf16/f16; b (N, K) ("nk") or (K, N) ("kn"), a's dtype; K, N multiples of 8; N a multiple of
+    64 for the interleaved layouts (the default included), N/2 of 8 for "halves" (of 4 where ab12 and c are
+    f32); alpha: python float (baked into the compiled call); ab12_dtype f32 (default)/bf16/f16; c_dtype
+    bf16/f16/f32 (default a.dtype). Returns (ab12, c). Raises as grouped_gemm.
     """
     op = "gemm_swiglu"
     m = _activations(op, a)
@@ -348,8 +360,8 @@ def gemm_swiglu(a, b, *, b_layout="nk", alpha=1.0, glu_layout="interleaved32_up_
 def gemm_amax(a, b, *, b_layout="nk", c_dtype=None):
     """Dense GEMM with the absolute maximum (docs/ops.md §6): ``C = a @ B^T``, ``amax = max|C|``.
 
-    Args: a (M, K) bf16/f16; b (N, K) / (K, N); c_dtype bf16/f16/f32 (default a.dtype).
-    Returns (C (M, N), amax () f32; 0 when M = 0).
+    Args: a (M, K) bf16/f16; b (N, K) / (K, N), a's dtype; K, N multiples of 8; c_dtype bf16/f16/f32
+    (default a.dtype). Returns (C (M, N), amax () f32; 0 when M = 0). Raises as grouped_gemm.
     """
     op = "gemm_amax"
     m = _activations(op, a)
@@ -364,8 +376,9 @@ def gemm_srelu(a, b, *, b_layout="nk", alpha=1.0, prob=None, generate_c=False, d
                c_dtype=None):
     """Dense GEMM + squared ReLU (docs/ops.md §6/§4): ``G = alpha * a @ B^T``, ``D = prob * relu(G)^2``.
 
-    Args: a (M, K); b (N, K) / (K, N); alpha python float; prob optional (M,) f32; generate_c returns
-    C = G too. Returns D (M, N) or (D, C).
+    Args: a (M, K) bf16/f16; b (N, K) / (K, N), a's dtype; K, N multiples of 8; alpha python float; prob
+    optional (M,) f32; generate_c returns C = G too; d_dtype, c_dtype bf16/f16/f32 (default a.dtype).
+    Returns D (M, N) or (D, C). Raises as grouped_gemm.
     """
     op = "gemm_srelu"
     generate_c = chk.static_bool(op, "generate_c", generate_c)
@@ -384,11 +397,12 @@ def gemm_srelu(a, b, *, b_layout="nk", alpha=1.0, prob=None, generate_c=False, d
 
 
 def gemm_dsrelu(dy, b, c, *, b_layout="nk", alpha=1.0, prob=None, compute_dprob=False, dc_dtype=None):
-    """Backward of gemm_srelu: ``dH = alpha * dy @ B^T``; ``dC = 2 relu(c) dH prob``;
+    """Backward of gemm_srelu (docs/ops.md §6/§4): ``dH = alpha * dy @ B^T``; ``dC = 2 relu(c) dH prob``;
     ``dprob = sum_cols relu(c)^2 dH``.
 
-    Args: dy (M, K) bf16/f16; b (N, K) / (K, N); c (M, N) saved pre-activation; prob optional (M,) f32.
-    Returns (dC (M, N), dprob (M,) f32 or None).
+    Args: dy (M, K) bf16/f16; b (N, K) / (K, N), dy's dtype; K, N multiples of 8; c (M, N) bf16/f16/f32 saved
+    pre-activation; alpha python float; prob optional (M,) f32; compute_dprob also returns dprob; dc_dtype
+    bf16/f16/f32 (default c.dtype). Returns (dC (M, N), dprob (M,) f32 or None). Raises as grouped_gemm.
     """
     op = "gemm_dsrelu"
     compute_dprob = chk.static_bool(op, "compute_dprob", compute_dprob)

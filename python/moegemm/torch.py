@@ -4,8 +4,8 @@ Importing this module loads ``libmoegemm_torch.so`` (the C++ ops, registered wit
 the CPU and CUDA dispatch keys) and registers a fake kernel for every op, so the ops trace under
 ``torch.compile(fullgraph=True)`` and pass ``torch.library.opcheck``.
 
-Ops (contracts: docs/ops.md; schemas and conventions: docs/torch.md). All take ``offsets`` (E,) int32,
-the cumulative end row of each expert, on the device of the other operands; CPU tensors run the CPU
+Ops (contracts: docs/ops.md; schemas and conventions: docs/torch.md). The grouped ones take ``offsets`` (E,)
+int32, the cumulative end row of each expert, on the device of the other operands; CPU tensors run the CPU
 reference backend (bf16/f16, also f32/f64 inputs), CUDA tensors the sm_90a kernels (every op, forward and
 backward; bf16 inputs):
 
@@ -25,7 +25,8 @@ N contiguous. An optional output is requested with its flag (``generate_c``, ``c
 one not requested comes back as an empty tensor of shape (0,). Outputs are uninitialised allocations
 of the caching allocator on the current stream; rows at or past ``offsets[-1]`` are left unwritten
 unless ``zero_tail=True``. Bad operands raise ``ValueError`` naming the operand; requests the backend
-cannot serve (f16 or f32 inputs on CUDA, FP8) raise ``NotImplementedError``. Device workspace, where an op
+cannot serve (f16, f32 or f64 inputs on CUDA, 8-bit and FP4 inputs, a GPU other than compute capability 9.0;
+docs/ops.md §0.2) raise ``NotImplementedError``; a failed CUDA call ``RuntimeError``. Device workspace, where an op
 needs one, is sized by the C++ ``X_workspace_bytes`` and allocated (uninitialised) by the caching allocator.
 
 Higher level: :func:`grouped_mm` (``torch._grouped_mm`` drop-in), :func:`moe_mlp` and :class:`MoEMLP`
