@@ -1,35 +1,68 @@
 """No needless fills: outputs come from a poisoned allocator; addressed elements are written, tail rows
 keep the poison unless zero_tail, wgrad of empty experts is exactly zero. Cases C01-C04, C12.
 
-On CPU the "allocator" is glibc malloc behind torch's CPU allocator: the helper keeps freed blocks in the
-heap so the op's at::empty reuses a NaN-filled block, and each test first checks (probe) that the reuse
-happened, then that the op's output starts at the probed address; if either did not happen, the tail
-assertions would prove nothing and the test says so by skipping.
-The CUDA caching allocator always reuses, so the same tests under the gpu marker are strict; every op has
-an sm_90a kernel (gpu_support), so on CUDA each case, wgrad's exact-zero experts included, runs the kernels.
+On CPU the allocator is glibc malloc behind torch's CPU allocator. During each CPU test glibc's M_PERTURB
+option is on: every block malloc hands out, the ops' at::empty outputs included, starts filled with 0x7F
+bytes (3.39e38 in bf16 and f32), so an element the op does not write keeps that pattern. A probe checks that
+the C library honours the option (a skip says it does not: the tail assertions would prove nothing).
+On CUDA the caching allocator reuses a freed block filled with 0xFF bytes (NaN) for the next output of its
+size; every op has an sm_90a kernel (gpu_support), so on CUDA each case, wgrad's exact-zero experts
+included, runs the kernels.
 """
+
+import contextlib
+import ctypes
+import ctypes.util
 
 import pytest
 import torch
 
 import moegemm.torch  # noqa: F401
-from torch_helpers import (DEVICES, assert_close, end_row, in_poisoned_block, is_poison, offsets_of, poison, randn,
-                           ranges, ref_linear)
+from torch_helpers import DEVICES, assert_close, end_row, offsets_of, poison, randn, ranges, ref_linear
 
 ops = torch.ops.moegemm
-GLIBC_CHUNK_HEADER_BYTES = 64  # free-list pointers glibc may keep in a freed chunk's first bytes (at most 32)
+M_PERTURB = -6  # mallopt parameter (glibc): fill each allocated block with perturb ^ 0xFF, each freed one with perturb
+PERTURB = 0x80
+POISON_BYTE = {"cpu": PERTURB ^ 0xFF, "cuda": 0xFF}
+
+
+@contextlib.contextmanager
+def _malloc_perturb():
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    if not libc.mallopt(M_PERTURB, PERTURB):
+        pytest.skip("the C library has no M_PERTURB; CPU outputs cannot be poisoned")
+    try:
+        yield
+    finally:
+        libc.mallopt(M_PERTURB, 0)
+
+
+@pytest.fixture(autouse=True)
+def _poisoned_cpu_allocations(request):
+    """CPU tests run with every allocation poisoned (M_PERTURB); CUDA tests poison blocks themselves."""
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is None or callspec.params.get("device") != "cpu":
+        yield
+        return
+    with _malloc_perturb():
+        yield
 
 
 def _poisoned(nbytes, device):
-    if not poison([nbytes], device):
-        pytest.skip("the CPU allocator did not hand back the poisoned block; nothing to prove here")
+    """The next output of `nbytes` bytes starts poisoned: on CUDA a freed 0xFF block of that size is reused;
+    on CPU every allocation is (a probe of that size checks it)."""
+    if device == "cuda":
+        poison([nbytes], device)
+        return
+    probe = torch.empty(nbytes, dtype=torch.uint8)
+    if not (probe == POISON_BYTE["cpu"]).all():
+        pytest.skip("malloc did not apply M_PERTURB to a block of this size; nothing to prove here")
 
 
-def _landed(t, device):
-    """On CPU, skip unless `t` was allocated in the poisoned block (glibc may place it elsewhere even after
-    the probe found the poison); the CUDA caching allocator reuses the block, so CUDA stays strict."""
-    if device == "cpu" and not in_poisoned_block(t):
-        pytest.skip("the op's output did not land in the poisoned CPU block; nothing to prove here")
+def is_poison(t: torch.Tensor) -> torch.Tensor:
+    """Per-row mask: every byte of the row still holds the device's poison byte."""
+    rows = t.contiguous().view(torch.uint8).reshape(t.shape[0], -1)
+    return (rows == POISON_BYTE[t.device.type]).all(dim=-1)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -46,7 +79,6 @@ def test_c04_tail_rows_untouched_unless_zero_tail(device, zero_tail):
     if zero_tail:
         assert (d[744:] == 0).all()
     else:
-        _landed(d, device)
         assert is_poison(d[744:]).all(), "tail rows were written"
 
 
@@ -104,13 +136,9 @@ def test_c03_many_empty_experts(device):
     offsets = torch.zeros(256, dtype=torch.int32, device=device)
     _poisoned(128 * n * 2, device)
     d, _ = ops.grouped_gemm(a, b, offsets)
-    if device != "cpu" or in_poisoned_block(d):
-        # On CPU glibc writes a freed chunk's free-list pointers into its first bytes (when the probe is
-        # freed, before the op reuses the block): those are not the op's writes.
-        flat = d.reshape(-1)[GLIBC_CHUNK_HEADER_BYTES // d.element_size():] if device == "cpu" else d.reshape(-1)
-        assert torch.isnan(flat).all()
+    assert is_poison(d).all()
     dy = randn(128, n, device=device, seed=11)
-    poison([256 * k * n * 4], device)  # every expert's block of w reads NaN unless the op writes its zeros
+    _poisoned(256 * k * n * 4, device)  # every expert's block of w reads poison unless the op writes its zeros
     w = ops.grouped_gemm_wgrad(a, dy, offsets)
     assert (w == 0).all()
 
@@ -125,7 +153,6 @@ def test_glu_outputs_written_where_addressed(device):
     h, c = ops.grouped_gemm_glu(a, b, offsets, generate_c=True)
     assert not is_poison(h[:89]).any() and torch.isfinite(h[:89]).all()
     assert torch.isfinite(c[:89]).all()
-    _landed(h, device)
     assert is_poison(h[89:]).all()
 
 
