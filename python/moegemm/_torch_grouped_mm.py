@@ -386,9 +386,9 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
       bytes: M-major A tiles, each expert's first tile starting at a row that is a multiple of 8; a
       column-major ``a`` off those is copied). Differentiable in ``a``, ``b`` and ``bias`` (dA via
       grouped_gemm with the transposed weight, dB via grouped_gemm_wgrad, which reads a column-major ``a``
-      through a row-major copy: empty groups get exact zeros). dA and dB read the incoming gradient rounded to ``a``'s dtype (the kernels take bf16
-      operands), so an f32 gradient of an ``out_dtype=torch.float32`` call loses its low bits there; dbias
-      sums it as it comes.
+      through a row-major copy: empty groups get exact zeros). dA and dB read the incoming gradient rounded
+      to ``a``'s dtype (the kernels take bf16 operands), so an f32 gradient of an ``out_dtype=torch.float32``
+      call loses its low bits there; dbias sums it as it comes.
     - 2-D x 2-D (ragged K): ``a`` (H, T), ``b`` (T, N) -> (E, H, N) with ``out[g] = a[:, cols_g] @
       b[cols_g, :]``; groups without columns give exact zeros. Read in place when the token dimension T is
       the rows of both in memory: ``a`` the transposed view of a row-major (T, H) tensor, ``b`` row-major; a
@@ -425,7 +425,9 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
     Rows at or past ``offs[-1]`` (2-D x 3-D; columns for 3-D x 2-D): not written, content unspecified, as
     ``torch._grouped_mm`` (whose output is an uninitialised ``empty`` there, on CPU and CUDA);
     ``zero_tail=True`` (an extension) writes zeros to exactly those rows, and to the same rows of dA in the
-    backward (2-D x 2-D: to the gradients' entries of T at or past ``offs[-1]``).
+    backward (2-D x 2-D: to the gradients' entries of T at or past ``offs[-1]``). Slicing the output to its
+    addressed rows before the backward (``out[:offs[-1]]``) does not change that: dA's tail rows are still
+    unspecified, so pass ``zero_tail=True`` where dA is used whole (summed, or the tokens' gradient).
 
     ``validate=True`` (an extension; docs/ops.md §0) checks ``offs`` on the host first (a copy and a sync) and
     raises ValueError naming offs at the first offset that is negative, decreasing or past the ragged
