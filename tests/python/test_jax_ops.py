@@ -343,9 +343,10 @@ def test_trace_time_errors_name_the_operand():
         jax.jit(lambda g: mj.gemm_srelu(a, b[0], generate_c=g))(False)
     with pytest.raises(TypeError, match=r"grouped_gemm_wgrad: transpose_output: " + flag):
         jax.jit(lambda t: mj.grouped_gemm_wgrad(a, a, off, transpose_output=t))(True)
-    # A flag is a bool: a string (truthy), None or an array of several values is refused by name, not read
+    # A flag is a bool: a string (truthy), None, an int or an array of several values is refused by name, not read
     # as True or False; a concrete 0-d bool array is a bool.
-    for bad, got in (("no", "'no'"), (None, "None"), (jnp.array([True, False]), r"\w+ of shape \(2,\)")):
+    for bad, got in (("no", "'no'"), (None, "None"), (1, "1"), (0, "0"),
+                     (jnp.array([True, False]), r"\w+ of shape \(2,\)")):
         with pytest.raises(TypeError, match=rf"grouped_gemm: zero_tail: expected a bool \(Python, NumPy or a "
                                             rf"concrete 0-d bool array\), got {got}$"):
             mj.grouped_gemm(a, b, off, zero_tail=bad)

@@ -58,6 +58,38 @@ def _check_value_and_grad(lhs, rhs, sizes, preferred=None, device=None):
     return out, dl, dr
 
 
+def test_ragged_dot_f16_gradients_are_f16_rounded_once():
+    """f16 operands (the CPU backend) get f16 gradients, each the f32 result rounded once to f16 (docs/ops.md
+    section 0): within half an f16 unit (2^-11 relative) of the float64 product, plus the f32 accumulation's
+    error, where a detour through bf16 would be up to 2^-9 away."""
+    rng = np.random.default_rng(5)
+    lhs, rhs = rand(rng, (96, 32), jnp.float16), rand(rng, (4, 32, 24), jnp.float16, scale=0.3)
+    sizes = np.array([20, 0, 50, 11], np.int32)
+    gs = jnp.asarray(sizes)
+
+    def loss(l, r):  # the cotangent of out is out itself: f16 values, exact as the backward's f16 operand
+        return (mj.ragged_dot(l, r, gs).astype(jnp.float32) ** 2).sum() / 2
+
+    with on_cpu():
+        out = mj.ragged_dot(lhs, rhs, gs)
+        dl, dr = jax.grad(loss, (0, 1))(lhs, rhs)
+    assert dl.dtype == lhs.dtype and dr.dtype == rhs.dtype, (dl.dtype, dr.dtype)
+    l64, o64, r64 = (np.asarray(f32(t), np.float64) for t in (lhs, out, rhs))
+    got_dl, got_dr = np.asarray(f32(dl), np.float64), np.asarray(f32(dr), np.float64)
+
+    def within_one_rounding(got, ref, terms, what):
+        err = np.abs(got - ref)
+        assert (err <= 2.0**-11 * np.abs(ref) + 2.0**-20 * terms + 2.0**-24).all(), (what, float(err.max()))
+
+    ends = np.cumsum(sizes)
+    for g, (begin, end) in enumerate(zip(ends - sizes, ends)):
+        rows = slice(begin, end)
+        # d rhs[g] = lhs[rows]^T @ dout[rows], d lhs[rows] = dout[rows] @ rhs[g]^T
+        within_one_rounding(got_dr[g], l64[rows].T @ o64[rows], np.abs(l64[rows]).T @ np.abs(o64[rows]), g)
+        within_one_rounding(got_dl[rows], o64[rows] @ r64[g].T, np.abs(o64[rows]) @ np.abs(r64[g]).T, g)
+    assert (got_dl[ends[-1]:] == 0).all()
+
+
 # Shapes of jax's tests/lax_test.py ragged_dot tests: (m, k, n, num_groups). The first two have K or N
 # that bf16 cannot serve (rows not 16-byte aligned): they must raise a clear error; the rest run.
 UNALIGNED_JAX_CASES = [(64, 4, 3, 1), (64, 9, 8, 2)]
@@ -444,6 +476,37 @@ def test_moe_mlp_value_and_gradients_match_f32_autodiff(shape, activation, glu_l
     prob = jnp.asarray(rng.uniform(0.2, 1, m), jnp.float32)
     cot = rand(rng, (m, h), jnp.float32)
     _expect_moe_mlp_matches_f32_autodiff(x, w_up, w_down, prob, cot, sizes, activation, glu_layout, platform)
+
+
+def test_moe_mlp_f16_operands_and_a_bf16_prob_keep_their_dtypes():
+    """f16 operands (the CPU backend) and a bf16 router probability, which moe_mlp casts to f32 for the ops (its
+    docstring: "of a floating dtype (cast to f32)"): values as for bf16, every gradient in its primal's dtype,
+    and f16 weight gradients rounded once from f32 (docs/ops.md section 0), not through bf16 (the kernels' own
+    w_dtype), which would be up to 4x further from the float64 product."""
+    m, h, i, sizes = MOE_SHAPES["small"]
+    sizes = np.array(sizes, np.int32)
+    e = len(sizes)
+    rng = np.random.default_rng(23)
+    x = rand(rng, (m, h), jnp.float16)
+    w_up = rand(rng, (e, h, 2 * i), jnp.float16, scale=1.5 / np.sqrt(h))
+    w_down = rand(rng, (e, i, h), jnp.float16, scale=1 / np.sqrt(i))
+    prob = jnp.asarray(rng.uniform(0.2, 1, m), jnp.bfloat16)
+    cot = rand(rng, (m, h), jnp.float32)
+    _expect_moe_mlp_matches_f32_autodiff(x, w_up, w_down, prob, cot, sizes, "swiglu", "halves", "cpu")
+    # dw_down[g] = h[rows]^T @ dy[rows]: h the GLU's output (its op again, the same bits), dy the cotangent
+    # rounded to f16, as the backward takes it.
+    with on_cpu():
+        hidden = mj.grouped_gemm_glu(x, w_up, offsets_of(sizes), prob=prob.astype(jnp.float32), b_layout="kn")
+        dw_down = jax.grad(lambda wd: (mj.moe_mlp(x, w_up, wd, jnp.asarray(sizes), prob=prob).astype(jnp.float32)
+                                       * cot).sum())(w_down)
+    h64, dy64 = np.asarray(f32(hidden), np.float64), np.asarray(f32(cot.astype(jnp.float16)), np.float64)
+    got = np.asarray(f32(dw_down), np.float64)
+    ends = np.cumsum(sizes)
+    for g, (begin, end) in enumerate(zip(ends - sizes, ends)):
+        ref = h64[begin:end].T @ dy64[begin:end]
+        terms = np.abs(h64[begin:end]).T @ np.abs(dy64[begin:end])
+        err = np.abs(got[g] - ref)
+        assert (err <= 2.0**-11 * np.abs(ref) + 2.0**-20 * terms + 2.0**-24).all(), (g, float(err.max()))
 
 
 def _clamp_edge_inputs(rng, m, h, i, e, glu_layout):

@@ -422,8 +422,8 @@ def test_empty_output_extents_check_what_a_call_with_rows_checks(device):
         return torch.tensor(values, dtype=torch.int32, device=device)
 
     bad_offs = ([8, 4, 16, 24], [-1, 8, 16, 24], [8, 8, 16, 40])
-    for make, empty, full in ((two_2d, 0, 16), (three_2d, 0, 16)):
-        for values in bad_offs:
+    for make, empty, full, extent in ((two_2d, 0, 16, 32), (three_2d, 0, 16, 24)):
+        for values in bad_offs + ([8, 8, 16, extent + 1],):  # one past the ragged extent, T or N, is past it too
             offs = ends(values)
             with_rows = message(lambda: mt.grouped_mm(*make(full), offs, validate=True))
             assert with_rows.endswith("'s offsets)")

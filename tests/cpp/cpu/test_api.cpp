@@ -58,6 +58,12 @@ TEST(ValidateOffsets, ReportsDecreasingEnd) {
                 "got offsets[3] = 5 < offsets[2] = 9"});
 }
 
+TEST(ValidateOffsets, ReportsAnEndOneBelowTheOneBeforeIt) {
+  std::vector<int32_t> ends{4, 9, 8, 20};  // the smallest decrease: expert 2 would silently get no rows
+  expect_error([&] { validate_offsets(offsets_view(ends), 96); }, ErrorCode::invalid_argument,
+               {"validate_offsets: offsets:", ">= the one before it", "got offsets[2] = 8 < offsets[1] = 9"});
+}
+
 TEST(ValidateOffsets, ReportsNegativeEnd) {
   std::vector<int32_t> ends{-1, 4};
   expect_error([&] { validate_offsets(offsets_view(ends), 96); }, ErrorCode::invalid_argument,

@@ -872,6 +872,24 @@ TEST(Contract, RowStrideMustBeAMultipleOf16Bytes) {
                 "got stride(0)=68 elements (136 bytes)"});
 }
 
+// The 16-byte rule on the row stride holds from two rows on (a single row's stride addresses nothing): two tokens
+// of a padded activation, a[:, :K] of a (2, K + 4) tensor, are refused as 96 are.
+TEST(Contract, RowStrideRuleHoldsForTwoRows) {
+  for (Device dev : {Device::cuda, Device::host}) {
+    Maker m{dev};
+    auto x = grouped_gemm_args(m);
+    x.prob = TensorView{};
+    x.a = TensorView::strided(x.a.data, DType::bf16, {2, kK}, {kK + 4, 1}, dev);
+    x.d = TensorView::contiguous(x.d.data, DType::bf16, {2, kN}, dev);
+    x.c = TensorView::contiguous(x.c.data, DType::bf16, {2, kN}, dev);
+    expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+                 {"grouped_gemm: a: expected a row stride that is a multiple of 16 bytes (16-byte alignment rule)",
+                  "got stride(0)=68 elements (136 bytes)"});
+    x.a = TensorView::strided(x.a.data, DType::bf16, {2, kK}, {kK + 8, 1}, dev);  // padded by 16 bytes: taken
+    EXPECT_EQ(contract::check(x), dev);
+  }
+}
+
 TEST(Contract, BaseAddressesMustBe16ByteAligned) {
   Maker m{Device::cuda};
   auto x = grouped_gemm_args(m);
@@ -1152,6 +1170,27 @@ TEST(Contract, MixedDevicesNameTheOddOperand) {
   auto w = wgrad_args(dev);
   w.x.device = Device::host;
   expect_error([&] { contract::check(w); }, ErrorCode::invalid_argument, {"grouped_gemm_wgrad: x: expected a cuda tensor"});
+}
+
+// As many operands on each device: the backend is the first operand's (rules.hpp), and the first operand on the
+// other device is named, whichever device the first operand is on.
+TEST(Contract, MixedDevicesInATieFollowTheFirstOperand) {
+  for (Device first : {Device::cuda, Device::host}) {
+    const Device other = first == Device::cuda ? Device::host : Device::cuda;
+    Maker m{Device::cuda};
+    GroupedGemmArgs x;  // a, offsets on `first`; b, d on the other device
+    x.a = m.t(DType::bf16, {kM, kK});
+    x.b.dense = m.t(DType::bf16, {kE, kN, kK});
+    x.offsets = m.t(DType::i32, {kE});
+    x.d = m.t(DType::bf16, {kM, kN});
+    x.a.device = x.offsets.device = first;
+    x.b.dense.device = x.d.device = other;
+    const std::string want_first = first == Device::cuda ? "cuda" : "host";
+    const std::string want_other = other == Device::cuda ? "cuda" : "host";
+    expect_error([&] { contract::check(x, contract::Pointers::ignore); }, ErrorCode::invalid_argument,
+                 {"grouped_gemm: d: expected a " + want_first + " tensor like the other operands",
+                  "got a " + want_other + " tensor"});
+  }
 }
 
 // ---- wgrad -------------------------------------------------------------------------------------------------
@@ -1499,6 +1538,38 @@ TEST(Contract, DenseOps) {
   gd.dc = m.t(DType::bf16, {kM, kN});
   expect_error([&] { contract::check(gd); }, ErrorCode::invalid_argument,
                {"gemm_dsrelu: c: expected shape (M=96, N=128)", "got none"});
+}
+
+// Rule 6 on the dense ops' B: N * sizeof(b) a multiple of 16 bytes, also where B is (N, K) (nk, its rows are K
+// long) and the outputs are f32, whose own rows would take N % 4 == 0. N = 12 bf16 columns are 24 bytes.
+TEST(Contract, DenseWeightsNeedNInWhole16Bytes) {
+  const int64_t n = 12;
+  for (Device dev : {Device::cuda, Device::host}) {
+    Maker m{dev};
+    GemmAmaxArgs am;
+    am.a = m.t(DType::bf16, {kM, kK});
+    am.b = m.t(DType::bf16, {n, kK});
+    am.c = m.t(DType::f32, {kM, n});
+    am.amax = m.t(DType::f32, {1});
+    expect_error([&] { contract::check(am); }, ErrorCode::invalid_argument,
+                 {"gemm_amax: b: expected N * sizeof(bf16) a multiple of 16 bytes", "got N=12 (24 bytes)"});
+    GemmSreluArgs sr;
+    sr.a = m.t(DType::bf16, {kM, kK});
+    sr.b = m.t(DType::bf16, {n, kK});
+    sr.d = m.t(DType::f32, {kM, n});
+    expect_error([&] { contract::check(sr); }, ErrorCode::invalid_argument,
+                 {"gemm_srelu: b: expected N * sizeof(bf16) a multiple of 16 bytes", "got N=12 (24 bytes)"});
+    GemmDsreluArgs ds;
+    ds.a = m.t(DType::bf16, {kM, kK});
+    ds.b = m.t(DType::bf16, {n, kK});
+    ds.c = m.t(DType::f32, {kM, n});
+    ds.dc = m.t(DType::f32, {kM, n});
+    expect_error([&] { contract::check(ds); }, ErrorCode::invalid_argument,
+                 {"gemm_dsrelu: b: expected N * sizeof(bf16) a multiple of 16 bytes", "got N=12 (24 bytes)"});
+    am.b = m.t(DType::bf16, {16, kK});  // N = 16: 32 bytes, taken
+    am.c = m.t(DType::f32, {kM, 16});
+    EXPECT_EQ(contract::check(am), dev);
+  }
 }
 
 // ---- operands that each had no test of their own (found by mutating the checks) ---------------------------

@@ -2,9 +2,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
 #include <string>
 
 #include "common/expected.hpp"
+#include "common/float_codec.hpp"
 #include "common/naive.hpp"
 #include "common/offsets.hpp"
 #include "common/poison.hpp"
@@ -108,6 +110,59 @@ std::vector<GemmCase> cases() {
   });
   add("odd_sizes_large_k", [](GemmCase& c) { c.sizes = {3, 129, 0, 70, 5}; c.M = 260; c.K = 264; c.N = 136; });
   return v;
+}
+
+// f64 inputs (the gradient-check path) with 16-bit D and C: every element is rounded once, from the double
+// (docs/ops.md §0), as Numeric.DoublesRoundOnceTo16BitTypes checks for the element-wise store; here through the
+// row stores of an op. G[r, n] = b[n, 0] + s_r 2^-30 b[n, 1] lies 2^-30 (relative) from a 16-bit tie b[n, 0]
+// (an odd multiple of the type's half unit), on the side of the random sign s_r: rounded once it goes that
+// way; through f32 first (whose half unit is 2^-24) it lands on the tie and goes to even, half of the time the
+// other way.
+TEST(GroupedGemmReference, F64ResultsRoundOnceTo16BitOutputs) {
+  const std::vector<int64_t> sizes{7, 0, 9};
+  const int64_t E = 3, M = 16, N = 32, K = 8;
+  std::mt19937_64 rng(301);
+  std::uniform_int_distribution<int> odd(0, 63), sign(0, 1), octave(-3, 3);
+  std::uniform_real_distribution<double> unit(0.5, 1.0);
+  HostTensor a(DType::f64, {M, K}), b(DType::f64, {E, N, K}), offsets = offsets_from_sizes(sizes);
+  for (int64_t r = 0; r < M; ++r)
+    for (int64_t k = 0; k < K; ++k)
+      a.set({r, k}, k == 0 ? 1.0 : k == 1 ? (sign(rng) ? -1.0 : 1.0) * std::ldexp(1.0, -30) : 0.0);
+  for (DType out : {DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(out));
+    const int half_unit = out == DType::bf16 ? 8 : 11;  // 2^-8 (bf16) or 2^-11 (f16) relative: a tie in [1, 2)
+    auto rounded = [&](double v) {
+      return out == DType::bf16 ? decode_bf16(encode_bf16(v)) : decode_f16(encode_f16(v));
+    };
+    for (int64_t g = 0; g < E; ++g)
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t k = 0; k < K; ++k) {
+          const double tie = std::ldexp(1.0 + (2 * odd(rng) + 1) * std::ldexp(1.0, -half_unit), octave(rng));
+          b.set({g, n, k}, k == 0 ? (sign(rng) ? -tie : tie) : k == 1 ? tie * unit(rng) : unit(rng));
+        }
+    HostTensor d(out, {M, N}), c(out, {M, N});
+    poison(d);
+    poison(c);
+    GroupedGemmArgs args;
+    args.a = a.view();
+    args.b.dense = b.view();
+    args.offsets = offsets.view();
+    args.d = d.view();
+    args.c = c.view();
+    reference::run(args);
+    const naive::Rows rs = naive::rows(offsets, M);
+    int64_t telling = 0;
+    for (int64_t g = 0; g < E; ++g)
+      for (int64_t r = rs.begin[g]; r < rs.end[g]; ++r)
+        for (int64_t n = 0; n < N; ++n) {
+          double v = 0;
+          for (int64_t k = 0; k < K; ++k) v += a(r, k) * b(g, n, k);
+          telling += rounded(v) != rounded(static_cast<float>(v));
+          ASSERT_EQ(d(r, n), rounded(v)) << "d row " << r << " col " << n << std::hexfloat << " G " << v;
+          ASSERT_EQ(c(r, n), rounded(v)) << "c row " << r << " col " << n << std::hexfloat << " G " << v;
+        }
+    EXPECT_GT(telling, 0) << "no element tells one rounding from two";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, GroupedGemmReference, ::testing::ValuesIn(cases()),

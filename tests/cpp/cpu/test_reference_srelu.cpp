@@ -296,6 +296,76 @@ TEST(SreluReference, GroupedBackwardAmaxKeepsNaN) {
   EXPECT_FALSE(std::isnan(dc(40, 8)));
 }
 
+// The dense ops read B through its strides: rows padded past K (nk) or N (kn), as a slice b[:, :K] of a wider
+// tensor gives them (docs/ops.md rule 5 takes any row stride >= the columns, a multiple of 16 bytes), for each of
+// gemm_amax, gemm_srelu, gemm_dsrelu and gemm_swiglu, against the loop formula.
+TEST(GemmAmaxReference, DenseOpsReadPaddedWeightRows) {
+  const int64_t M = 40, N = 64, K = 48, I = N / 2;
+  for (BLayout layout : {BLayout::nk, BLayout::kn}) {
+    SCOPED_TRACE(layout == BLayout::nk ? "nk" : "kn");
+    const bool nk = layout == BLayout::nk;
+    HostTensor a = random_tensor(DType::bf16, {M, K}, 131);
+    HostTensor b = random_tensor(DType::bf16, nk ? std::vector<int64_t>{N, K} : std::vector<int64_t>{K, N}, 132,
+                                 -0.4, 0.4, /*row_pad=*/8);
+    auto g = [&](int64_t r, int64_t n) {  // A @ B^T in double
+      double s = 0;
+      for (int64_t k = 0; k < K; ++k) s += a(r, k) * (nk ? b(n, k) : b(k, n));
+      return s;
+    };
+    HostTensor saved = random_tensor(DType::f32, {M, N}, 133);
+    HostTensor c(DType::f32, {M, N}), amax(DType::f32, {1}), d(DType::f32, {M, N}), dc(DType::f32, {M, N}),
+        ab12(DType::f32, {M, N}), h(DType::f32, {M, I});
+    for (HostTensor* t : {&c, &amax, &d, &dc, &ab12, &h}) poison(*t);
+    GemmAmaxArgs am;
+    am.a = a.view();
+    am.b = b.view();
+    am.b_layout = layout;
+    am.c = c.view();
+    am.amax = amax.view();
+    reference::run(am);
+    GemmSreluArgs sr;
+    sr.a = a.view();
+    sr.b = b.view();
+    sr.b_layout = layout;
+    sr.d = d.view();
+    reference::run(sr);
+    GemmDsreluArgs ds;
+    ds.a = a.view();
+    ds.b = b.view();
+    ds.b_layout = layout;
+    ds.c = saved.view();
+    ds.dc = dc.view();
+    reference::run(ds);
+    GemmSwigluArgs sw;
+    sw.a = a.view();
+    sw.b = b.view();
+    sw.b_layout = layout;
+    sw.layout = GluLayout::halves;
+    sw.ab12 = ab12.view();
+    sw.c = h.view();
+    reference::run(sw);
+    Expected want_c({M, N}), want_d({M, N}), want_dc({M, N}), want_h({M, I}), want_amax({1});
+    double m = 0;
+    for (int64_t r = 0; r < M; ++r) {
+      for (int64_t n = 0; n < N; ++n) {
+        const double v = g(r, n);
+        want_c.close({r, n}, v);
+        want_d.close({r, n}, naive::relu(v) * naive::relu(v));
+        want_dc.close({r, n}, 2 * naive::relu(saved(r, n)) * v);
+        m = std::max(m, std::fabs(v));
+      }
+      for (int64_t j = 0; j < I; ++j) want_h.close({r, j}, naive::silu(g(r, j)) * g(r, I + j));
+    }
+    want_amax.close({0}, m);
+    EXPECT_TRUE(matches(c, want_c)) << "gemm_amax c";
+    EXPECT_TRUE(matches(amax, want_amax)) << "gemm_amax amax";
+    EXPECT_TRUE(matches(d, want_d)) << "gemm_srelu d";
+    EXPECT_TRUE(matches(dc, want_dc)) << "gemm_dsrelu dc";
+    EXPECT_TRUE(matches(ab12, want_c)) << "gemm_swiglu ab12";
+    EXPECT_TRUE(matches(h, want_h)) << "gemm_swiglu c";
+  }
+}
+
 TEST(GemmAmaxReference, EmptyMWritesZero) {
   HostTensor a(DType::bf16, {0, 16}), b = random_tensor(DType::bf16, {8, 16}, 103), c(DType::bf16, {0, 8}),
       amax(DType::f32, {1});

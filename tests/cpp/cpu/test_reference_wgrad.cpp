@@ -2,10 +2,12 @@
 // outputs, transpose, accumulate, f32 and bf16 outputs, exact zeros for empty experts.
 #include <gtest/gtest.h>
 
+#include <random>
 #include <string>
 #include <tuple>
 
 #include "common/expected.hpp"
+#include "common/float_codec.hpp"
 #include "common/naive.hpp"
 #include "common/offsets.hpp"
 #include "common/poison.hpp"
@@ -132,6 +134,55 @@ TEST(WgradReference, PointerTableIsReadBeforeAnyWrite) {
   for (int64_t h = 0; h < H; ++h)
     for (int64_t n = 0; n < N; ++n) zeros.exact({h, n}, 0.0);
   EXPECT_TRUE(matches(w0, zeros));
+}
+
+// accumulate rounds once (docs/ops.md §0: the result, computed in the accumulation type, is rounded once to the
+// output's type): the stored W plus the f32 product, then one rounding to W's 16-bit dtype. Values +-k/128
+// (k in [64, 256)) and at most 8 rows per expert keep every product and sum exact in f32, so the expected
+// value is the double sum rounded once by the tests' own codec. Rounding the product to W's dtype before the
+// addition gives another value in many elements (counted, so that the data is known to tell them apart).
+TEST(WgradReference, AccumulateRoundsTheSumOnce) {
+  const std::vector<int64_t> sizes{5, 0, 8, 3};
+  const int64_t E = 4, M = 16, H = 16, N = 24;
+  std::mt19937_64 rng(131);
+  std::uniform_int_distribution<int> step(64, 255), sign(0, 1);
+  auto fill = [&](HostTensor& t) {
+    for (int64_t i = 0; i < t.numel(); ++i)
+      t.set_at(t.offset_of_linear(i), (sign(rng) ? -1.0 : 1.0) * step(rng) / 128.0);
+  };
+  HostTensor x(DType::bf16, {M, H}), dy(DType::bf16, {M, N});
+  fill(x);
+  fill(dy);
+  HostTensor offsets = offsets_from_sizes(sizes);
+  const naive::Rows rs = naive::rows(offsets, M);
+  for (DType out : {DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(out));
+    auto rounded = [&](double v) {
+      return out == DType::bf16 ? decode_bf16(encode_bf16(v)) : decode_f16(encode_f16(v));
+    };
+    HostTensor w(out, {E, H, N});
+    fill(w);
+    std::vector<double> before(static_cast<size_t>(E * H * N));
+    for (int64_t i = 0; i < E * H * N; ++i) before[i] = w.get_at(w.offset_of_linear(i));
+    GroupedGemmWgradArgs args;
+    args.x = x.view();
+    args.dy = dy.view();
+    args.offsets = offsets.view();
+    args.w = w.view();
+    args.accumulate = true;
+    reference::run(args);
+    int64_t telling = 0;
+    for (int64_t g = 0; g < E; ++g)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t n = 0; n < N; ++n) {
+          double s = 0;
+          for (int64_t r = rs.begin[g]; r < rs.end[g]; ++r) s += x(r, h) * dy(r, n);
+          const double old = before[(g * H + h) * N + n], once = rounded(old + s);
+          telling += once != rounded(old + rounded(s));
+          ASSERT_EQ(w(g, h, n), once) << "expert " << g << " h " << h << " n " << n << ": " << old << " + " << s;
+        }
+    EXPECT_GT(telling, 0) << "no element tells one rounding from two";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(All, WgradReference,
