@@ -10,31 +10,15 @@ size; every op has an sm_90a kernel (gpu_support), so on CUDA each case, wgrad's
 included, runs the kernels.
 """
 
-import contextlib
-import ctypes
-import ctypes.util
-
 import pytest
 import torch
 
 import moegemm.torch  # noqa: F401
-from torch_helpers import DEVICES, assert_close, end_row, offsets_of, poison, randn, ranges, ref_linear
+from torch_helpers import (DEVICES, PERTURB_FILL, assert_close, end_row, malloc_perturb, offsets_of, poison, randn,
+                           ranges, ref_linear)
 
 ops = torch.ops.moegemm
-M_PERTURB = -6  # mallopt parameter (glibc): fill each allocated block with perturb ^ 0xFF, each freed one with perturb
-PERTURB = 0x80
-POISON_BYTE = {"cpu": PERTURB ^ 0xFF, "cuda": 0xFF}
-
-
-@contextlib.contextmanager
-def _malloc_perturb():
-    libc = ctypes.CDLL(ctypes.util.find_library("c"))
-    if not libc.mallopt(M_PERTURB, PERTURB):
-        pytest.skip("the C library has no M_PERTURB; CPU outputs cannot be poisoned")
-    try:
-        yield
-    finally:
-        libc.mallopt(M_PERTURB, 0)
+POISON_BYTE = {"cpu": PERTURB_FILL, "cuda": 0xFF}
 
 
 @pytest.fixture(autouse=True)
@@ -44,7 +28,7 @@ def _poisoned_cpu_allocations(request):
     if callspec is None or callspec.params.get("device") != "cpu":
         yield
         return
-    with _malloc_perturb():
+    with malloc_perturb():
         yield
 
 
@@ -55,11 +39,11 @@ def _poisoned(nbytes, device):
         poison([nbytes], device)
         return
     probe = torch.empty(nbytes, dtype=torch.uint8)
-    if not (probe == POISON_BYTE["cpu"]).all():
+    if not (probe == PERTURB_FILL).all():
         pytest.skip("malloc did not apply M_PERTURB to a block of this size; nothing to prove here")
 
 
-def is_poison(t: torch.Tensor) -> torch.Tensor:
+def poisoned_rows(t: torch.Tensor) -> torch.Tensor:
     """Per-row mask: every byte of the row still holds the device's poison byte."""
     rows = t.contiguous().view(torch.uint8).reshape(t.shape[0], -1)
     return (rows == POISON_BYTE[t.device.type]).all(dim=-1)
@@ -79,7 +63,7 @@ def test_c04_tail_rows_untouched_unless_zero_tail(device, zero_tail):
     if zero_tail:
         assert (d[744:] == 0).all()
     else:
-        assert is_poison(d[744:]).all(), "tail rows were written"
+        assert poisoned_rows(d[744:]).all(), "tail rows were written"
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -136,7 +120,7 @@ def test_c03_many_empty_experts(device):
     offsets = torch.zeros(256, dtype=torch.int32, device=device)
     _poisoned(128 * n * 2, device)
     d, _ = ops.grouped_gemm(a, b, offsets)
-    assert is_poison(d).all()
+    assert poisoned_rows(d).all()
     dy = randn(128, n, device=device, seed=11)
     _poisoned(256 * k * n * 4, device)  # every expert's block of w reads poison unless the op writes its zeros
     w = ops.grouped_gemm_wgrad(a, dy, offsets)
@@ -151,9 +135,9 @@ def test_glu_outputs_written_where_addressed(device):
     offsets = offsets_of(sizes, device)
     _poisoned(m * i * 2, device)
     h, c = ops.grouped_gemm_glu(a, b, offsets, generate_c=True)
-    assert not is_poison(h[:89]).any() and torch.isfinite(h[:89]).all()
+    assert not poisoned_rows(h[:89]).any() and torch.isfinite(h[:89]).all()
     assert torch.isfinite(c[:89]).all()
-    assert is_poison(h[89:]).all()
+    assert poisoned_rows(h[89:]).all()
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 
@@ -152,6 +153,26 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, bf16: bool = True
 # ---- poisoned allocators -----------------------------------------------------------------------
 
 _malloc_pinned = False
+M_PERTURB = -6  # mallopt parameter (glibc): fill each allocated block with perturb ^ 0xFF, each freed one with perturb
+PERTURB = 0x80
+PERTURB_FILL = PERTURB ^ 0xFF  # the byte every CPU allocation starts as under malloc_perturb()
+
+
+def _libc():
+    return ctypes.CDLL(ctypes.util.find_library("c"))
+
+
+@contextlib.contextmanager
+def malloc_perturb():
+    """While on, every block glibc's malloc hands out (torch's CPU tensors included) starts as PERTURB_FILL
+    bytes; skips the test where the C library has no M_PERTURB."""
+    libc = _libc()
+    if not libc.mallopt(M_PERTURB, PERTURB):
+        pytest.skip("the C library has no M_PERTURB; CPU outputs cannot be poisoned")
+    try:
+        yield
+    finally:
+        libc.mallopt(M_PERTURB, 0)
 
 
 def _keep_freed_blocks_on_cpu():
@@ -160,7 +181,7 @@ def _keep_freed_blocks_on_cpu():
     global _malloc_pinned
     if _malloc_pinned:
         return
-    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    libc = _libc()
     m_mmap_threshold, m_trim_threshold = -3, -1
     libc.mallopt(m_mmap_threshold, 1 << 30)
     libc.mallopt(m_trim_threshold, 1 << 30)
