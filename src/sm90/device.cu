@@ -55,6 +55,7 @@ const DeviceFacts& current_device() {
   }
   if (device != cached_device) {
     cached = read_facts(device);
+    cached.ordinal = device;
     cached_device = device;
   }
   return cached;

@@ -9,6 +9,7 @@ namespace moegemm::sm90 {
 struct DeviceFacts {
   std::string mismatch;  ///< "" when the device can run the sm_90a kernels, else what it is instead
   int sms = 0;           ///< SM count; 0 where `mismatch` is set
+  int ordinal = -1;      ///< the device's runtime ordinal (cudaGetDevice); -1 where no device is current
 };
 
 /// The current device's facts. Never throws: a failing CUDA query becomes the mismatch text. On the first call

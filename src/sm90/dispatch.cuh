@@ -3,10 +3,12 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <mutex>
 #include <string>
 
 #include "moegemm/error.hpp"
+#include "sm90/device.hpp"
 #include "sm90/instances.hpp"
 #include "sm90/kernel.cuh"
 #include "sm90/kernel_pingpong.cuh"
@@ -17,18 +19,41 @@ namespace moegemm::sm90 {
 using MGroupedScheduler = ExpertTileScheduler<kKernelThreads, kSchedulerMaxExperts>;
 using KGroupedScheduler = RaggedKScheduler<kKernelThreads, kSchedulerMaxExperts>;
 
-/// Launches persistent kernel kKernel with kSmemBytes of dynamic shared memory (the attribute is set once
-/// per kernel).
+/// Devices whose per-kernel set-up is kept; a launch on a device of a higher ordinal repeats the set-up.
+constexpr int kSetUpDevices = 64;
+
+/// The value `set_up()` gives for kernel kKernel on the current device, computed on the first launch there.
+/// A kernel's attributes (its dynamic shared memory limit) belong to it on one device, so a process that
+/// launches on several devices (JAX's devices of one host, torch tensors on cuda:1) sets them on each: set
+/// once per process, every device but the first would refuse the launch. A set-up that throws is tried again
+/// on the next launch.
+template <auto kKernel, class Value, class SetUp>
+Value per_device(SetUp set_up) {
+  static std::array<std::once_flag, kSetUpDevices> once;
+  static std::array<Value, kSetUpDevices> values{};
+  const int device = current_device().ordinal;
+  if (device < 0 || device >= kSetUpDevices) return set_up();
+  std::call_once(once[device], [&] { values[device] = set_up(); });
+  return values[device];
+}
+
+/// Raises kKernel's dynamic shared memory limit to kSmemBytes on the current device (once per device).
 template <auto kKernel, int kSmemBytes>
-void launch_persistent(const KernelParams& p, int grid, cudaStream_t stream) {
-  static std::once_flag once;
-  std::call_once(once, [&] {
+void allow_dynamic_smem() {
+  per_device<kKernel, bool>([] {
     const cudaError_t err = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
     if (err != cudaSuccess) {
       throw Error(ErrorCode::cuda_error,
                   std::string("cudaFuncSetAttribute(max dynamic shared memory): ") + cudaGetErrorString(err));
     }
+    return true;
   });
+}
+
+/// Launches persistent kernel kKernel with kSmemBytes of dynamic shared memory.
+template <auto kKernel, int kSmemBytes>
+void launch_persistent(const KernelParams& p, int grid, cudaStream_t stream) {
+  allow_dynamic_smem<kKernel, kSmemBytes>();
   kKernel<<<grid, kKernelThreads, kSmemBytes, stream>>>(p);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) throw Error(ErrorCode::cuda_error, std::string("grouped GEMM kernel launch: ") + cudaGetErrorString(err));
@@ -51,17 +76,16 @@ void launch_pair_kernel(const KernelParams& p, int grid, cudaStream_t stream) {
   config.stream = stream;
   config.attrs = &cluster;
   config.numAttrs = 1;
-  static int max_pairs = 0;
-  static std::once_flag once;
-  std::call_once(once, [&] {
-    cudaError_t err = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
-    if (err == cudaSuccess) {
-      config.gridDim = dim3(2);
-      err = cudaOccupancyMaxActiveClusters(&max_pairs, kKernel, &config);
-    }
+  allow_dynamic_smem<kKernel, kSmemBytes>();
+  const int max_pairs = per_device<kKernel, int>([&] {
+    cudaLaunchConfig_t probe = config;
+    probe.gridDim = dim3(2);
+    int pairs = 0;
+    const cudaError_t err = cudaOccupancyMaxActiveClusters(&pairs, kKernel, &probe);
     if (err != cudaSuccess) {
       throw Error(ErrorCode::cuda_error, std::string("cluster-pair kernel set-up: ") + cudaGetErrorString(err));
     }
+    return pairs;
   });
   config.gridDim = dim3(2 * std::max(1, std::min(grid / 2, max_pairs)));
   cudaError_t err = cudaLaunchKernelEx(&config, kKernel, p);

@@ -193,6 +193,31 @@ def test_twenty_gpu_calls_are_bitwise_identical(case):
             np.testing.assert_array_equal(x, np.asarray(y), err_msg=f"{case}: call {call + 2}")
 
 
+@pytest.mark.parametrize("case", CASE_NAMES + DENSE_OPS)
+def test_every_gpu_in_turn_gives_the_first_gpus_bits(case):
+    """Every op on each sm_90 GPU of the process in turn, bitwise equal to the first GPU's outputs where the
+    GPUs are of one kind (close to the CPU backend's otherwise): XLA runs each device's calls with that device
+    current, and each GPU's first launch of a kernel comes after the first GPU's (a kernel's launch set-up is
+    per device). Needs two sm_90 GPUs."""
+    gpus = [d for d in jax.devices("gpu") if getattr(d, "compute_capability", "9.0") == "9.0"]
+    if len(gpus) < 2:
+        pytest.skip("fewer than two sm_90 GPUs: no op on a second device was run")
+    if case in DENSE_OPS:
+        fn, args = _dense_cases(1000, "nk")[case]
+    else:
+        _, fn, args = _grouped_cases(SIZES["ragged"])[case]
+    first = _run(gpus[0], fn, args)
+    cpu = _run(_cpu(), fn, args)
+    for gpu in gpus[1:]:
+        again = _run(gpu, fn, args)
+        for i, (x, y, c) in enumerate(zip(first, again, cpu)):
+            assert next(iter(y.devices())) == gpu, (case, i)
+            if gpu.device_kind == gpus[0].device_kind:
+                np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=f"{case} output {i} on {gpu}")
+            else:
+                assert_close(np.asarray(y, np.float32), np.asarray(c, np.float32), f"{case} output {i} on {gpu}")
+
+
 @pytest.mark.parametrize("sizes", list(SIZES.values()), ids=list(SIZES))
 def test_many_calls_in_one_executable_equal_eager(sizes):
     """Many moegemm custom calls in one jitted function (over XLA's command-buffer threshold), forward and

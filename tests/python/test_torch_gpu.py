@@ -23,8 +23,8 @@ NOT_ACCUMULATE = [s for s in SAMPLES if s[0]._overloadname != "accumulate"]
 NOT_ACCUMULATE_IDS = [i for i, s in zip(IDS, SAMPLES) if s[0]._overloadname != "accumulate"]
 
 
-def to_cuda(x):
-    return x.cuda() if isinstance(x, torch.Tensor) else x
+def to_cuda(x, device="cuda"):
+    return x.to(device) if isinstance(x, torch.Tensor) else x
 
 
 def _outputs(result):
@@ -40,23 +40,47 @@ def test_every_op_is_known_to_gpu_support():
     assert has_gpu_kernel(*ALL_OPS, dtypes=[torch.bfloat16])
 
 
-@pytest.mark.parametrize("sample", SAMPLES, ids=IDS)
-def test_values_match_the_cpu_backend(sample):
+def _check_against_the_cpu_backend(sample, device):
+    """Runs `sample` on `device` and on the CPU backend: the outputs are on `device` and close to the CPU's."""
     op, args, kwargs = sample
+    device = torch.device(device)
     if op._overloadname == "accumulate":
-        w_cpu, w_gpu = args[3].clone(), args[3].cuda()
+        w_cpu, w_gpu = args[3].clone(), args[3].to(device)
         op(*args[:3], w_cpu, **kwargs)
-        op(*[to_cuda(a) for a in args[:3]], w_gpu, **kwargs)
+        op(*[to_cuda(a, device) for a in args[:3]], w_gpu, **kwargs)
         assert_close(w_gpu, w_cpu)
         return
-    cuda_args, cuda_kwargs = [to_cuda(a) for a in args], {k: to_cuda(v) for k, v in kwargs.items()}
+    cuda_args, cuda_kwargs = [to_cuda(a, device) for a in args], {k: to_cuda(v, device) for k, v in kwargs.items()}
     gpu = _outputs(op(*cuda_args, **cuda_kwargs))
     cpu = _outputs(op(*args, **kwargs))
     assert len(gpu) == len(cpu)
     for g, c in zip(gpu, cpu):
-        assert g.is_cuda and g.shape == c.shape and g.dtype == c.dtype
+        assert g.device == device and g.shape == c.shape and g.dtype == c.dtype
         if c.numel():
             assert_close(g, c)
+
+
+def _sm90_devices():
+    return [d for d in range(torch.cuda.device_count()) if torch.cuda.get_device_capability(d) == (9, 0)]
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=IDS)
+def test_values_match_the_cpu_backend(sample):
+    _check_against_the_cpu_backend(sample, torch.device("cuda", torch.cuda.current_device()))
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=IDS)
+def test_every_device_in_turn_with_the_first_current(sample):
+    """Each op on every sm_90 device in turn, the first device current throughout: the op runs on its tensors'
+    device (device guard and that device's current stream), and each device's first launch of a kernel comes
+    after the first device's (a kernel's launch set-up is per device). Needs two sm_90 GPUs."""
+    devices = _sm90_devices()
+    if len(devices) < 2:
+        pytest.skip("fewer than two sm_90 GPUs: no op on a second device was run")
+    with torch.cuda.device(devices[0]):
+        for d in devices:
+            _check_against_the_cpu_backend(sample, torch.device("cuda", d))
+            assert torch.cuda.current_device() == devices[0]
 
 
 @pytest.mark.parametrize("sample", SAMPLES, ids=IDS)
@@ -260,31 +284,47 @@ def test_runs_on_the_current_stream():
     assert_close(d, ops.grouped_gemm(a.cpu(), b.cpu(), offsets.cpu())[0])
 
 
-def test_moe_mlp_cuda_vs_cpu_backend():
-    """MoEMLP forward and backward on CUDA against the CPU backend on the same bf16 inputs: y and the
+def _check_moe_mlp_against_the_cpu_backend(device):
+    """MoEMLP forward and backward on `device` against the CPU backend on the same bf16 inputs: y and the
     gradients of x, prob, w_up and w_down, tail rows and empty experts exactly zero."""
     sizes = [37, 0, 91, 100]  # 228 of 256 rows: the tail is zero (zero_tail)
     m, h, i = 256, 128, 128
     mlp = mt.MoEMLP(4, h, i, zero_tail=True, dtype=torch.bfloat16)
-    mlp_gpu = copy.deepcopy(mlp).cuda()
+    mlp_gpu = copy.deepcopy(mlp).to(device)
     x = randn(m, h).requires_grad_(True)
     prob = randn(m, dtype=torch.float32, seed=7).abs().requires_grad_(True)
     dy = randn(m, h, seed=8)
     offsets = offsets_of(sizes)
     y = mlp(x, offsets, prob)
     y.backward(dy)
-    xg, pg = x.detach().cuda().requires_grad_(True), prob.detach().cuda().requires_grad_(True)
-    yg = mlp_gpu(xg, offsets.cuda(), pg)
-    assert yg.is_cuda and yg.requires_grad
-    yg.backward(dy.cuda())
+    xg, pg = x.detach().to(device).requires_grad_(True), prob.detach().to(device).requires_grad_(True)
+    yg = mlp_gpu(xg, offsets.to(device), pg)
+    assert yg.device == device and yg.requires_grad
+    yg.backward(dy.to(device))
     assert_close(yg, y)
     assert (yg[228:] == 0).all()
     for name, g, c in (("x", xg.grad, x.grad), ("prob", pg.grad, prob.grad), ("w_up", mlp_gpu.w_up.grad,
                        mlp.w_up.grad), ("w_down", mlp_gpu.w_down.grad, mlp.w_down.grad)):
-        assert g.is_cuda and g.dtype == c.dtype and g.shape == c.shape, name
+        assert g.device == device and g.dtype == c.dtype and g.shape == c.shape, name
         assert_close(g, c)
     assert (xg.grad[228:] == 0).all() and (pg.grad[228:] == 0).all()
     assert (mlp_gpu.w_up.grad[1] == 0).all() and (mlp_gpu.w_down.grad[1] == 0).all()
+
+
+def test_moe_mlp_cuda_vs_cpu_backend():
+    _check_moe_mlp_against_the_cpu_backend(torch.device("cuda", torch.cuda.current_device()))
+
+
+def test_moe_mlp_on_every_device_in_turn_with_the_first_current():
+    """MoEMLP's forward and backward (the backward on autograd's worker thread of each device) on every sm_90
+    device in turn, the first current throughout. Needs two sm_90 GPUs."""
+    devices = _sm90_devices()
+    if len(devices) < 2:
+        pytest.skip("fewer than two sm_90 GPUs: no MoE MLP step on a second device was run")
+    with torch.cuda.device(devices[0]):
+        for d in devices:
+            _check_moe_mlp_against_the_cpu_backend(torch.device("cuda", d))
+            assert torch.cuda.current_device() == devices[0]
 
 
 def test_f32_inputs_on_cuda_raise_not_implemented():

@@ -30,6 +30,40 @@ inline bool gpu_present() { return device_kernels_available(); }
     if (!gpu_present()) GTEST_SKIP() << "no sm_90 GPU: GPU test not run";  \
   } while (0)
 
+/// The ordinals of this machine's sm_90 devices, the ones the kernels run on.
+inline std::vector<int> sm90_devices() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return {};
+  }
+  std::vector<int> devices;
+  for (int d = 0; d < count; ++d) {
+    int major = 0, minor = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d) == cudaSuccess &&
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d) == cudaSuccess && major == 9 &&
+        minor == 0) {
+      devices.push_back(d);
+    }
+  }
+  return devices;
+}
+
+/// Makes `device` current for its lifetime; the device current before is current again afterwards.
+class CurrentDevice {
+ public:
+  explicit CurrentDevice(int device) {
+    cuda_ok(cudaGetDevice(&previous_), "cudaGetDevice");
+    cuda_ok(cudaSetDevice(device), "cudaSetDevice");
+  }
+  CurrentDevice(const CurrentDevice&) = delete;
+  CurrentDevice& operator=(const CurrentDevice&) = delete;
+  ~CurrentDevice() { cudaSetDevice(previous_); }
+
+ private:
+  int previous_ = 0;
+};
+
 /// A host tensor and its device copy (made on construction). A default-constructed Operand is an absent
 /// optional operand: both of its views are undefined.
 struct Operand {

@@ -577,5 +577,33 @@ TEST(BackwardGpu, DgluReductionsAndWgradSmall) {
   check_wgrad(w);
 }
 
+// Every sm_90 device in turn, each after device 0 has run the same kernels (a kernel's set-up is per device,
+// src/sm90/dispatch.cuh): the dGLU with its reductions and the weight gradient on each.
+TEST(BackwardGpu, EveryDeviceInTurn) {
+  REQUIRE_GPU();
+  const std::vector<int> devices = sm90_devices();
+  if (devices.size() < 2) GTEST_SKIP() << "fewer than two sm_90 GPUs: no launch on a second device was run";
+  for (int device : devices) {
+    const CurrentDevice current(device);
+    Grouped p;
+    p.op = GroupedOp::dglu;
+    p.name = "device " + std::to_string(device) + " dglu";
+    p.m = 1000;
+    p.n = 384;
+    p.k = 4096;
+    p.sizes = {300, 0, 1, 250, 400};
+    p.prob = true;
+    p.dprob = true;
+    p.dbias = 1;
+    p.amax = true;
+    p.seed = 950 + device;
+    check_grouped(p);
+    Wgrad w;
+    w.name = "device " + std::to_string(device) + " wgrad";
+    w.seed = 970 + device;
+    check_wgrad(w);
+  }
+}
+
 }  // namespace
 }  // namespace moegemm::testing

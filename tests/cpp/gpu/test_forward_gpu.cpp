@@ -717,6 +717,31 @@ TEST(ForwardGpu, CudaGraphReplayMatchesEager) {
   cudaStreamDestroy(stream);
 }
 
+// Every sm_90 device in turn, each after device 0 has run the same kernels: a kernel's dynamic shared memory
+// limit belongs to it on one device, so each device needs its own set-up (src/sm90/dispatch.cuh). The plain
+// GEMM (cooperative kernel) and the GLU (ping-pong kernel) on each.
+TEST(ForwardGpu, EveryDeviceInTurn) {
+  REQUIRE_GPU();
+  const std::vector<int> devices = sm90_devices();
+  if (devices.size() < 2) GTEST_SKIP() << "fewer than two sm_90 GPUs: no launch on a second device was run";
+  for (int device : devices) {
+    const CurrentDevice current(device);
+    for (bool glu : {false, true}) {
+      Forward f;
+      f.name = "device " + std::to_string(device) + (glu ? " glu" : " plain");
+      f.glu = glu;
+      f.m = 1000;
+      f.n = 768;
+      f.k = 2048;
+      f.sizes = {300, 0, 1, 250, 400};
+      f.prob = true;
+      f.generate_c = true;
+      f.seed = 900 + device;
+      check_forward(f);
+    }
+  }
+}
+
 TEST(ForwardGpu, GemmSwigluDense) {
   REQUIRE_GPU();
   for (GluLayout pairing : {GluLayout::interleaved32_up_first, GluLayout::halves}) {
