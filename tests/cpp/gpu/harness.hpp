@@ -49,6 +49,12 @@ inline std::vector<int> sm90_devices() {
   return devices;
 }
 
+/// Declares `devices`, this machine's sm_90 devices, and skips the test where there are fewer than two.
+#define REQUIRE_TWO_GPUS(devices)                                                                     \
+  REQUIRE_GPU();                                                                                     \
+  const std::vector<int> devices = sm90_devices();                                                   \
+  if (devices.size() < 2) GTEST_SKIP() << "fewer than two sm_90 GPUs: no launch on a second device was run"
+
 /// Makes `device` current for its lifetime; the device current before is current again afterwards.
 class CurrentDevice {
  public:

@@ -580,9 +580,7 @@ TEST(BackwardGpu, DgluReductionsAndWgradSmall) {
 // Every sm_90 device in turn, each after device 0 has run the same kernels (a kernel's set-up is per device,
 // src/sm90/dispatch.cuh): the dGLU with its reductions and the weight gradient on each.
 TEST(BackwardGpu, EveryDeviceInTurn) {
-  REQUIRE_GPU();
-  const std::vector<int> devices = sm90_devices();
-  if (devices.size() < 2) GTEST_SKIP() << "fewer than two sm_90 GPUs: no launch on a second device was run";
+  REQUIRE_TWO_GPUS(devices);
   for (int device : devices) {
     const CurrentDevice current(device);
     Grouped p;

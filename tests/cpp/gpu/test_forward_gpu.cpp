@@ -721,9 +721,7 @@ TEST(ForwardGpu, CudaGraphReplayMatchesEager) {
 // limit belongs to it on one device, so each device needs its own set-up (src/sm90/dispatch.cuh). The plain
 // GEMM (cooperative kernel) and the GLU (ping-pong kernel) on each.
 TEST(ForwardGpu, EveryDeviceInTurn) {
-  REQUIRE_GPU();
-  const std::vector<int> devices = sm90_devices();
-  if (devices.size() < 2) GTEST_SKIP() << "fewer than two sm_90 GPUs: no launch on a second device was run";
+  REQUIRE_TWO_GPUS(devices);
   for (int device : devices) {
     const CurrentDevice current(device);
     for (bool glu : {false, true}) {
