@@ -5,8 +5,11 @@
 
 #include <cmath>
 #include <cstring>
+#include <exception>
+#include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -736,6 +739,60 @@ TEST(ForwardGpu, EveryDeviceInTurn) {
       f.generate_c = true;
       f.seed = 900 + device;
       check_forward(f);
+    }
+  }
+}
+
+// Calls from several host threads at once, each on a non-blocking stream of its own, five calls each: the
+// plain GEMM and the GLU, both B layouts, three activations and 16- and 32-bit outputs among them. The launch
+// path's shared state (each kernel's per-device set-up, the per-thread device facts) is reached from all the
+// threads; every thread's last outputs must match the reference.
+TEST(ForwardGpu, CallsFromSeveralThreadsAtOnce) {
+  REQUIRE_GPU();
+  std::vector<Forward> problems(6);
+  for (size_t i = 0; i < problems.size(); ++i) {
+    Forward& f = problems[i];
+    f.name = "thread " + std::to_string(i);
+    f.m = 1500;
+    f.k = 512;
+    f.n = i % 2 ? 2048 : 768;
+    f.layout = i % 3 == 1 ? BLayout::kn : BLayout::nk;
+    f.sizes = random_group_sizes(7, 1450, 40 + i, 0.2);
+    f.prob = i % 2 == 0;
+    f.generate_c = i < 3;
+    f.out = i == 4 ? DType::f32 : DType::bf16;
+    f.glu = i >= 3;
+    f.glu_params.activation = i == 3 ? Activation::swiglu : i == 4 ? Activation::geglu : Activation::swiglu_clamped;
+    f.glu_params.layout = i == 4 ? GluLayout::interleaved32 : GluLayout::halves;
+    f.seed = 1200 + i;
+  }
+  std::vector<std::unique_ptr<Inputs>> inputs;
+  for (const Forward& f : problems) inputs.push_back(std::make_unique<Inputs>(f));
+  std::vector<Outputs> got(problems.size());
+  std::vector<std::string> errors(problems.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < problems.size(); ++i) {
+    threads.emplace_back([&, i] {
+      try {
+        cudaStream_t stream;
+        cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+        for (int call = 0; call < 5; ++call) got[i] = run(problems[i], *inputs[i], true, stream);
+        cuda_ok(cudaStreamDestroy(stream), "stream destroy");
+      } catch (const std::exception& e) {
+        errors[i] = e.what();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (size_t i = 0; i < problems.size(); ++i) {
+    const Forward& f = problems[i];
+    SCOPED_TRACE(f.name);
+    ASSERT_EQ("", errors[i]);
+    const Outputs ref = run(f, *inputs[i], false);
+    const int64_t end = addressed_end(inputs[i]->offsets, f.m);
+    EXPECT_TRUE(matches(got[i].d, expect_rows(ref.d, end, f.zero_tail))) << "output d";
+    if (f.generate_c) {
+      EXPECT_TRUE(matches(got[i].c, expect_rows(ref.c, end, f.zero_tail))) << "output c";
     }
   }
 }
