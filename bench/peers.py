@@ -67,6 +67,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # suites.py, tables.py, plot.py next to this file
 import suites as training  # noqa: E402
+import tables  # noqa: E402
 import timing  # noqa: E402
 
 QUICK_WORKLOADS = ("seed-2k", "seed-16k", "qwen3-up", "dsv3-down")
@@ -348,8 +349,8 @@ def run_peers(tw: Torch, workloads, routings, binary, l2_bytes: int, args) -> li
             rows[-1]["jax_ragged_dot_calls_per_sample"] = ragged_calls
         if same_clock:
             rows[-1]["front_ends_host_clock"] = same_clock
-        cells = "  ".join(f"{s}={v['tflops']:.0f}" if "tflops" in v else f"{s}: {v['status']}"
-                          for s, v in systems.items())
+        cells = "  ".join(f"{s}={tables.tflops_text(v['tflops'])}" if "tflops" in v
+                          else f"{s}: {v['status']}" for s, v in systems.items())
         print(f"{wl['name']:>13} {routing:>7}  TFLOP/s  {cells}", flush=True)
     return rows
 

@@ -33,7 +33,7 @@ def _tflops(systems: dict, name: str):
 
 
 def _cell(value) -> str:
-    return "—" if value is None else f"{value:.0f}"
+    return "—" if value is None else tflops_text(value)
 
 
 def _ratio(a, b) -> str:
@@ -64,7 +64,9 @@ def _ms(t_us: float) -> str:
     return f"{t_us / 1e3:.2f}"
 
 
-def _tf(t: float) -> str:
+def tflops_text(t: float) -> str:
+    """A rate in TFLOP/s as the tables and bench/peers.py print it: whole numbers from 10 up, two significant
+    digits below (a CPU run's rates lie far below 1)."""
     return f"{t:.0f}" if t >= 10 else f"{t:.2g}"
 
 
@@ -187,8 +189,8 @@ def wgrad_table(rows: list[dict]) -> str:
     pairs = []
     for r in rows:
         s, q = r["systems"], r["ratios"]
-        t = [_value(s[name], "tflops", _tf) for name in ("cublas_dense_same_flops", "torch_grouped_mm",
-                                                          "moegemm_wgrad", "moegemm_wgrad_f32")]
+        t = [_value(s[name], "tflops", tflops_text)
+             for name in ("cublas_dense_same_flops", "torch_grouped_mm", "moegemm_wgrad", "moegemm_wgrad_f32")]
         tg, cb = _tflops(s, "torch_grouped_mm"), _tflops(s, "cublas_dense_same_flops")
         lines.append(f"| {r['workload']} | {r['routing']} | {r['M']}×{r['K']}, {r['M']}×{r['N']}, {r['E']} "
                      f"| {' | '.join(t)} | {_rv(q['speedup_vs_torch'])} | {_met(q['speedup_vs_torch'])} "
@@ -226,8 +228,9 @@ def mlp_table(rows: list[dict]) -> str:
         s, q = r["systems"], r["ratios"]
         m, t = s["moegemm_moe_mlp"], s["torch_grouped_mm_autograd"]
         lines.append(f"| {r['workload']} | {r['routing']} | {r['M']}, {r['H']}, {r['I']}, {r['E']} "
-                     f"| {_value(m, 'time_us', _ms)} | {_value(t, 'time_us', _ms)} | {_value(m, 'tflops', _tf)} "
-                     f"| {_value(t, 'tflops', _tf)} | {_rv(q['speedup_vs_torch'])} | {_met(q['speedup_vs_torch'])} "
+                     f"| {_value(m, 'time_us', _ms)} | {_value(t, 'time_us', _ms)} "
+                     f"| {_value(m, 'tflops', tflops_text)} | {_value(t, 'tflops', tflops_text)} "
+                     f"| {_rv(q['speedup_vs_torch'])} | {_met(q['speedup_vs_torch'])} "
                      f"| {_value(s['moegemm_forward'], 'time_us', _ms)} | {_value(s['torch_forward'], 'time_us', _ms)} "
                      f"| {_rv(q['forward_speedup_vs_torch'])} |"
                      + (_compiled_cells(r, "torch_compiled_autograd", _ms) if compiled else ""))

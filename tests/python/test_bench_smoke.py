@@ -29,6 +29,10 @@ def test_every_default_suite_runs_on_the_cpu_and_renders(tmp_path):
     assert sorted(doc["suites"]) == sorted(SUITES)
     assert doc["rows"] and all("tflops" in row["systems"]["moegemm_torch"] for row in doc["rows"])
     assert all(row["dense_rotating_copies"] >= 1 for row in doc["rows"])
+    # A CPU run's rates lie far below 1 TFLOP/s: the progress lines print them to two significant digits.
+    rates = [float(cell.split("=", 1)[1]) for line in run.stdout.splitlines() if "TFLOP/s" in line
+             for cell in line.split() if cell.startswith("moegemm_torch=")]
+    assert len(rates) == len(doc["rows"]) and all(r > 0 for r in rates), run.stdout[-2000:]
     assert doc["glu"] and all(doc["backward"][suite] for suite in ("wgrad", "dglu", "mlp"))
     compiled = {"torch_compiled_unfused": doc["glu"] + doc["backward"]["dglu"],
                 "torch_compiled_autograd": doc["backward"]["mlp"]}
@@ -41,6 +45,8 @@ def test_every_default_suite_runs_on_the_cpu_and_renders(tmp_path):
                     "MoE MLP forward + backward"):
         assert f"### {heading}" in tables.stdout
     assert "moegemm torch front end / torch._grouped_mm >= 1.2: met on" in tables.stdout
+    peers_rows = [line.split(" | ") for line in tables.stdout.splitlines() if line.startswith("| seed-")]
+    assert peers_rows and all(float(cells[6]) > 0 for cells in peers_rows), tables.stdout[:3000]
     assert "torch compiled / fused" in tables.stdout and "torch compiled / moegemm" in tables.stdout
 
 
