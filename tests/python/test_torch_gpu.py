@@ -43,7 +43,6 @@ def test_every_op_is_known_to_gpu_support():
 def _check_against_the_cpu_backend(sample, device):
     """Runs `sample` on `device` and on the CPU backend: the outputs are on `device` and close to the CPU's."""
     op, args, kwargs = sample
-    device = torch.device(device)
     if op._overloadname == "accumulate":
         w_cpu, w_gpu = args[3].clone(), args[3].to(device)
         op(*args[:3], w_cpu, **kwargs)
@@ -60,8 +59,16 @@ def _check_against_the_cpu_backend(sample, device):
             assert_close(g, c)
 
 
-def _sm90_devices():
-    return [d for d in range(torch.cuda.device_count()) if torch.cuda.get_device_capability(d) == (9, 0)]
+def _on_every_device_with_the_first_current(check, what):
+    """check(device) on each sm_90 device in turn, the first one current throughout; skips the test (naming
+    `what`) with fewer than two such devices."""
+    devices = [d for d in range(torch.cuda.device_count()) if torch.cuda.get_device_capability(d) == (9, 0)]
+    if len(devices) < 2:
+        pytest.skip(f"fewer than two sm_90 GPUs: no {what} on a second device was run")
+    with torch.cuda.device(devices[0]):
+        for d in devices:
+            check(torch.device("cuda", d))
+            assert torch.cuda.current_device() == devices[0]
 
 
 @pytest.mark.parametrize("sample", SAMPLES, ids=IDS)
@@ -74,13 +81,7 @@ def test_every_device_in_turn_with_the_first_current(sample):
     """Each op on every sm_90 device in turn, the first device current throughout: the op runs on its tensors'
     device (device guard and that device's current stream), and each device's first launch of a kernel comes
     after the first device's (a kernel's launch set-up is per device). Needs two sm_90 GPUs."""
-    devices = _sm90_devices()
-    if len(devices) < 2:
-        pytest.skip("fewer than two sm_90 GPUs: no op on a second device was run")
-    with torch.cuda.device(devices[0]):
-        for d in devices:
-            _check_against_the_cpu_backend(sample, torch.device("cuda", d))
-            assert torch.cuda.current_device() == devices[0]
+    _on_every_device_with_the_first_current(lambda device: _check_against_the_cpu_backend(sample, device), "op")
 
 
 @pytest.mark.parametrize("sample", SAMPLES, ids=IDS)
@@ -318,13 +319,7 @@ def test_moe_mlp_cuda_vs_cpu_backend():
 def test_moe_mlp_on_every_device_in_turn_with_the_first_current():
     """MoEMLP's forward and backward (the backward on autograd's worker thread of each device) on every sm_90
     device in turn, the first current throughout. Needs two sm_90 GPUs."""
-    devices = _sm90_devices()
-    if len(devices) < 2:
-        pytest.skip("fewer than two sm_90 GPUs: no MoE MLP step on a second device was run")
-    with torch.cuda.device(devices[0]):
-        for d in devices:
-            _check_moe_mlp_against_the_cpu_backend(torch.device("cuda", d))
-            assert torch.cuda.current_device() == devices[0]
+    _on_every_device_with_the_first_current(_check_moe_mlp_against_the_cpu_backend, "MoE MLP step")
 
 
 def test_f32_inputs_on_cuda_raise_not_implemented():
