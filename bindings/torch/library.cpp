@@ -143,10 +143,8 @@ TORCH_LIBRARY_IMPL(moegemm, CUDA, m) {
 // torch.autograd.Function): calling one on inputs that require grad and back-propagating through it
 // raises "derivative not implemented" instead of silently dropping the gradient.
 TORCH_LIBRARY_IMPL(moegemm, Autograd, m) {
-  for (const char* op : {"grouped_gemm", "grouped_gemm_glu", "grouped_gemm_dglu", "grouped_gemm_srelu",
-                         "grouped_gemm_dsrelu", "grouped_gemm_wgrad", "gemm_swiglu", "gemm_amax", "gemm_srelu",
-                         "gemm_dsrelu"}) {
-    m.impl(op, torch::autograd::autogradNotImplementedFallback());
+  for (const char* op : moegemm::torch_ops::kOps) {
+    if (op != moegemm::torch_ops::kWgradAccumulate) m.impl(op, torch::autograd::autogradNotImplementedFallback());
   }
   m.impl("grouped_gemm_wgrad.accumulate", TORCH_FN(wgrad_accumulate_autograd));
 }

@@ -655,6 +655,59 @@ def test_undefined_accumulate_target_is_named(device):
         ops.grouped_gemm_wgrad.accumulate(x, dy, offsets, None)
 
 
+# Operands that are not plain strided tensors, each as the dispatch key it brings (the pattern ends their
+# message): without the library's kernels for those keys the dispatcher names no operand.
+_MISFITS = {
+    "sparse_coo": (lambda t: t.to_sparse(), r"expected a strided \(dense\) tensor, got layout torch\.sparse_coo"),
+    "sparse_csr": (lambda t: t.to_sparse_csr(), r"expected a strided \(dense\) tensor, got layout torch\.sparse_csr"),
+    "nested": (lambda t: torch.nested.nested_tensor([t]), r"expected a strided \(dense\) tensor, got a nested tensor"),
+    "mkldnn": (lambda t: t.float().to_mkldnn(), r"expected a strided \(dense\) tensor, got layout torch\._mkldnn"),
+    "quantized": (lambda t: torch.quantize_per_tensor(t.float(), 0.5, 0, torch.qint8),
+                  r"expected a tensor of a plain dtype, got the quantized dtype torch\.qint8"),
+}
+
+
+def _misfit_cases():
+    """(op, signature, operand, kind) for each operand of _UNDEFINED in each form torch can make of it: CSR
+    of the 2-D operands only (not the offsets, nor a grouped op's 3-D b), MKL-DNN of the float ones."""
+    for op, signature, operand in _UNDEFINED:
+        grouped_b = operand == "b" and len(signature) >= 3 and signature != "abc"
+        for kind in _MISFITS:
+            if kind == "sparse_csr" and (operand == "offsets" or grouped_b) or kind == "mkldnn" and operand == "offsets":
+                continue
+            yield op, signature, operand, kind
+
+
+@pytest.mark.filterwarnings("ignore:.*(nested tensors|Sparse CSR|quantized tensor creation).*:UserWarning")
+@pytest.mark.parametrize("op, signature, operand, kind", list(_misfit_cases()))
+def test_operands_that_are_not_strided_tensors_are_named(op, signature, operand, kind):
+    a, offsets = randn(8, 16), offsets_of([3, 5])
+    dense = len(signature) < 3 or signature == "abc"
+    stand_in = {"a": a, "b": randn(16, 16) if dense else weights(2, 16, 16, "nk"), "c": randn(8, 32),
+                "o": offsets, "x": a, "y": randn(8, 16)}
+    names = {"a": "a", "b": "b", "c": "c", "o": "offsets", "x": "x", "y": "dy"}
+    make, message = _MISFITS[kind]
+    target = next(key for key in signature if names[key] == operand)
+    args = [make(stand_in[key]) if key == target else stand_in[key] for key in signature]
+    with pytest.raises(ValueError, match=rf"^{op}: {operand}: {message}$"):
+        getattr(ops, op)(*args)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_optional_operands_and_the_accumulate_target_that_are_sparse_are_named(device):
+    a, b, offsets = randn(8, 16, device=device), weights(2, 16, 16, "nk").to(device), offsets_of([3, 5], device=device)
+    sparse = r"expected a strided \(dense\) tensor, got layout torch\.sparse_coo$"
+    for name, options in (("alpha", {"alpha": torch.ones(1, device=device).to_sparse()}),
+                          ("prob", {"prob": torch.ones(8, device=device).to_sparse()}),
+                          ("bias", {"bias": torch.ones(2, 16, device=device).to_sparse()})):
+        with pytest.raises(ValueError, match=rf"^grouped_gemm: {name}: {sparse}"):
+            ops.grouped_gemm(a, b, offsets, **options)
+    w = torch.zeros(2, 16, 16, device=device)
+    with pytest.raises(ValueError, match=rf"^grouped_gemm_wgrad\.accumulate: w: {sparse}"):
+        ops.grouped_gemm_wgrad.accumulate(a, a, offsets, w.to_sparse())
+    assert w.count_nonzero() == 0
+
+
 def test_operands_on_the_meta_device_are_rejected():
     # A meta operand sends the call to the fake kernel; it must raise like the C++ op, not return an
     # uninitialised tensor on the other operands' device.
