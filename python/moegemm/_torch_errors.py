@@ -61,12 +61,15 @@ def check_row_major(op: str, name: str, t: torch.Tensor, dims: str, hint: str = 
 
 
 def check_strided(op: str, **tensors) -> None:
-    """ValueError ``"<op>: <name>: expected a strided (dense) tensor, got layout <layout>"`` for the first
-    operand (None: not given) that is sparse or of another layout, which fails inside torch or the ops with
-    errors that do not name it."""
+    """ValueError ``"<op>: <name>: expected a strided (dense) tensor, got layout <layout>"`` (``"... got a nested
+    tensor"``) for the first operand (None: not given) that is sparse, of another layout or nested, which fails
+    inside torch or the ops with errors that do not name it (a nested tensor of the strided layout has no
+    sizes to read: torch raises an "Internal error")."""
     for name, t in tensors.items():
         if isinstance(t, torch.Tensor) and t.layout != torch.strided:
             raise ValueError(f"{op}: {name}: expected a strided (dense) tensor, got layout {t.layout}")
+        if isinstance(t, torch.Tensor) and t.is_nested:
+            raise ValueError(f"{op}: {name}: expected a strided (dense) tensor, got a nested tensor")
 
 
 def dtensor_placements(t):

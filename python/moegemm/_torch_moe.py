@@ -8,8 +8,8 @@ import operator
 import torch
 
 from . import _torch_ops  # noqa: F401  (the ops, also where this module is imported on its own: unpickling)
-from ._torch_errors import (call_named, check_input_dtype, check_row_major, check_same_device, dtensor_placements,
-                             jit_tracing, known, misfit_operand)
+from ._torch_errors import (call_named, check_input_dtype, check_row_major, check_same_device, check_strided,
+                             dtensor_placements, jit_tracing, known, misfit_operand)
 from ._torch_first_order import first_order_only
 from ._torch_layouts import check_aligned_base
 from ._torch_options import ACTIVATIONS, GLU_LAYOUTS, MAX_EXPERTS, MAX_OPERAND_BYTES, check_choice, check_flag
@@ -455,7 +455,8 @@ class MoEMLP(torch.nn.Module):
         w_up, w_down = _local_weight("w_up", self.w_up), _local_weight("w_down", self.w_down)
         x, w_up, w_down = _autocast(x, w_up, w_down)
         hidden = w_up.shape[1]
-        if isinstance(x, torch.Tensor) and (x.dim() != 2 or x.shape[1] != hidden):
+        if isinstance(x, torch.Tensor) and (x.is_nested or x.dim() != 2 or x.shape[1] != hidden):
+            check_strided("MoEMLP", x=x)  # a nested x has no shape to name
             raise ValueError(f"MoEMLP: x: expected an (M, H={hidden}) tensor with H the module's hidden size, got "
                              f"shape {tuple(x.shape)}")
         if isinstance(x, torch.Tensor) and x.dtype != w_up.dtype:  # x is the caller's; the weights are ours

@@ -640,6 +640,7 @@ def test_moe_mlp_validate_reports_bad_offsets(device):
     assert torch.equal(module(x, good, validate=True), module(x, good))
 
 
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
 def test_moe_mlp_module_checks_its_configuration_when_built():
     with pytest.raises(ValueError, match=r'MoEMLP: activation: expected "swiglu", .*got "bogus"'):
         mt.MoEMLP(2, 16, 8, activation="bogus")
@@ -706,6 +707,16 @@ def test_moe_mlp_module_checks_its_configuration_when_built():
                         prob=torch.rand(16))
         operands[name] = operands[name].to_sparse()
         with pytest.raises(ValueError, match=rf"^moe_mlp: {name}: expected a strided \(dense\) tensor"):
+            mt.moe_mlp(**operands)
+    # A nested tensor of the strided layout has no sizes to read: torch's "Internal error" came out of the
+    # checks' own messages.
+    with pytest.raises(ValueError, match=r"^MoEMLP: x: expected a strided \(dense\) tensor, got a nested tensor$"):
+        module(torch.nested.nested_tensor([randn(8, 16), randn(8, 16)]), offsets_of([8, 8]))
+    for name in ("x", "w_up", "offsets"):
+        operands = dict(x=randn(16, 16), w_up=randn(2, 16, 32), w_down=randn(2, 16, 16), offsets=offsets_of([8, 8]))
+        operands[name] = torch.nested.nested_tensor([operands[name]])
+        with pytest.raises(ValueError, match=rf"^moe_mlp: {name}: expected a strided \(dense\) tensor, got a nested "
+                                             r"tensor$"):
             mt.moe_mlp(**operands)
     # The forward's checks of the other operands name the module too.
     with pytest.raises(ValueError, match=r"^MoEMLP: offsets: expected an \(E=2,\) torch\.int32 tensor .*torch\.int64$"):

@@ -1088,6 +1088,7 @@ def test_keywords_left_out_are_the_schema_defaults():
 
 
 @pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta state")
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
 def test_sparse_operands_are_refused_by_name():
     """A sparse operand fails inside torch or the ops with errors that do not name it (an is_contiguous the CSR
     layout lacks, a (0, 0, 0) stride, a dispatcher key): grouped_mm names it instead."""
@@ -1099,4 +1100,14 @@ def test_sparse_operands_are_refused_by_name():
                        ("bias", lambda: mt.grouped_mm(a, b, offs, bias=torch.randn(G, N).to_sparse()))):
         with pytest.raises(ValueError, match=rf"^grouped_mm: {name}: expected a strided \(dense\) tensor, got "
                                              r"layout torch\.sparse_(coo|csr)$"):
+            call()
+    # A nested tensor of the strided layout has no sizes to read (torch's "Internal error"), and its dim() of 3
+    # sent a 2-D one down the 3-D x 3-D mode, whose error named offs.
+    nested = torch.nested.nested_tensor
+    for name, call in (("a", lambda: mt.grouped_mm(nested([a, a]), b, offs)),
+                       ("a", lambda: mt.grouped_mm(nested([a, a]), b)),
+                       ("b", lambda: mt.grouped_mm(a, nested(list(b)), offs)),
+                       ("offs", lambda: mt.grouped_mm(a, b, nested([offs])))):
+        with pytest.raises(ValueError, match=rf"^grouped_mm: {name}: expected a strided \(dense\) tensor, got a "
+                                             r"nested tensor$"):
             call()
