@@ -66,9 +66,11 @@ def check_strided(op: str, **tensors) -> None:
     inside torch or the ops with errors that do not name it (a nested tensor of the strided layout has no
     sizes to read: torch raises an "Internal error")."""
     for name, t in tensors.items():
-        if isinstance(t, torch.Tensor) and t.layout != torch.strided:
+        if not isinstance(t, torch.Tensor):
+            continue
+        if t.layout != torch.strided:
             raise ValueError(f"{op}: {name}: expected a strided (dense) tensor, got layout {t.layout}")
-        if isinstance(t, torch.Tensor) and t.is_nested:
+        if t.is_nested:
             raise ValueError(f"{op}: {name}: expected a strided (dense) tensor, got a nested tensor")
 
 
