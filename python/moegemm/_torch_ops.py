@@ -249,3 +249,25 @@ def _gemm_dsrelu_fake(a, b, c, *, b_layout="nk", alpha=1.0, prob=None, compute_d
     _saved("gemm_dsrelu", a, c, n, "N")
     dc = a.new_empty((a.shape[0], n), dtype=_out_dtype_or(out_dtype, c.dtype, "gemm_dsrelu", "out_dtype"))
     return dc, (a.new_empty((a.shape[0],), dtype=torch.float32) if compute_dprob else _absent(dc))
+
+
+def _refuse_jagged(_subclass, func, _types, args, kwargs):
+    """A jagged nested tensor (``layout=torch.jagged``) is a Python subclass whose own dispatch would answer
+    ``NotImplementedError: moegemm.grouped_gemm.default``: ValueError naming the first such operand instead, as
+    the C++ library names a sparse or strided nested one (bindings/torch/layout_refusal.cpp)."""
+    values = dict(zip((argument.name for argument in func._schema.arguments), args), **kwargs)
+    op = func._opname + ("" if func._overloadname == "default" else f".{func._overloadname}")
+    for name, value in values.items():
+        if isinstance(value, torch.Tensor) and value.is_nested:
+            raise ValueError(f"{op}: {name}: expected a strided (dense) tensor, got layout {value.layout}")
+    raise NotImplementedError(f"{op}: no kernel for a jagged nested tensor")
+
+
+try:  # where this torch has no jagged nested tensors, there is nothing to refuse
+    from torch.nested._internal.nested_tensor import NestedTensor as _JaggedTensor
+except ImportError:
+    _JaggedTensor = None
+if _JaggedTensor is not None:
+    for _op in torch._C._dispatch_get_all_op_names():  # every op and overload the library registered
+        if _op.startswith("moegemm::"):
+            torch.library.register_torch_dispatch(_op, _JaggedTensor, _refuse_jagged)

@@ -665,11 +665,15 @@ def test_undefined_accumulate_target_is_named(device):
 
 
 # Operands that are not plain strided tensors, each as the dispatch key it brings (the pattern ends their
-# message): without the library's kernels for those keys the dispatcher names no operand.
+# message): without the library's kernels for those keys the dispatcher (or the jagged tensor's own dispatch)
+# names no operand.
 _MISFITS = {
     "sparse_coo": (lambda t: t.to_sparse(), r"expected a strided \(dense\) tensor, got layout torch\.sparse_coo"),
     "sparse_csr": (lambda t: t.to_sparse_csr(), r"expected a strided \(dense\) tensor, got layout torch\.sparse_csr"),
     "nested": (lambda t: torch.nested.nested_tensor([t]), r"expected a strided \(dense\) tensor, got a nested tensor"),
+    # A Python subclass: refused by the library's Python registrations (_torch_ops.py), not by a C++ kernel.
+    "jagged": (lambda t: torch.nested.nested_tensor([t], layout=torch.jagged),
+               r"expected a strided \(dense\) tensor, got layout torch\.jagged"),
     "mkldnn": (lambda t: t.float().to_mkldnn(), r"expected a strided \(dense\) tensor, got layout torch\._mkldnn"),
     "quantized": (lambda t: torch.quantize_per_tensor(t.float(), 0.5, 0, torch.qint8),
                   r"expected a tensor of a plain dtype, got the quantized dtype torch\.qint8"),
