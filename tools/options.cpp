@@ -54,7 +54,7 @@ void parse_flags(const std::vector<std::string>& args, const std::map<std::strin
     }
     const auto h = handlers.find(flag);
     if (flag.rfind("--", 0) != 0 || h == handlers.end())
-      throw UsageError("unknown option '" + args[i] + "' (see moegemm --help)");
+      throw UsageError("unknown option '" + args[i] + "'");  // main() adds the pointer to --help
     if (!inline_value) {
       if (i + 1 >= args.size()) throw UsageError(flag + ": missing value");
       // A known flag in the value's place: this flag's value was left out (its own value would otherwise be

@@ -213,6 +213,7 @@ void check_layer_elements(const ModelPreset& layer, const std::string& who) {
 Workloads embedded_workloads() { return parse(kDefaultWorkloadsJson, "embedded"); }
 
 Workloads load_workloads(const std::string& path) {
+  if (path.empty()) throw UsageError("--workloads: empty path");
   std::error_code ec;  // a folder opens as a stream that reads nothing on some systems
   if (std::filesystem::is_directory(path, ec)) {
     throw UsageError("--workloads: '" + path + "' is a directory, not a workloads file");

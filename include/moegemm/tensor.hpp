@@ -45,7 +45,8 @@ constexpr std::size_t dtype_size(DType t) {
 const char* dtype_name(DType t);
 
 /// Pointer, dtype, shape and strides (in elements, not bytes) of a tensor of rank 1..4.
-/// A default-constructed view (rank 0) means "operand absent" for optional operands.
+/// A default-constructed view (rank 0) means "operand absent" for optional operands; a view of negative rank
+/// (set by hand) is given, and every op refuses it by name, as it refuses a rank above kMaxRank.
 struct TensorView {
   static constexpr int kMaxRank = 4;
   void* data = nullptr;
@@ -55,9 +56,9 @@ struct TensorView {
   std::array<int64_t, kMaxRank> strides{};
   Device device = Device::host;
 
-  bool defined() const { return rank > 0; }
+  bool defined() const { return rank != 0; }
   /// The extents stored: all of them, or the first kMaxRank of a view of higher rank (which every op refuses).
-  int stored_rank() const { return rank < kMaxRank ? rank : kMaxRank; }
+  int stored_rank() const { return rank < 0 ? 0 : rank < kMaxRank ? rank : kMaxRank; }
   int64_t numel() const {
     int64_t n = 1;
     for (int i = 0; i < stored_rank(); ++i) n = detail::saturating_mul(n, shape[detail::index(i)]);

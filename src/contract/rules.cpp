@@ -90,7 +90,7 @@ std::string dtype_list(std::initializer_list<DType> ts) { return or_list(ts, dty
 
 std::string format_shape(const TensorView& t) {
   if (!t.defined()) return "none";
-  if (t.rank > TensorView::kMaxRank) return "rank " + std::to_string(t.rank);
+  if (t.rank > TensorView::kMaxRank || t.rank < 0) return "rank " + std::to_string(t.rank);
   std::string s = "(";
   bool negative = false;
   for (int i = 0; i < t.rank; ++i) {
@@ -127,7 +127,9 @@ void Rules::place(std::initializer_list<Operand> operands) {
   for (const Operand& o : operands) {
     const TensorView& t = *o.view;
     if (!t.defined()) continue;
-    if (t.rank > TensorView::kMaxRank) {  // before anything reads its shape: a view holds at most 4 extents
+    // Before anything reads its shape: a view holds at most 4 extents, and a negative rank none (a hand-set
+    // rank of -1 would otherwise pass for an absent operand, and a given prob or c be dropped).
+    if (t.rank > TensorView::kMaxRank || t.rank < 0) {
       fail(ErrorCode::invalid_argument, o.name, "a tensor of rank 1 to " + std::to_string(TensorView::kMaxRank),
            "rank " + std::to_string(t.rank));
     }

@@ -64,7 +64,7 @@ class Rules {
   [[noreturn]] void fail(ErrorCode code, const char* operand, const std::string& expected,
                          const std::string& got) const;
 
-  /// The operand is given (rank > 0).
+  /// The operand is given (rank != 0; a negative rank is refused by place()).
   void present(const char* name, const TensorView& t, std::initializer_list<Dim> dims) const;
   /// Rank and sizes match `dims` (also checks presence).
   void shape(const char* name, const TensorView& t, std::initializer_list<Dim> dims) const;

@@ -160,6 +160,11 @@ moegemm_cli_test(gemm_too_many_experts COMMAND ${_expect_2} ${_cli} gemm --m 409
 moegemm_cli_test(gemm_experts_past_int64 COMMAND ${_expect_2} ${_cli} gemm --m 64 --n 64 --k 64
                  --e 9223372036854775807 REGEX "--e: must be <= 1024, got 9223372036854775807")
 moegemm_cli_test(unknown_flag COMMAND ${_expect_2} ${_cli} run --frobnicate 1 REGEX "unknown option '--frobnicate'")
+# One pointer to --help (main's), not a second one in the message.
+moegemm_cli_test(unknown_flag_one_help_hint COMMAND ${_expect_2} ${_cli} run --frobnicate 1
+                 REGEX "unknown option '--frobnicate'.[(]moegemm --help lists")
+# (An empty argument is dropped by CMake: the inline form passes it.)
+moegemm_cli_test(empty_workloads_path COMMAND ${_expect_2} ${_cli} run --workloads= REGEX "--workloads: empty path")
 moegemm_cli_test(unknown_routing COMMAND ${_expect_2} ${_cli} run --routing pareto
                  REGEX "--routing: expected uniform or zipf, got 'pareto'")
 moegemm_cli_test(missing_value COMMAND ${_expect_2} ${_cli} run --model REGEX "--model: missing value")

@@ -187,9 +187,9 @@ TEST(Contract, MessageFormatIsOpOperandExpectedGot) {
   }
 }
 
-// A hand-built view of rank > 4 is rejected before its shape is read (it holds 4 extents), and a negative
+// A hand-built view of rank > 4 or < 0 is rejected before its shape is read (it holds 4 extents), and a negative
 // extent is named as such.
-TEST(Contract, RankAboveFourAndNegativeExtentsAreNamed) {
+TEST(Contract, RanksOutsideOneToFourAndNegativeExtentsAreNamed) {
   Maker m{Device::cuda};
   auto x = grouped_gemm_args(m);
   x.a.rank = 7;
@@ -198,6 +198,19 @@ TEST(Contract, RankAboveFourAndNegativeExtentsAreNamed) {
   auto y = grouped_gemm_args(m);
   y.a.shape[0] = -16;
   expect_error([&] { contract::check(y); }, ErrorCode::invalid_argument, {"grouped_gemm: a:", "(a negative extent)"});
+  // A negative rank is refused by name, a required operand's and an optional one's: it passed for an absent
+  // operand, so that a given prob was dropped and a given c never written.
+  for (int rank : {-1, std::numeric_limits<int>::min()}) {
+    auto z = grouped_gemm_args(m);
+    z.a.rank = rank;
+    expect_error([&] { contract::check(z); }, ErrorCode::invalid_argument,
+                 {"grouped_gemm: a: expected a tensor of rank 1 to 4", "got rank " + std::to_string(rank)});
+  }
+  auto w = grouped_gemm_args(m);
+  w.prob = m.t(DType::f32, {kM});
+  w.prob.rank = -1;
+  expect_error([&] { contract::check(w); }, ErrorCode::invalid_argument,
+               {"grouped_gemm: prob: expected a tensor of rank 1 to 4", "got rank -1"});
 }
 
 // The factories store at most four extents and strides: a longer list neither writes past the view's arrays
