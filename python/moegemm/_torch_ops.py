@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from ._native import library_path, load_failed
-from ._torch_errors import check_same_device
+from ._torch_errors import check_same_device, check_strided
 from ._torch_options import ACTIVATIONS as _ACTIVATIONS
 from ._torch_options import B_LAYOUTS as _B_LAYOUTS
 from ._torch_options import b_layouts_text as _b_layouts_text
@@ -257,9 +257,7 @@ def _refuse_jagged(_subclass, func, _types, args, kwargs):
     the C++ library names a sparse or strided nested one (bindings/torch/layout_refusal.cpp)."""
     values = dict(zip((argument.name for argument in func._schema.arguments), args), **kwargs)
     op = func._opname + ("" if func._overloadname == "default" else f".{func._overloadname}")
-    for name, value in values.items():
-        if isinstance(value, torch.Tensor) and value.is_nested:
-            raise ValueError(f"{op}: {name}: expected a strided (dense) tensor, got layout {value.layout}")
+    check_strided(op, **values)  # a jagged tensor's layout is torch.jagged
     raise NotImplementedError(f"{op}: no kernel for a jagged nested tensor")
 
 
