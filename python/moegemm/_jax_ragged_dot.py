@@ -74,8 +74,9 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
     G = 0, K = 0 and N = 0 are accepted, as by jax.lax.ragged_dot: the result is then zero (or has no
     columns); G <= 1024.
     Returns:
-      (M, N) array. Differentiable (reverse mode only, jax.custom_vjp: jax.jvp and jax.jacfwd raise JAX's
-      TypeError for a custom_vjp function) in lhs and rhs:
+      (M, N) array. Differentiable (reverse mode only, jax.custom_vjp: jax.jvp, jax.jacfwd and the function
+      jax.linearize returns raise JAX's TypeError for a custom_vjp function, and jax.linear_transpose its
+      NotImplementedError; jax.vjp gives the transpose) in lhs and rhs:
       d lhs = grouped_gemm(dout, rhs as nk, zero_tail=True), d rhs = grouped_gemm_wgrad(lhs, dout)
       (empty groups get exact zeros). A f32 cotangent is rounded to lhs's dtype first.
     Raises:

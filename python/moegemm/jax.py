@@ -341,8 +341,9 @@ def gemm_swiglu(a, b, *, b_layout="nk", alpha=1.0, glu_layout="interleaved32_up_
 
     Args: a (M, K) bf16/f16; b (N, K) ("nk") or (K, N) ("kn"), a's dtype; K, N multiples of 8; N a multiple of
     64 for the interleaved layouts (the default included), N/2 of 8 for "halves" (of 4 where ab12 and c are
-    f32); alpha: python float (baked into the compiled call); ab12_dtype f32 (default)/bf16/f16; c_dtype
-    bf16/f16/f32 (default a.dtype). Returns (ab12, c). Raises as grouped_gemm.
+    f32); alpha: python float, not NaN (baked into the compiled call); ab12_dtype f32 (default)/bf16/f16;
+    c_dtype bf16/f16/f32 (default a.dtype). Returns (ab12, c). Raises as grouped_gemm, and ValueError for a NaN
+    alpha.
     """
     op = "gemm_swiglu"
     m = _activations(op, a)
@@ -351,7 +352,7 @@ def gemm_swiglu(a, b, *, b_layout="nk", alpha=1.0, glu_layout="interleaved32_up_
         raise ValueError(f"moegemm.jax.{op}: b: N must be even, got N = {n}")
     outputs = [_spec((m, n), chk.output_dtype(op, "ab12_dtype", ab12_dtype, jnp.float32)),
                _spec((m, n // 2), chk.output_dtype(op, "c_dtype", c_dtype, a.dtype))]
-    attrs = dict(b_layout=b_layout, alpha=chk.static_float(op, "alpha", alpha),
+    attrs = dict(b_layout=b_layout, alpha=chk.dense_alpha(op, alpha),
                  glu_layout=chk.check_choice(op, "glu_layout", glu_layout, GLU_LAYOUTS))
     ab12, c = native.call(op, [a, b], outputs, attrs)
     return ab12, c
@@ -376,9 +377,9 @@ def gemm_srelu(a, b, *, b_layout="nk", alpha=1.0, prob=None, generate_c=False, d
                c_dtype=None):
     """Dense GEMM + squared ReLU (docs/ops.md §6/§4): ``G = alpha * a @ B^T``, ``D = prob * relu(G)^2``.
 
-    Args: a (M, K) bf16/f16; b (N, K) / (K, N), a's dtype; K, N multiples of 8; alpha python float; prob
-    optional (M,) f32; generate_c returns C = G too; d_dtype, c_dtype bf16/f16/f32 (default a.dtype).
-    Returns D (M, N) or (D, C). Raises as grouped_gemm.
+    Args: a (M, K) bf16/f16; b (N, K) / (K, N), a's dtype; K, N multiples of 8; alpha python float, not NaN;
+    prob optional (M,) f32; generate_c returns C = G too; d_dtype, c_dtype bf16/f16/f32 (default a.dtype).
+    Returns D (M, N) or (D, C). Raises as grouped_gemm, and ValueError for a NaN alpha.
     """
     op = "gemm_srelu"
     generate_c = chk.static_bool(op, "generate_c", generate_c)
@@ -390,7 +391,7 @@ def gemm_srelu(a, b, *, b_layout="nk", alpha=1.0, prob=None, generate_c=False, d
     if generate_c:
         outputs.append(_spec((m, n), c_dt))
     inputs = [a, b] + ([prob] if prob is not None else [])
-    attrs = dict(b_layout=b_layout, alpha=chk.static_float(op, "alpha", alpha), has_prob=prob is not None,
+    attrs = dict(b_layout=b_layout, alpha=chk.dense_alpha(op, alpha), has_prob=prob is not None,
                  generate_c=generate_c)
     out = native.call(op, inputs, outputs, attrs)
     return (out[0], out[1]) if generate_c else out[0]
@@ -401,8 +402,9 @@ def gemm_dsrelu(dy, b, c, *, b_layout="nk", alpha=1.0, prob=None, compute_dprob=
     ``dprob = sum_cols relu(c)^2 dH``.
 
     Args: dy (M, K) bf16/f16; b (N, K) / (K, N), dy's dtype; K, N multiples of 8; c (M, N) bf16/f16/f32 saved
-    pre-activation; alpha python float; prob optional (M,) f32; compute_dprob also returns dprob; dc_dtype
-    bf16/f16/f32 (default c.dtype). Returns (dC (M, N), dprob (M,) f32 or None). Raises as grouped_gemm.
+    pre-activation; alpha python float, not NaN; prob optional (M,) f32; compute_dprob also returns dprob;
+    dc_dtype bf16/f16/f32 (default c.dtype). Returns (dC (M, N), dprob (M,) f32 or None). Raises as
+    grouped_gemm, and ValueError for a NaN alpha.
     """
     op = "gemm_dsrelu"
     compute_dprob = chk.static_bool(op, "compute_dprob", compute_dprob)
@@ -417,7 +419,7 @@ def gemm_dsrelu(dy, b, c, *, b_layout="nk", alpha=1.0, prob=None, compute_dprob=
     if compute_dprob:
         outputs.append(_spec((m,), jnp.float32))
     inputs = [dy, b, c] + ([prob] if prob is not None else [])
-    attrs = dict(b_layout=b_layout, alpha=chk.static_float(op, "alpha", alpha), has_prob=prob is not None,
+    attrs = dict(b_layout=b_layout, alpha=chk.dense_alpha(op, alpha), has_prob=prob is not None,
                  compute_dprob=compute_dprob)
     out = native.call(op, inputs, outputs, attrs)
     return out[0], (out[1] if compute_dprob else None)

@@ -331,6 +331,15 @@ def test_trace_time_errors_name_the_operand():
     # Scalars baked into the compiled call refuse a traced value with a message that names them.
     with pytest.raises(TypeError, match=r"gemm_swiglu: alpha: expected a Python float"):
         jax.jit(lambda s: mj.gemm_swiglu(a, b[0], alpha=s))(jnp.float32(2.0))
+    # A NaN alpha, never equal to itself, would be a new key of JAX's cache of compiled calls at every eager call.
+    dense_calls = {"gemm_swiglu": lambda alpha: mj.gemm_swiglu(a, b[0], alpha=alpha, glu_layout="halves"),
+                   "gemm_srelu": lambda alpha: mj.gemm_srelu(a, b[0], alpha=alpha),
+                   "gemm_dsrelu": lambda alpha: mj.gemm_dsrelu(a, b[0], a[:, :b.shape[1]], alpha=alpha)}
+    for name, call in dense_calls.items():
+        with pytest.raises(ValueError, match=rf"moegemm.jax.{name}: alpha: expected a number that is not NaN, "
+                                             rf"got nan$"):
+            call(float("nan"))
+        assert np.isinf(np.asarray(call(float("inf"))[0], np.float32)).any()  # inf is one key: passed
     with pytest.raises(TypeError, match=r"grouped_gemm_glu: limit: expected a Python float"):
         jax.jit(lambda s: mj.grouped_gemm_glu(a, b, off, activation="swiglu_clamped", limit=s))(jnp.float32(5.0))
     # So do the flags that decide the call's outputs (a traced bool has no value at trace time).
