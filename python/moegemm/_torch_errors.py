@@ -16,7 +16,7 @@ except ImportError:  # an older torch: a condition is evaluated as it is (unback
 
 # The input dtypes of the ops, and those they know and refuse as not supported yet (NotImplementedError), not
 # as invalid.
-_IN_DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
+INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
 _UNSUPPORTED_IN_DTYPES = tuple(getattr(torch, name) for name in ("float8_e4m3fn", "float8_e5m2", "float4_e2m1fn_x2")
                                if hasattr(torch, name))
 
@@ -25,7 +25,7 @@ def check_input_dtype(op: str, name: str, dtype: torch.dtype) -> None:
     """``op: name: expected dtype torch.bfloat16 (...), got ...`` unless ``dtype`` is an input dtype of the ops:
     NotImplementedError for 8-bit and FP4 inputs, as the ops raise for them (docs/ops.md §8), ValueError
     otherwise."""
-    if dtype in _IN_DTYPES:
+    if dtype in INPUT_DTYPES:
         return
     error = NotImplementedError if dtype in _UNSUPPORTED_IN_DTYPES else ValueError
     raise error(f"{op}: {name}: expected dtype torch.bfloat16 (torch.float16, torch.float32 or torch.float64 on "

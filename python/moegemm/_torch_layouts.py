@@ -35,7 +35,7 @@ def check_aligned_base(op: str, name: str, t: torch.Tensor) -> None:
         return
     if t.data_ptr() % 16:
         raise ValueError(f"{op}: {name}: expected a 16-byte aligned base address (16-byte alignment rule), got "
-                         f"{t.data_ptr():#x}")
+                         f"{t.data_ptr():#x}; pass a copy of the operand, which starts aligned")
 
 
 def _rows_readable(t: torch.Tensor) -> bool:

@@ -8,8 +8,8 @@ import operator
 import torch
 
 from . import _torch_ops  # noqa: F401  (the ops, also where this module is imported on its own: unpickling)
-from ._torch_errors import (call_named, check_input_dtype, check_row_major, check_same_device, check_strided,
-                             dtensor_placements, jit_tracing, known, misfit_operand)
+from ._torch_errors import (INPUT_DTYPES, call_named, check_input_dtype, check_row_major, check_same_device,
+                             check_strided, dtensor_placements, jit_tracing, known, misfit_operand)
 from ._torch_first_order import first_order_only
 from ._torch_layouts import check_aligned_base
 from ._torch_options import ACTIVATIONS, GLU_LAYOUTS, MAX_EXPERTS, MAX_OPERAND_BYTES, check_choice, check_flag
@@ -210,9 +210,6 @@ def _check_operands(op, x, w_up, w_down, offsets, prob, activation, glu_layout) 
         raise ValueError(f"{op}: prob: expected a floating dtype, got {prob.dtype}")
     if prob is not None and (prob.dim() != 1 or known(prob.shape[0] != x.shape[0])):
         raise ValueError(f"{op}: prob: expected shape (M={x.shape[0]},) with M from x, got {tuple(prob.shape)}")
-    # The op's rule, checked before the float32 conversion (which would copy a strided prob of another dtype).
-    if prob is not None and known(prob.shape[0] > 1) and known(prob.stride(0) != 1):
-        raise ValueError(f"{op}: prob: expected a contiguous vector (stride(0) == 1), got stride(0)={prob.stride(0)}")
     check_same_device(op, x=x, w_up=w_up, w_down=w_down, offsets=offsets, prob=prob)
     check_row_major(op, "x", x, "(M, H)", "; pass x.contiguous()")
     h = x.shape[1]
@@ -221,6 +218,8 @@ def _check_operands(op, x, w_up, w_down, offsets, prob, activation, glu_layout) 
     if w_down.dim() != 3:
         raise ValueError(f"{op}: w_down: expected a 3-D (E, I, H) tensor, got shape {tuple(w_down.shape)}")
     check_input_dtype(op, "x", x.dtype)  # before the weights are asked for x's dtype
+    if w_up.dtype == w_down.dtype != x.dtype and w_up.dtype in INPUT_DTYPES:  # x is the odd one out
+        raise ValueError(f"{op}: x: expected dtype {w_up.dtype} (the dtype of w_up and w_down), got {x.dtype}")
     for name, w in (("w_up", w_up), ("w_down", w_down)):
         if w.dtype != x.dtype:
             raise ValueError(f"{op}: {name}: expected dtype {x.dtype} (the dtype of x), got {w.dtype}")
@@ -290,7 +289,8 @@ def moe_mlp(x: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, offsets: 
         w_down: (E, I, H), same dtype and stride rules.
         offsets: (E,) int32, cumulative end row of each expert, on x's device (read on the host only with
             ``validate=True``).
-        prob: optional (M,) router probability per row (any floating dtype; used as float32).
+        prob: optional (M,) router probability per row (any floating dtype and stride; used as a contiguous
+            float32 vector, a copy where it is not one).
         zero_tail: the ops write zeros to rows at or past offsets[-1] of y (and of dx in the backward), as
             moegemm.jax.moe_mlp does, so that no unspecified value reaches the layers around it (e.g. through a
             padded dispatch's backward). False leaves those rows unwritten and their content unspecified.
@@ -331,6 +331,8 @@ def _moe_mlp(op: str, x, w_up, w_down, offsets, prob, activation, glu_layout, *,
     """moe_mlp, its errors named after ``op`` (moe_mlp, or MoEMLP from the module's forward)."""
     try:
         _check_operands(op, x, w_up, w_down, offsets, prob, activation, glu_layout)
+        if prob is not None:  # the ops read a contiguous vector: a strided one (a column of top-k weights) is copied
+            prob = prob.contiguous()
         zero_tail, validate = check_flag(op, "zero_tail", zero_tail), check_flag(op, "validate", validate)
         clamp = [_clamp_limit(op, activation, limit), _clamp_finite(op, activation, "act_alpha", act_alpha),
                  _clamp_finite(op, activation, "linear_offset", linear_offset)]

@@ -321,7 +321,7 @@ void Rules::aligned_base(const char* name, const TensorView& t) const {
   if (t.data == nullptr) fail(ErrorCode::invalid_argument, name, "a non-null data pointer", "nullptr");
   if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0) {
     fail(ErrorCode::invalid_argument, name, "a 16-byte aligned base address (16-byte alignment rule)",
-         address(t.data));
+         address(t.data) + "; pass a copy of the operand, which starts aligned");
   }
 }
 

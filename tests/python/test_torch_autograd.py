@@ -422,7 +422,9 @@ def test_ops_refuse_to_drop_gradients():
 
 
 @pytest.mark.parametrize("case, pattern", [
-    ("x_f32", r"moe_mlp: w_up: expected dtype torch\.float32 \(the dtype of x\), got torch\.bfloat16"),
+    # x is named where both weights agree on a dtype it lacks (activations not cast), else the odd weight.
+    ("x_f32", r"^moe_mlp: x: expected dtype torch\.bfloat16 \(the dtype of w_up and w_down\), got torch\.float32$"),
+    ("w_up_dtype", r"moe_mlp: w_up: expected dtype torch\.bfloat16 \(the dtype of x\), got torch\.float16"),
     ("w_down_dtype", r"moe_mlp: w_down: expected dtype torch\.bfloat16 \(the dtype of x\), got torch\.float16"),
     ("w_up_h", r"moe_mlp: w_up: expected shape \(E, H=32, 2I\) with H from x and 2I even, got \(4, 16, 32\)"),
     ("w_up_odd", r"moe_mlp: w_up: expected shape \(E, H=32, 2I\) .*got \(4, 32, 33\)"),
@@ -439,7 +441,8 @@ def test_ops_refuse_to_drop_gradients():
     ("w_up_i", r"moe_mlp: w_up: expected I \(half of its last dim\) a multiple of 8 .*got I = 12"),
     ("x_transposed", r"moe_mlp: x: expected a row-major \(M, H\) tensor \(stride\(1\) == 1\), got strides \(1, 64\)"),
     # Checked before any op runs (a bad w_down must not wait for the up-projection):
-    ("x_misaligned", r"moe_mlp: x: expected a 16-byte aligned base address \(16-byte alignment rule\), got 0x"),
+    ("x_misaligned", r"moe_mlp: x: expected a 16-byte aligned base address \(16-byte alignment rule\), got "
+                     r"0x[0-9a-f]+; pass a copy of the operand, which starts aligned$"),
     ("x_f32_pitch", r"moe_mlp: x: expected a row stride that is a multiple of 16 bytes \(4 torch\.float32 "
                     r"elements: with a contiguous x, H % 4 == 0\), got stride\(0\)=6 with H=6"),
     ("w_up_pitch", r"moe_mlp: w_up: expected a row stride stride\(1\) >= 2I=32 that is a multiple of 16 bytes "
@@ -465,6 +468,7 @@ def test_moe_mlp_errors_name_its_own_operands(case, pattern):
     bad = {
         "x_f32": dict(x=x.float()),
         "w_down_dtype": dict(w_down=w_down.half()),
+        "w_up_dtype": dict(w_up=w_up.half()),
         "w_up_h": dict(w_up=randn(4, 16, 32)),
         "w_up_odd": dict(w_up=randn(4, 32, 33)),
         "w_down_i": dict(w_down=randn(4, 8, 32)),
@@ -542,10 +546,6 @@ def test_moe_mlp_errors_name_its_own_operands(case, pattern):
      r"to -inf$"),
     ("x_without_columns", ValueError, r"moe_mlp: x: expected H > 0 \(its last dim\), got shape \(64, 0\)$"),
     ("w_up_without_columns", ValueError, r"moe_mlp: w_up: expected 2I > 0 \(its last dim\), got shape \(4, 32, 0\)$"),
-    # A strided prob is refused whatever its dtype (a bf16 one was copied by the float32 conversion).
-    ("prob_strided_bf16", ValueError, r"moe_mlp: prob: expected a contiguous vector \(stride\(0\) == 1\), got "
-                                      r"stride\(0\)=2$"),
-    ("prob_strided_f32", ValueError, r"moe_mlp: prob: expected a contiguous vector \(stride\(0\) == 1\)"),
     ("x_expanded", ValueError, r"moe_mlp: x: expected a row stride stride\(0\) >= H=32, got stride\(0\)=0$"),
     # x's own dtype is named before the weights are asked for it (they were told to take x's int32).
     ("x_int32", ValueError, r"^moe_mlp: x: expected dtype torch\.bfloat16 \(torch\.float16, torch\.float32 or "
@@ -583,14 +583,38 @@ def test_moe_mlp_rejects_bad_arguments_by_name(case, error, pattern):
              "linear_offset_f32_inf": dict(activation="swiglu_clamped", linear_offset=-(2.0 ** 128 - 2.0 ** 103)),
              "x_without_columns": dict(x=randn(64, 0)),
              "w_up_without_columns": dict(w_up=randn(4, 32, 0)),
-             "prob_strided_bf16": dict(prob=torch.ones(64, 2, dtype=torch.bfloat16)[:, 0]),
-             "prob_strided_f32": dict(prob=torch.ones(64, 2)[:, 0]),
              "x_expanded": dict(x=randn(1, 32).expand(64, 32)),
              "x_int32": dict(x=torch.ones(64, 32, dtype=torch.int32)),
              "x_float8": dict(x=randn(64, 32).to(torch.float8_e4m3fn))}[case]
     clamp = {k: args.pop(k) for k in ("limit", "act_alpha", "linear_offset") if k in args}
     with pytest.raises(error, match=pattern):
         mt.moe_mlp(*args.values(), **clamp)
+
+
+_PROB_VIEWS = {"column_bf16": lambda t: t.to(torch.bfloat16)[:, 1],  # a column of the top-2 weights
+               "column_f32": lambda t: t[:, 1], "expanded": lambda t: t[:1, 0].expand(64)}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", sorted(_PROB_VIEWS))
+def test_moe_mlp_takes_prob_at_any_stride(device, kind):
+    """A strided prob (a column of the top-k weights, an expanded scalar) gives the values and gradients of its
+    contiguous copy, its gradient flowing back through the caller's view."""
+    x, w_up, w_down = (randn(64, 32, device=device), randn(4, 32, 32, seed=1, device=device),
+                       randn(4, 16, 32, seed=2, device=device))
+    offsets = offsets_of([10, 0, 30, 20]).to(device)  # 4 tail rows: their dprob is written as zeros
+    base = torch.rand(64, 2, generator=torch.Generator().manual_seed(3)).to(device).requires_grad_(True)
+    prob = _PROB_VIEWS[kind](base)
+    assert not prob.is_contiguous()
+    copy = prob.detach().contiguous().requires_grad_(True)
+    want = mt.moe_mlp(x, w_up, w_down, offsets, copy, zero_tail=True)
+    got = mt.moe_mlp(x, w_up, w_down, offsets, prob, zero_tail=True)
+    assert torch.equal(got, want)
+    dy = randn(64, 32, seed=4, device=device)
+    got.backward(dy)
+    want.backward(dy)
+    (expected,) = torch.autograd.grad(_PROB_VIEWS[kind](base), base, copy.grad)  # the view's own backward
+    assert torch.equal(base.grad, expected) and base.grad.abs().sum() > 0
 
 
 def test_clamp_parameters_take_numbers_in_any_0d_form():

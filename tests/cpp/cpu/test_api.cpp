@@ -221,7 +221,8 @@ TEST(CheckBeforeAllocation, OperandsGivenGetThePointerRules) {
   while (reinterpret_cast<uintptr_t>(a) % 16 != 4) ++a;  // 4 bytes past a 16-byte boundary
   p.args.a.data = a;
   expect_error([&] { grouped_gemm_check(p.args, nullptr); }, ErrorCode::invalid_argument,
-               {"grouped_gemm: a: expected a 16-byte aligned base address (16-byte alignment rule)", "got 0x"});
+               {"grouped_gemm: a: expected a 16-byte aligned base address (16-byte alignment rule)", "got 0x",
+                "; pass a copy of the operand, which starts aligned"});
   // An output given is checked for aliasing as in the call.
   HostGroupedGemm q;
   q.args.d = TensorView::contiguous(q.a.data(), DType::f32, {q.M, q.N});
