@@ -227,7 +227,8 @@ def test_moe_mlp_and_module_under_autocast_cast_as_linear_does(device):
             # with an f64 operand nothing is cast: the error names the dtypes passed
             with pytest.raises(ValueError, match=r"MoEMLP: x: expected dtype torch.float32 .* got torch.float64"):
                 module(x.double(), offsets)
-            with pytest.raises(ValueError, match=r"moe_mlp: w_up: expected dtype torch.float64 .* got torch.float32"):
+            with pytest.raises(ValueError, match=r"moe_mlp: x: expected dtype torch.float32 \(the dtype of w_up and "
+                                                 r"w_down\), got torch.float64"):
                 mt.moe_mlp(x.double(), w_up, w_down, offsets)
     else:  # the kernels take bf16 only: f32 outside autocast and autocast's default f16 are refused
         for context in (torch.autocast(device, enabled=False), torch.autocast(device)):
