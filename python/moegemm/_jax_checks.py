@@ -73,7 +73,6 @@ def static_float(op: str, name: str, value) -> float:
         raise TypeError(f"moegemm.jax.{op}: {name}: expected a real number, got {type(value).__name__} {text}") from e
 
 
-
 def dense_alpha(op: str, alpha) -> float:
     """The dense ops' alpha as a static float; ValueError for a NaN. JAX keys the compiled calls it keeps for
     eager use by their attributes with ``==``, which a NaN never meets: each eager call would compile anew,
@@ -82,6 +81,7 @@ def dense_alpha(op: str, alpha) -> float:
     if value != value:
         raise ValueError(f"moegemm.jax.{op}: alpha: expected a number that is not NaN, got {value}")
     return value
+
 
 # The smallest normal f32: a float attribute of an XLA custom call reaches the op with subnormals flushed to 0.
 _F32_SMALLEST_NORMAL = float(np.finfo(np.float32).tiny)
