@@ -78,7 +78,7 @@ def dense_alpha(op: str, alpha) -> float:
     eager use by their attributes with ``==``, which a NaN never meets: each eager call would compile anew,
     and every output would be NaN. An infinite alpha is one key, and is passed."""
     value = static_float(op, "alpha", alpha)
-    if value != value:
+    if np.isnan(value):
         raise ValueError(f"moegemm.jax.{op}: alpha: expected a number that is not NaN, got {value}")
     return value
 
