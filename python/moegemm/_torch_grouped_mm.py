@@ -417,8 +417,9 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
     copies a column-major operand before its weight gradient (one read and one write of that operand, in
     its dtype; its gradient comes back through the copy). 3-D weights are never copied.
 
-    E = 0 (no groups) is accepted in every mode, as by ``torch._grouped_mm``: 2-D x 3-D gives (M, N) rows that
-    are all past the last offset, 3-D x 2-D (M, N) columns that are; the other modes give (0, ., .). An empty
+    E = 0 (no groups: ``offs`` of shape (0,), or ``a`` and ``b`` of no groups in 3-D x 3-D) is accepted in every
+    mode, as by ``torch._grouped_mm``: 2-D x 3-D gives (M, N) rows that are all past the last offset, 3-D x 2-D
+    (M, N) columns that are; the other modes give (0, ., .). An empty
     output extent (M = 0, or H = 0 in 2-D x 2-D) gives the empty output, after the checks a call with rows
     makes (``validate`` included: the ragged extent, T or N, is not empty).
 
