@@ -661,6 +661,35 @@ def test_second_derivatives_raise():
             jax.hessian(lambda l: mj.ragged_dot(l, w_down, sizes).astype(jnp.float32).sum())(x)
 
 
+def test_forward_mode_and_transpose_raise_as_documented():
+    """Reverse mode only (docs/jax.md): jax.jvp, jax.jacfwd and the function jax.linearize returns raise JAX's
+    TypeError for a custom_vjp function, jax.linear_transpose its NotImplementedError; jax.vjp gives the
+    transpose in lhs, equal to jax.lax.ragged_dot's."""
+    rng = np.random.default_rng(22)
+    x, w = rand(rng, (8, 16)), rand(rng, (2, 16, 32), scale=0.2)
+    sizes = jnp.array([3, 5], jnp.int32)
+    cotangent = rand(rng, (8, 32))
+
+    def f(lhs):
+        return mj.ragged_dot(lhs, w, sizes)
+
+    with on_cpu():
+        forward_mode = r"custom_vjp"  # JAX's words: "can't apply forward-mode autodiff (jvp) to a custom_vjp ..."
+        with pytest.raises(TypeError, match=forward_mode):
+            jax.jvp(f, (x,), (x,))
+        with pytest.raises(TypeError, match=forward_mode):
+            jax.jacfwd(lambda lhs: f(lhs).astype(jnp.float32))(x)
+        _, linear = jax.linearize(f, x)
+        with pytest.raises(TypeError, match=forward_mode):
+            linear(x)
+        with pytest.raises(NotImplementedError, match=r"custom_vjp"):  # "Transpose rule ... for 'custom_vjp_call' ..."
+            jax.linear_transpose(f, x)(cotangent)
+        (dx,) = jax.vjp(f, x)[1](cotangent)
+        (want,) = jax.linear_transpose(lambda lhs: jax.lax.ragged_dot(lhs, w, sizes), x)(cotangent)
+        np.testing.assert_allclose(np.asarray(dx, np.float32), np.asarray(want, np.float32), rtol=2e-2, atol=4e-2)
+        assert np.abs(np.asarray(dx, np.float32)).sum() > 0
+
+
 def _glu_calls(jaxpr):
     """Every grouped_gemm_glu call (its equation) in a jaxpr, nested jaxprs included, in order."""
     calls = []
