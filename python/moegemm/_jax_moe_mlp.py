@@ -98,6 +98,18 @@ def _moe_mlp_bwd(glu, residuals, dy):
 _moe_mlp.defvjp(_moe_mlp_fwd, _moe_mlp_bwd)
 
 
+def _moe_mlp_traced(x, w_up, w_down, offsets, prob, glu, debug_checks):
+    del debug_checks  # a key of jit's cache only: the rules read the flags (_debug_checks_on) as they trace
+    return _moe_mlp(x, w_up, w_down, offsets, prob, glu)
+
+
+# Called through jit, as ragged_dot: an eager custom_vjp call traces the layer anew every time (~0.8 ms of host
+# time per call, where jit's dispatch of the traced call costs ~20 us); inside a traced caller the jit is
+# inlined. jax_debug_nans and jax_debug_infs, which decide the GLU's zero_tail, are part of the key, so that
+# switching them retraces.
+_moe_mlp_jit = jax.jit(_moe_mlp_traced, static_argnums=(5, 6))
+
+
 def moe_mlp(x, w_up, w_down, group_sizes=None, offsets=None, prob=None, activation="swiglu",
             glu_layout="halves", limit=7.0, act_alpha=1.702, linear_offset=1.0):
     """Expert MLP: ``y[r] = (prob[r] * act(x[r] @ w_up[g])) @ w_down[g]`` for the rows r of expert g
@@ -184,4 +196,4 @@ def moe_mlp(x, w_up, w_down, group_sizes=None, offsets=None, prob=None, activati
         offsets = chk.offsets_from_sizes(group_sizes, x.shape[0])
     if prob is not None:
         prob = prob.astype(jnp.float32)
-    return _moe_mlp(x, w_up, w_down, offsets, prob, glu)
+    return _moe_mlp_jit(x, w_up, w_down, offsets, prob, glu, _debug_checks_on())

@@ -690,6 +690,40 @@ def test_forward_mode_and_transpose_raise_as_documented():
         assert np.abs(np.asarray(dx, np.float32)).sum() > 0
 
 
+def test_eager_calls_reuse_their_trace(monkeypatch):
+    """ragged_dot and moe_mlp run their custom_vjp function through jit: an eager call with the shapes and
+    options of an earlier one traces nothing (each traced call queries its ops' workspaces), where an eager
+    custom_vjp call traced its function, and queried, every time. New shapes trace again; values are those of
+    the first call, bitwise."""
+    from moegemm import _jax_native as native
+
+    queried = []
+    real = native.workspace_bytes
+
+    def spy(op, *args, **kwargs):
+        queried.append(op)
+        return real(op, *args, **kwargs)
+
+    monkeypatch.setattr(native, "workspace_bytes", spy)
+    rng = np.random.default_rng(24)
+    x, w_up, w_down = rand(rng, (24, 16)), rand(rng, (2, 16, 32), scale=0.2), rand(rng, (2, 16, 16), scale=0.2)
+    sizes = jnp.array([9, 11], jnp.int32)
+    calls = {"ragged_dot": lambda lhs: mj.ragged_dot(lhs, w_down, sizes),
+             "moe_mlp": lambda lhs: mj.moe_mlp(lhs, w_up, w_down, sizes)}
+    with on_cpu():
+        jax.clear_caches()
+        for name, call in calls.items():
+            del queried[:]
+            first = call(x)
+            assert queried, name  # traced once
+            del queried[:]
+            again = call(rand(rng, (24, 16)))
+            assert not queried, (name, queried)
+            assert np.asarray(call(x)).tobytes() == np.asarray(first).tobytes() and again.shape == first.shape
+            call(rand(rng, (40, 16)))  # more rows: a new trace
+            assert queried, name
+
+
 def _glu_calls(jaxpr):
     """Every grouped_gemm_glu call (its equation) in a jaxpr, nested jaxprs included, in order."""
     calls = []
