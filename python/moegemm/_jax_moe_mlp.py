@@ -25,15 +25,19 @@ RESIDUAL_NAMES = ("moe_mlp_h", "moe_mlp_c", "moe_mlp_y")
 
 
 class _Glu(NamedTuple):
-    """The static GLU configuration (hashable: a nondiff argument of the custom_vjp)."""
+    """The static GLU configuration (hashable: a nondiff argument of the custom_vjp, and a key of its jit's
+    cache): the ops' GLU keywords, and whether the GLU zeroes its tail rows (_debug_checks_on where the layer
+    is traced)."""
     activation: str
     glu_layout: str
     limit: float
     act_alpha: float
     linear_offset: float
+    zero_tail: bool
 
     def kwargs(self):
-        return self._asdict()
+        """The GLU keywords that grouped_gemm_glu and grouped_gemm_dglu share."""
+        return {k: v for k, v in self._asdict().items() if k != "zero_tail"}
 
 
 def _wgrad_as(x, dy, offsets, dtype):
@@ -52,7 +56,7 @@ def _debug_checks_on():
 
 def _forward(x, w_up, w_down, offsets, prob, glu):
     h, c = grouped_gemm_glu(x, w_up, offsets, prob=prob, b_layout="kn", generate_c=True,
-                            zero_tail=_debug_checks_on(), **glu.kwargs())
+                            zero_tail=glu.zero_tail, **glu.kwargs())
     y = grouped_gemm(h, w_down, offsets, b_layout="kn", zero_tail=True)
     return y, h, c
 
@@ -61,7 +65,7 @@ def _forward(x, w_up, w_down, offsets, prob, glu):
 def _moe_mlp(x, w_up, w_down, offsets, prob, glu):
     # Not differentiated (_moe_mlp_fwd runs where it is): no C, which only the backward reads (M x 2I written
     # for nothing in inference).
-    h = grouped_gemm_glu(x, w_up, offsets, prob=prob, b_layout="kn", zero_tail=_debug_checks_on(), **glu.kwargs())
+    h = grouped_gemm_glu(x, w_up, offsets, prob=prob, b_layout="kn", zero_tail=glu.zero_tail, **glu.kwargs())
     return grouped_gemm(h, w_down, offsets, b_layout="kn", zero_tail=True)
 
 
@@ -97,17 +101,11 @@ def _moe_mlp_bwd(glu, residuals, dy):
 
 _moe_mlp.defvjp(_moe_mlp_fwd, _moe_mlp_bwd)
 
-
-def _moe_mlp_traced(x, w_up, w_down, offsets, prob, glu, debug_checks):
-    del debug_checks  # a key of jit's cache only: the rules read the flags (_debug_checks_on) as they trace
-    return _moe_mlp(x, w_up, w_down, offsets, prob, glu)
-
-
 # Called through jit, as ragged_dot: an eager custom_vjp call traces the layer anew every time (~0.8 ms of host
-# time per call, where jit's dispatch of the traced call costs ~20 us); inside a traced caller the jit is
-# inlined. jax_debug_nans and jax_debug_infs, which decide the GLU's zero_tail, are part of the key, so that
-# switching them retraces.
-_moe_mlp_jit = jax.jit(_moe_mlp_traced, static_argnums=(5, 6))
+# time per call, where jit's dispatch of the traced call costs ~20 us). In a traced caller it is a nested jit
+# call, which XLA inlines when it compiles. The GLU's zero_tail, set by jax_debug_nans and jax_debug_infs, is
+# part of the key (glu), so that switching them retraces.
+_moe_mlp_jit = jax.jit(_moe_mlp, static_argnums=(5,))
 
 
 def moe_mlp(x, w_up, w_down, group_sizes=None, offsets=None, prob=None, activation="swiglu",
@@ -190,10 +188,11 @@ def moe_mlp(x, w_up, w_down, group_sizes=None, offsets=None, prob=None, activati
         chk.check_extent(_OP, "prob", prob, 0, x.shape[0], "M from x")
     chk.check_choice(_OP, "activation", activation, ACTIVATIONS)
     chk.check_choice(_OP, "glu_layout", glu_layout, GLU_LAYOUTS)
-    glu = _Glu(activation, glu_layout, *chk.clamp_parameters(_OP, activation, limit, act_alpha, linear_offset))
+    glu = _Glu(activation, glu_layout, *chk.clamp_parameters(_OP, activation, limit, act_alpha, linear_offset),
+               zero_tail=_debug_checks_on())
     # Every check made: only now anything is computed (the offsets, the cast of prob).
     if group_sizes is not None:
         offsets = chk.offsets_from_sizes(group_sizes, x.shape[0])
     if prob is not None:
         prob = prob.astype(jnp.float32)
-    return _moe_mlp_jit(x, w_up, w_down, offsets, prob, glu, _debug_checks_on())
+    return _moe_mlp_jit(x, w_up, w_down, offsets, prob, glu)
