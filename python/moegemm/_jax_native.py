@@ -10,13 +10,15 @@ registration happen once per process, when moegemm.jax is imported.
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
-from typing import Mapping, Sequence
+from typing import Mapping, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from moegemm import _jax_partition as partition
 from moegemm import _jax_vma as vma
 from moegemm import _native
 
@@ -147,16 +149,57 @@ def _ffi_attr(value):
     return value
 
 
-def call(op: str, inputs: Sequence, outputs: Sequence[jax.ShapeDtypeStruct],
-         attrs: Mapping[str, object]) -> list:
-    """Emit the custom call of ``op``: its outputs come from XLA uninitialised, plus one u8 workspace
-    output sized by ``workspace_bytes`` (dropped here). Nothing is aliased into an output.
+class _Emit(NamedTuple):
+    """Emits op's custom call with these attributes (hashable: it keys the partitioned calls' cache)."""
+    op: str
+    attrs: tuple
 
-    ``attrs`` values: bool, float (passed as float32) or str. Returns the list of outputs.
-    """
+    def __call__(self, inputs, outputs):
+        return _emit(self.op, inputs, outputs, dict(self.attrs))
+
+
+def _emit(op, inputs, outputs, attrs):
     ws = workspace_bytes(op, inputs, outputs, attrs)
     results = list(outputs) + [jax.ShapeDtypeStruct((ws,), jnp.uint8)]
     fn = jax.ffi.ffi_call(target_name(op), results, vmap_method=VMAP_METHOD)
     axes = vma.union(inputs)  # inside shard_map: the call's operands and results vary along these mesh axes
     out = fn(*vma.cast_all(inputs, axes), **{k: _ffi_attr(v) for k, v in attrs.items()})
     return vma.cast_all(out[:-1], axes)
+
+
+class _Call(NamedTuple):
+    """One call's static configuration (hashable: the key of its jit's cache)."""
+    op: str
+    attrs: tuple
+    outputs: tuple  # (shape, dtype name) of each result
+    roles: tuple | None
+    output_roles: tuple | None
+
+
+def call(op: str, inputs: Sequence, outputs: Sequence[jax.ShapeDtypeStruct],
+         attrs: Mapping[str, object], roles: Sequence[str] | None = None,
+         output_roles: Sequence[str] | None = None) -> list:
+    """Emit the custom call of ``op``: its outputs come from XLA uninitialised, plus one u8 workspace
+    output sized by ``workspace_bytes`` (dropped here). Nothing is aliased into an output.
+
+    ``attrs`` values: bool, float (passed as float32) or str. ``roles`` and ``output_roles`` (the
+    moegemm._jax_partition roles of each input and output), where given, shard the call along the activation
+    rows under jit's automatic partitioning (moegemm._jax_partition). The call runs through jit, so that an
+    eager call is traced once per configuration. Returns the list of outputs.
+    """
+    if roles is not None and (len(roles) != len(inputs) or len(output_roles) != len(outputs)):
+        raise AssertionError(f"{op}: roles of {len(inputs)} inputs and {len(outputs)} outputs expected")
+    config = _Call(op, tuple(attrs.items()), tuple((tuple(s.shape), np.dtype(s.dtype).name) for s in outputs),
+                   None if roles is None else tuple(roles), None if output_roles is None else tuple(output_roles))
+    return list(_call_jit(config, *inputs))
+
+
+@functools.partial(jax.jit, static_argnums=(0,))
+def _call_jit(config: _Call, *inputs):
+    outputs = [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in config.outputs]
+    attrs = dict(config.attrs)
+    if config.roles is None or not partition.applies(inputs):
+        return tuple(_emit(config.op, inputs, outputs, attrs))
+    described = [partition.Output(role, shape[1:] if role == partition.ROWS else shape, dtype)
+                 for role, (shape, dtype) in zip(config.output_roles, config.outputs)]
+    return tuple(partition.call(_Emit(config.op, config.attrs), inputs, config.roles, described))

@@ -51,7 +51,7 @@ def cast_all(values: Iterable, axes: frozenset) -> list:
     return [None if x is None else _cast_varying(x, axes) for x in values]
 
 
-def _explicit_spec(x):
+def explicit_spec(x):
     """The PartitionSpec of ``x`` when its mesh has an Explicit axis (jax.sharding.AxisType), else None."""
     sharding = getattr(jax.typeof(x), "sharding", None)
     mesh = getattr(sharding, "mesh", None)
@@ -74,7 +74,7 @@ def cotangent_like(ct, primal):
     if extra:
         ct = jax.lax.psum(ct, extra)
     ct = _cast_varying(ct, want)
-    spec = _explicit_spec(primal)
-    if spec is not None and _explicit_spec(ct) != spec:
+    spec = explicit_spec(primal)
+    if spec is not None and explicit_spec(ct) != spec:
         ct = jax.sharding.reshard(ct, spec)
     return ct

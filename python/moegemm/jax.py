@@ -13,6 +13,9 @@ Conventions of every function here:
   for dtypes), naming the operand, what was expected and what was given; the library's own contract
   checks also run at trace time (through the workspace-size query).
 - ``jax.vmap`` of any op loops over the batch (ffi_call ``vmap_method="sequential"``).
+- Under ``jax.jit``'s automatic partitioning, an op whose activation rows (M) are sharded runs on each
+  device's rows: row outputs keep that sharding, per-expert sums (weight gradient, dbias) are summed over
+  the shards and amax is their maximum; nothing is gathered (moegemm._jax_partition, docs/jax.md).
 - Works under ``jax.jit`` and eagerly with bit-identical results; on CPU the CPU reference runs,
   on an sm_90 GPU the sm_90a kernels (every op, forward and backward, so ragged_dot and moe_mlp with
   their gradients run entirely on the GPU). The kernels take bf16 inputs: f16 operands run on the CPU
@@ -34,6 +37,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without jax
 
 from moegemm import _jax_checks as chk
 from moegemm import _jax_native as native
+from moegemm import _jax_partition as part
 
 # The FFI targets are registered here, not at the first op call: a process that runs only deserialized code
 # (jax.export, jax.experimental.serialize_executable) traces no op and needs them all the same.
@@ -145,12 +149,15 @@ def _grouped_forward(op, a, b, offsets, alpha, prob, bias, b_layout, generate_c,
     outputs = [_spec((m, d_cols), d_dt)]
     if generate_c:
         outputs.append(_spec((m, n), c_dt))
-    inputs = [a, b, offsets] + [x for x in (alpha, prob, bias) if x is not None]
+    optional = [(x, role) for x, role in ((alpha, part.WHOLE), (prob, part.ROWS), (bias, part.WHOLE))
+                if x is not None]
+    inputs = [a, b, offsets] + [x for x, _ in optional]
+    roles = [part.ROWS, part.WHOLE, part.OFFSETS] + [role for _, role in optional]
     attrs = dict(b_layout=b_layout, has_alpha=alpha is not None, has_prob=prob is not None,
                  has_bias=bias is not None, generate_c=generate_c, zero_tail=zero_tail)
     if glu is not None:
         attrs.update(glu)
-    out = native.call(op, inputs, outputs, attrs)
+    out = native.call(op, inputs, outputs, attrs, roles, [part.ROWS] * len(outputs))
     return (out[0], out[1]) if generate_c else out[0]
 
 
@@ -239,13 +246,18 @@ def _grouped_backward(op, dy, b, c, offsets, alpha, beta, prob, b_layout, c_cols
         outputs.append(_spec((e, cols), dbias_dt))
     if compute_amax:
         outputs.append(_spec((amax_len,), jnp.float32))
-    inputs = [dy, b, c, offsets] + [x for x in (alpha, beta, prob) if x is not None]
+    optional = [(x, role) for x, role in ((alpha, part.WHOLE), (beta, part.WHOLE), (prob, part.ROWS))
+                if x is not None]
+    inputs = [dy, b, c, offsets] + [x for x, _ in optional]
+    roles = [part.ROWS, part.WHOLE, part.ROWS, part.OFFSETS] + [role for _, role in optional]
+    output_roles = ([part.ROWS] + [part.ROWS] * compute_dprob + [part.SUM] * compute_dbias
+                    + [part.MAX] * compute_amax)
     attrs = dict(b_layout=b_layout, has_alpha=alpha is not None, has_prob=prob is not None,
                  compute_dprob=compute_dprob, compute_dbias=compute_dbias,
                  compute_amax=compute_amax, zero_tail=zero_tail)
     if glu is not None:
         attrs.update(glu, has_beta=beta is not None)
-    out = iter(native.call(op, inputs, outputs, attrs))
+    out = iter(native.call(op, inputs, outputs, attrs, roles, output_roles))
     dc = next(out)
     dprob = next(out) if compute_dprob else None
     dbias = next(out) if compute_dbias else None
@@ -328,8 +340,8 @@ def grouped_gemm_wgrad(x, dy, offsets, *, transpose_output=False, w_dtype=jnp.fl
     e, h, n = offsets.shape[0], x.shape[1], dy.shape[1]
     w_dt = chk.output_dtype(op, "w_dtype", w_dtype, jnp.float32, (jnp.float32, jnp.bfloat16))
     shape = (e, n, h) if transpose_output else (e, h, n)
-    (w,) = native.call(op, [x, dy, offsets], [_spec(shape, w_dt)],
-                       dict(transpose_output=transpose_output))
+    (w,) = native.call(op, [x, dy, offsets], [_spec(shape, w_dt)], dict(transpose_output=transpose_output),
+                       [part.ROWS, part.ROWS, part.OFFSETS], [part.SUM])
     return w
 
 
@@ -354,7 +366,7 @@ def gemm_swiglu(a, b, *, b_layout="nk", alpha=1.0, glu_layout="interleaved32_up_
                _spec((m, n // 2), chk.output_dtype(op, "c_dtype", c_dtype, a.dtype))]
     attrs = dict(b_layout=b_layout, alpha=chk.dense_alpha(op, alpha),
                  glu_layout=chk.check_choice(op, "glu_layout", glu_layout, GLU_LAYOUTS))
-    ab12, c = native.call(op, [a, b], outputs, attrs)
+    ab12, c = native.call(op, [a, b], outputs, attrs, [part.ROWS, part.WHOLE], [part.ROWS, part.ROWS])
     return ab12, c
 
 
@@ -369,7 +381,8 @@ def gemm_amax(a, b, *, b_layout="nk", c_dtype=None):
     n, _ = _dense_weights(op, a, b, b_layout)
     outputs = [_spec((m, n), chk.output_dtype(op, "c_dtype", c_dtype, a.dtype)),
                _spec((1,), jnp.float32)]
-    c, amax = native.call(op, [a, b], outputs, dict(b_layout=b_layout))
+    c, amax = native.call(op, [a, b], outputs, dict(b_layout=b_layout), [part.ROWS, part.WHOLE],
+                          [part.ROWS, part.MAX])
     return c, amax.reshape(())
 
 
@@ -393,7 +406,8 @@ def gemm_srelu(a, b, *, b_layout="nk", alpha=1.0, prob=None, generate_c=False, d
     inputs = [a, b] + ([prob] if prob is not None else [])
     attrs = dict(b_layout=b_layout, alpha=chk.dense_alpha(op, alpha), has_prob=prob is not None,
                  generate_c=generate_c)
-    out = native.call(op, inputs, outputs, attrs)
+    roles = [part.ROWS, part.WHOLE] + [part.ROWS] * (prob is not None)
+    out = native.call(op, inputs, outputs, attrs, roles, [part.ROWS] * len(outputs))
     return (out[0], out[1]) if generate_c else out[0]
 
 
@@ -421,7 +435,8 @@ def gemm_dsrelu(dy, b, c, *, b_layout="nk", alpha=1.0, prob=None, compute_dprob=
     inputs = [dy, b, c] + ([prob] if prob is not None else [])
     attrs = dict(b_layout=b_layout, alpha=chk.dense_alpha(op, alpha), has_prob=prob is not None,
                  compute_dprob=compute_dprob)
-    out = native.call(op, inputs, outputs, attrs)
+    roles = [part.ROWS, part.WHOLE, part.ROWS] + [part.ROWS] * (prob is not None)
+    out = native.call(op, inputs, outputs, attrs, roles, [part.ROWS] * len(outputs))
     return out[0], (out[1] if compute_dprob else None)
 
 

@@ -218,6 +218,42 @@ def test_every_gpu_in_turn_gives_the_first_gpus_bits(case):
                 assert_close(np.asarray(y, np.float32), np.asarray(c, np.float32), f"{case} output {i} on {gpu}")
 
 
+def test_rows_sharded_over_gpus_run_on_their_shards():
+    """Under jit's automatic partitioning over two sm_90 GPUs, ragged_dot, moe_mlp and their gradients on
+    row-sharded tokens (groups across the shard edge, an empty group, a tail) run each GPU's kernels on its own
+    rows: nothing is gathered, the outputs and dx keep the row sharding, and the values match the same calls on
+    one GPU (the weight gradients are summed over the GPUs). Needs two sm_90 GPUs."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    gpus = [d for d in jax.devices("gpu") if getattr(d, "compute_capability", "9.0") == "9.0"]
+    if len(gpus) < 2:
+        pytest.skip("fewer than two sm_90 GPUs: no call was partitioned over GPUs")
+    mesh = Mesh(np.array(gpus[:2]), ("x",))
+    rows = NamedSharding(mesh, P("x", None))
+    rng = np.random.default_rng(13)
+    x, w_up, w_down = rand(rng, (M, H)), rand(rng, (E, H, 2 * I), scale=0.1), rand(rng, (E, I, H), scale=0.1)
+    prob = jnp.asarray(rng.uniform(0.1, 1, M), jnp.float32)
+    cot = jnp.asarray(rng.standard_normal((M, H)), jnp.float32)
+    gs = jnp.asarray([0, 380, 0, 250, 200, 0, 90, 31], jnp.int32)  # 951 of 1000 rows; shard edge at 500
+
+    def loss(x, w_up, w_down, prob, cot):
+        y = mj.moe_mlp(x, w_up, w_down, gs, prob=prob).astype(jnp.float32)
+        z = mj.ragged_dot(x, w_up, gs).astype(jnp.float32)
+        return jnp.sum(y * cot) + jnp.sum(z[:, :H] * cot)
+
+    def step(*args):
+        return (mj.moe_mlp(*args[:3], gs, prob=args[3]),) + jax.grad(loss, (0, 1, 2, 3))(*args)
+
+    args = (x, w_up, w_down, prob, cot)
+    want = _run(gpus[0], step, args)
+    sharded = jax.device_put(args, (rows, None, None, NamedSharding(mesh, P("x")), rows))
+    text = jax.jit(step).lower(*sharded).compile().as_text()
+    assert "all-gather" not in text, "an operand was gathered"
+    got = jax.jit(step)(*sharded)
+    assert got[0].sharding.is_equivalent_to(rows, 2) and got[1].sharding.is_equivalent_to(rows, 2)
+    for name, a, b in zip(("y", "dx", "dw_up", "dw_down", "dprob"), got, want):
+        assert_close(np.asarray(a, np.float32), np.asarray(b, np.float32), name)
+
+
 @pytest.mark.parametrize("sizes", list(SIZES.values()), ids=list(SIZES))
 def test_many_calls_in_one_executable_equal_eager(sizes):
     """Many moegemm custom calls in one jitted function (over XLA's command-buffer threshold), forward and

@@ -191,3 +191,158 @@ print("placement ok")
 
 def test_ragged_dot_without_a_kernel_places_its_zeros_like_jax():
     assert "placement ok" in _run_on_four_cpu_devices(_PLACEMENT_SCRIPT)
+
+
+_AUTO_SCRIPT = r"""
+import re
+
+import numpy as np
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+import moegemm.jax as mj
+from jax_helpers import assert_close
+
+assert len(jax.devices()) == 4, jax.devices()
+mesh = Mesh(np.array(jax.devices()).reshape(2, 2), ("d", "f"))
+rows4, rows2 = NamedSharding(mesh, P(("d", "f"), None)), NamedSharding(mesh, P("d", None))
+vec4 = NamedSharding(mesh, P(("d", "f")))
+rng = np.random.default_rng(5)
+bf16 = lambda shape, scale=1.0: jnp.asarray(rng.standard_normal(shape) * scale, jnp.bfloat16)
+m, k, n, g = 64, 32, 48, 4
+lhs, rhs = bf16((m, k)), bf16((g, k, n), 0.3)
+sizes = jnp.asarray([10, 0, 30, 15], jnp.int32)  # groups across shard edges, an empty one, a 9-row tail
+cot = jnp.asarray(rng.standard_normal((m, n)), jnp.float32)
+
+
+def same(got, want, what):
+    got, want = np.asarray(got, np.float32), np.asarray(want, np.float32)
+    assert got.shape == want.shape and np.array_equal(got, want), what
+
+
+def compiled(fn, *args):
+    return jax.jit(fn).lower(*args).compile().as_text()
+
+
+def check_local(text, op, result, operand, what):
+    # Each device runs the call on its own rows (its first result and an operand have the shard's rows), and
+    # nothing is gathered.
+    assert "all-gather" not in text, what + ": an operand was gathered"
+    calls = [line for line in text.splitlines() if 'custom_call_target="moegemm_' + op + '"' in line]
+    assert calls, what
+    for line in calls:
+        assert re.search(r"= \(" + re.escape(result) + r"\{", line), (what, line[:300])
+        assert re.search(r"operand_layout_constraints=\{" + re.escape(operand) + r"\{", line), (what, line[:300])
+
+
+# ragged_dot on rows sharded four ways over a 2-D mesh: values, sharding, gradients.
+fn = lambda a, b: mj.ragged_dot(a, b, sizes)
+lhs4 = jax.device_put(lhs, rows4)
+out = jax.jit(fn)(lhs4, rhs)
+assert out.sharding.is_equivalent_to(rows4, 2), out.sharding
+same(out, fn(lhs, rhs), "ragged_dot rows sharded")
+text = compiled(fn, lhs4, rhs)
+check_local(text, "grouped_gemm", "bf16[16,48]", "bf16[16,32]", "ragged_dot")
+f32_ref = lambda a, b: jax.lax.ragged_dot(a.astype(jnp.float32), b.astype(jnp.float32), sizes,
+                                          precision=jax.lax.Precision.HIGHEST)
+loss = lambda f: (lambda a, b, t: jnp.sum(f(a, b).astype(jnp.float32) * t))
+cot4 = jax.device_put(cot, rows4)  # the cotangent sharded like the output, as a loss over sharded rows gives it
+got = jax.jit(jax.grad(loss(fn), argnums=(0, 1)))(lhs4, rhs, cot4)
+assert got[0].sharding.is_equivalent_to(rows4, 2), got[0].sharding
+plain = jax.grad(loss(fn), argnums=(0, 1))(lhs, rhs, cot)
+same(got[0], plain[0], "ragged_dot dlhs")
+assert_close(got[1], plain[1], "ragged_dot drhs")
+want = jax.grad(loss(f32_ref), argnums=(0, 1))(lhs, rhs, cot)
+assert_close(got[0], want[0], "ragged_dot dlhs against jax.lax")
+assert_close(got[1], want[1], "ragged_dot drhs against jax.lax")
+text = compiled(jax.grad(loss(fn), argnums=(0, 1)), lhs4, rhs, cot4)
+assert "all-gather" not in text and "all-reduce" in text, "drhs: expected one sum over the shards"
+check_local(text, "grouped_gemm_wgrad", "f32[4,32,48]", "bf16[16,32]", "ragged_dot drhs")
+
+# The raw ops with garbage offsets (decreasing, negative, past M): each shard addresses exactly its global rows.
+garbage = jnp.asarray([20, 5, -3, 70], jnp.int32)
+w_nk = bf16((g, n, k), 0.3)
+for offs, what in ((garbage, "garbage offsets"), (jnp.cumsum(sizes).astype(jnp.int32), "offsets")):
+    for zero_tail in (True, False):
+        f = lambda a, b: mj.grouped_gemm(a, b, offs, zero_tail=zero_tail)
+        got, want = np.asarray(jax.jit(f)(lhs4, w_nk), np.float32), np.asarray(f(lhs, w_nk), np.float32)
+        end = int(min(max(0, int(np.max(np.asarray(offs)))), m))
+        same(got[:end], want[:end], f"grouped_gemm {what}")
+        if zero_tail:
+            same(got, want, f"grouped_gemm {what} zero_tail")
+    dy = bf16((m, n))
+    for w_dtype in (jnp.float32, jnp.bfloat16):
+        f = lambda x, d: mj.grouped_gemm_wgrad(x, d, offs, w_dtype=w_dtype)
+        got, want = jax.jit(f)(lhs4, jax.device_put(dy, rows4)), f(lhs, dy)
+        assert got.dtype == w_dtype and got.sharding.is_fully_replicated
+        assert_close(got, want, f"wgrad {what}")
+        empty = np.diff(np.concatenate([[0], np.minimum(np.maximum.accumulate(np.maximum(np.asarray(offs), 0)), m)])) == 0
+        assert not np.asarray(got, np.float32)[empty].any() and np.asarray(got, np.float32)[~empty].any(), what
+
+# dGLU with prob, dprob, dbias (f32 and bf16) and amax, rows sharded two ways.
+i = 32
+w_up = bf16((g, k, 2 * i), 0.3)
+h, c = mj.grouped_gemm_glu(lhs, w_up, jnp.cumsum(sizes).astype(jnp.int32), b_layout="kn", generate_c=True,
+                           zero_tail=True)
+dy, w_down = bf16((m, n)), bf16((g, i, n), 0.3)
+prob = jnp.asarray(rng.uniform(0.1, 1.0, (m,)), jnp.float32)
+for dbias_dtype in (jnp.float32, jnp.bfloat16):
+    f = lambda d, cc, p: mj.grouped_gemm_dglu(d, w_down, cc, jnp.cumsum(sizes).astype(jnp.int32), prob=p,
+                                               b_layout="nk", compute_dprob=True, compute_dbias=True,
+                                               compute_amax=True, dbias_dtype=dbias_dtype, zero_tail=True)
+    args2 = (jax.device_put(dy, rows2), jax.device_put(c, rows2), jax.device_put(prob, NamedSharding(mesh, P("d"))))
+    got, want = jax.jit(f)(*args2), f(dy, c, prob)
+    same(got.dc, want.dc, "dglu dc")
+    same(got.dprob, want.dprob, "dglu dprob")
+    same(got.amax, want.amax, "dglu amax")
+    assert got.dbias.dtype == dbias_dtype
+    assert_close(got.dbias, want.dbias, "dglu dbias")
+    assert got.dc.sharding.is_equivalent_to(rows2, 2), got.dc.sharding
+    check_local(compiled(f, *args2), "grouped_gemm_dglu", "bf16[32,64]", "bf16[32,48]", "dglu")
+
+# moe_mlp with prob: the layer and its gradients.
+w_d = bf16((g, i, k), 0.3)
+cot_k = jnp.asarray(rng.standard_normal((m, k)), jnp.float32)
+layer = lambda x, wu, wd, p: mj.moe_mlp(x, wu, wd, sizes, prob=p)
+mlp_loss = lambda x, wu, wd, p, t: jnp.sum(layer(x, wu, wd, p).astype(jnp.float32) * t)
+args4 = (lhs4, w_up, w_d, jax.device_put(prob, vec4), jax.device_put(cot_k, rows4))
+same(jax.jit(layer)(*args4[:4]), layer(lhs, w_up, w_d, prob), "moe_mlp")
+text = compiled(jax.grad(mlp_loss, argnums=(0, 1, 2, 3)), *args4)
+assert "all-gather" not in text, "moe_mlp gradient: an operand was gathered"
+got = jax.jit(jax.grad(mlp_loss, argnums=(0, 1, 2, 3)))(*args4)
+want = jax.grad(mlp_loss, argnums=(0, 1, 2, 3))(lhs, w_up, w_d, prob, cot_k)
+for name, a, b in zip(("dx", "dw_up", "dw_down", "dprob"), got, want):
+    assert_close(a, b, "moe_mlp " + name)
+same(got[0], want[0], "moe_mlp dx")
+same(got[3], want[3], "moe_mlp dprob")
+
+# The dense ops: amax is the maximum over the shards.
+w_dense = bf16((n, k), 0.3)
+f = lambda a: mj.gemm_amax(a, w_dense)
+got, want = jax.jit(f)(lhs4), f(lhs)
+same(got[0], want[0], "gemm_amax c")
+same(got[1], want[1], "gemm_amax amax")
+
+# What the rule does not shard is gathered, as without it: M not divisible by the shards, weights sharded
+# by expert, K sharded, and vmap.
+odd = bf16((66, k))
+odd_sizes = jnp.asarray([10, 0, 40, 16], jnp.int32)
+same(jax.jit(lambda a: mj.ragged_dot(a, rhs, odd_sizes))(jax.device_put(odd, rows2)),
+     mj.ragged_dot(odd, rhs, odd_sizes), "M not divisible")
+same(jax.jit(fn)(lhs4, jax.device_put(rhs, NamedSharding(mesh, P(("d", "f"), None, None)))), fn(lhs, rhs),
+     "weights sharded by expert")
+same(jax.jit(fn)(jax.device_put(lhs, NamedSharding(mesh, P(None, "d"))), rhs), fn(lhs, rhs), "K sharded")
+batch = jnp.stack([lhs, bf16((m, k))])
+vm = lambda a: jax.vmap(lambda x: mj.ragged_dot(x, rhs, sizes))(a)
+same(jax.jit(vm)(jax.device_put(batch, NamedSharding(mesh, P(None, ("d", "f"), None)))), vm(batch), "vmap")
+print("auto ok")
+"""
+
+
+def test_row_sharded_operands_under_jit_run_on_their_shards():
+    """Under jit's automatic partitioning, every op runs on each device's rows of a row-sharded activation:
+    no operand is gathered, row outputs keep the sharding (bitwise the unsharded values), per-expert sums are
+    summed over the shards and amax is their maximum; garbage offsets address exactly the global rows; what
+    the rule does not shard (M not divisible, sharded weights, K sharded, vmap) is gathered and stays right."""
+    assert "auto ok" in _run_on_four_cpu_devices(_AUTO_SCRIPT)

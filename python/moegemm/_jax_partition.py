@@ -1,0 +1,179 @@
+"""Row sharding of moegemm's custom calls under ``jax.jit``'s automatic partitioning (Shardy or GSPMD).
+
+Without a rule of its own, a custom call is run whole: the partitioner gathers every operand to every device
+and each device computes the whole op (the result typed replicated). Every moegemm op is row-wise in the
+activation rows M (the tokens), so each call is wrapped in ``jax.experimental.custom_partitioning`` with this
+rule: where the activation operand is sharded along M (over one or more mesh axes, M divisible by their size),
+every operand with an M dimension is sharded the same way and every other operand is replicated; each device
+runs the op on its own rows, with the offsets (cumulative expert ends over all M rows) moved to its rows; and
+
+- outputs with an M dimension stay sharded the same way (``D``, ``C``, ``dC``, ``dprob``, dense ops' outputs);
+- per-expert sums over rows (the weight gradient, ``dbias``) are each device's partial sum, summed over the
+  row axes (``psum``), in f32 (a 16-bit output is rounded once, after the sum);
+- ``amax`` is the maximum over the row axes (``pmax``).
+
+Anything else (K or N sharded, sharded weights, M not divisible) is gathered, as without the rule. On one
+device, inside ``shard_map`` (where the calls already see their shard) and on a mesh with Explicit axes, the
+call is emitted directly.
+
+Moving the offsets: the kernels read expert g's rows as ``[end_{g-1}, end_g)`` with
+``end_g = clamp(offsets[g], end_{g-1}, M)`` (docs/ops.md §0), a running maximum clamped to ``[0, M]``. Clamping
+each offset to the shard's rows ``[s, s + m)`` and subtracting ``s`` commutes with that (clamping is monotone),
+so the shard's kernel addresses exactly the global rows of the shard, garbage offsets included, and never
+forms an offset outside ``[0, m]`` (no int32 overflow).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable, NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental.custom_partitioning import custom_partitioning
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from moegemm import _jax_vma as vma
+
+# Operand roles.
+ROWS = "rows"        # dim 0 is M
+OFFSETS = "offsets"  # (E,) cumulative expert ends over M
+WHOLE = "whole"      # replicated (weights, per-expert vectors)
+# Output roles: ROWS, or
+SUM = "sum"          # a sum over the M rows (per expert or per column): psum over the row axes
+MAX = "max"          # a maximum over the M rows: pmax over the row axes
+
+
+class Output(NamedTuple):
+    """One result of a call: its role, its shape (for ROWS, the dims after M), its dtype name."""
+    role: str
+    shape: tuple
+    dtype: str
+
+
+def _row_axes(mesh, arg_shapes, roles) -> tuple:
+    """The mesh axes dim 0 of the first ROWS operand is sharded along, or () where the rule does not shard."""
+    first = roles.index(ROWS)
+    sharding = arg_shapes[first].sharding
+    spec = tuple(getattr(sharding, "spec", ()))
+    axes = spec[0] if spec else None
+    if axes is None:
+        return ()
+    axes = tuple(axes) if isinstance(axes, (tuple, list)) else (axes,)
+    size = int(np.prod([mesh.shape[a] for a in axes]))
+    m = arg_shapes[first].shape[0]
+    return axes if size > 1 and m % size == 0 else ()
+
+
+def _spec(role: str, rank: int, axes: tuple) -> P:
+    if role == ROWS and axes:
+        return P(axes if len(axes) > 1 else axes[0], *([None] * (rank - 1)))
+    return P()
+
+
+def _rule(ranks: Sequence[int], roles: Sequence[str], outputs: Sequence[Output]) -> tuple[str, tuple]:
+    """The Shardy rule: M is one factor shared by every ROWS operand and output, every other dim a factor of
+    its own that must stay replicated."""
+    fresh = []
+
+    def dims(role, rank):
+        names = []
+        for d in range(rank):
+            if role == ROWS and d == 0:
+                names.append("m")
+            else:
+                fresh.append(f"f{len(fresh)}")
+                names.append(fresh[-1])
+        return " ".join(names) if names else "()"
+
+    lhs = ", ".join(dims(role, rank) for role, rank in zip(roles, ranks))
+    rhs = ", ".join(dims(o.role, len(o.shape) + (o.role == ROWS)) for o in outputs)
+    return f"{lhs} -> {rhs}", tuple(fresh)
+
+
+@functools.lru_cache(maxsize=None)
+def _partitioned(emit: Callable, ranks: tuple, roles: tuple, outputs: tuple) -> Callable:
+    """The custom_partitioning function of one call configuration (cached, so that a call traced again reuses
+    its primitive). ``emit(inputs, specs)`` emits the custom call for these operands and result specs."""
+
+    def specs_for(m, f32_sums=False):
+        out = []
+        for o in outputs:
+            shape = (m,) + tuple(o.shape) if o.role == ROWS else tuple(o.shape)
+            dtype = np.float32 if (f32_sums and o.role == SUM) else np.dtype(o.dtype)
+            out.append(jax.ShapeDtypeStruct(shape, dtype))
+        return out
+
+    def whole(*inputs):
+        m = inputs[roles.index(ROWS)].shape[0]
+        return tuple(emit(inputs, specs_for(m)))
+
+    fn = custom_partitioning(whole)
+
+    def shardings(mesh, arg_shapes):
+        axes = _row_axes(mesh, arg_shapes, roles)
+        args = tuple(NamedSharding(mesh, _spec(role, rank, axes)) for role, rank in zip(roles, ranks))
+        results = tuple(NamedSharding(mesh, _spec(o.role, len(o.shape) + 1, axes)) for o in outputs)
+        return axes, args, results
+
+    def infer(mesh, arg_shapes, result_shape):
+        return shardings(mesh, arg_shapes)[2]
+
+    def partition(mesh, arg_shapes, result_shape):
+        axes, args, results = shardings(mesh, arg_shapes)
+        if not axes:
+            return mesh, whole, results, args
+
+        def lower(*inputs):
+            m = inputs[roles.index(ROWS)].shape[0]
+            start = jax.lax.axis_index(axes) * m
+            local = []
+            for role, x in zip(roles, inputs):
+                if role == OFFSETS:
+                    x = (jnp.clip(x, start.astype(x.dtype), (start + m).astype(x.dtype)) - start).astype(x.dtype)
+                local.append(x)
+            out = list(emit(local, specs_for(m, f32_sums=True)))
+            for i, o in enumerate(outputs):
+                if o.role == SUM:
+                    out[i] = jax.lax.psum(out[i], axes).astype(np.dtype(o.dtype))
+                elif o.role == MAX:
+                    out[i] = jax.lax.pmax(out[i], axes)
+            return tuple(out)
+
+        return mesh, lower, results, args
+
+    rule, replicated = _rule(ranks, roles, outputs)
+    fn.def_partition(partition=partition, infer_sharding_from_operands=infer, sharding_rule=rule,
+                     need_replication_factors=replicated)
+
+    # custom_partitioning has no batching rule: under jax.vmap the call is emitted directly, and ffi_call's own
+    # rule loops over the batch (each batch element one whole call, as without this rule).
+    @jax.custom_batching.custom_vmap
+    def batchable(*inputs):
+        return fn(*inputs)
+
+    @batchable.def_vmap
+    def _batched(axis_size, in_batched, *inputs):
+        axes = [0 if b else None for b in in_batched]
+        out = jax.vmap(whole, in_axes=axes, axis_size=axis_size)(*inputs)
+        return out, (True,) * len(out)
+
+    return batchable
+
+
+def applies(inputs: Sequence) -> bool:
+    """Whether the rule applies where these operands are traced: not inside ``shard_map`` (a Manual mesh axis, or
+    operands that vary along mesh axes) and not on a mesh with Explicit axes."""
+    mesh = jax.sharding.get_abstract_mesh()
+    types = tuple(getattr(mesh, "axis_types", ()))
+    if any(t in types for t in (jax.sharding.AxisType.Manual, jax.sharding.AxisType.Explicit)):
+        return False
+    return not vma.union(inputs) and not any(vma.explicit_spec(x) is not None for x in inputs)
+
+
+def call(emit: Callable, inputs: Sequence, roles: Sequence[str], outputs: Sequence[Output]) -> list:
+    """``emit(inputs, specs)`` under the row rule above. ``roles`` gives each input's role (at least one ROWS),
+    ``outputs`` each result's. Returns the results as a list."""
+    fn = _partitioned(emit, tuple(len(np.shape(x)) for x in inputs), tuple(roles), tuple(outputs))
+    return list(fn(*inputs))
