@@ -189,6 +189,8 @@ def call(op: str, inputs: Sequence, outputs: Sequence[jax.ShapeDtypeStruct],
     """
     if roles is not None and (len(roles) != len(inputs) or len(output_roles) != len(outputs)):
         raise AssertionError(f"{op}: roles of {len(inputs)} inputs and {len(outputs)} outputs expected")
+    if not partition.enabled():
+        roles = output_roles = None
     config = _Call(op, tuple(attrs.items()), tuple((tuple(s.shape), np.dtype(s.dtype).name) for s in outputs),
                    None if roles is None else tuple(roles), None if output_roles is None else tuple(output_roles))
     return list(_call_jit(config, *inputs))
@@ -196,6 +198,23 @@ def call(op: str, inputs: Sequence, outputs: Sequence[jax.ShapeDtypeStruct],
 
 @functools.partial(jax.jit, static_argnums=(0,))
 def _call_jit(config: _Call, *inputs):
+    return _no_derivative(config, *inputs)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _no_derivative(config: _Call, *inputs):
+    return _call_traced(config, *inputs)
+
+
+@_no_derivative.defjvp
+def _no_derivative_jvp(config, primals, tangents):
+    raise ValueError(
+        f"moegemm.jax.{config.op}: the FFI call to `{target_name(config.op)}` cannot be differentiated; take "
+        "gradients through moegemm.jax.ragged_dot or moe_mlp, or write a jax.custom_vjp over the ops "
+        "(docs/jax.md)")
+
+
+def _call_traced(config: _Call, *inputs):
     outputs = [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in config.outputs]
     attrs = dict(config.attrs)
     if config.roles is None or not partition.applies(inputs):

@@ -10,11 +10,11 @@ runs the op on its own rows, with the offsets (cumulative expert ends over all M
 - outputs with an M dimension stay sharded the same way (``D``, ``C``, ``dC``, ``dprob``, dense ops' outputs);
 - per-expert sums over rows (the weight gradient, ``dbias``) are each device's partial sum, summed over the
   row axes (``psum``), in f32 (a 16-bit output is rounded once, after the sum);
-- ``amax`` is the maximum over the row axes (``pmax``).
+- ``amax`` is the maximum over the row axes (``pmax``), NaN where a shard's is NaN.
 
 Anything else (K or N sharded, sharded weights, M not divisible) is gathered, as without the rule. On one
-device, inside ``shard_map`` (where the calls already see their shard) and on a mesh with Explicit axes, the
-call is emitted directly.
+device, inside ``shard_map`` (where the calls already see their shard), on a mesh with Explicit axes, under
+``jax.vmap`` and with ``MOEGEMM_JAX_ROW_SHARDING=0`` (see ``enabled``), the call is emitted directly.
 
 Moving the offsets: the kernels read expert g's rows as ``[end_{g-1}, end_g)`` with
 ``end_g = clamp(offsets[g], end_{g-1}, M)`` (docs/ops.md §0), a running maximum clamped to ``[0, M]``. Clamping
@@ -26,6 +26,7 @@ forms an offset outside ``[0, m]`` (no int32 overflow).
 from __future__ import annotations
 
 import functools
+import os
 from typing import Callable, NamedTuple, Sequence
 
 import jax
@@ -92,59 +93,74 @@ def _rule(ranks: Sequence[int], roles: Sequence[str], outputs: Sequence[Output])
     return f"{lhs} -> {rhs}", tuple(fresh)
 
 
-@functools.lru_cache(maxsize=None)
-def _partitioned(emit: Callable, ranks: tuple, roles: tuple, outputs: tuple) -> Callable:
-    """The custom_partitioning function of one call configuration (cached, so that a call traced again reuses
-    its primitive). ``emit(inputs, specs)`` emits the custom call for these operands and result specs."""
+class _Rule(NamedTuple):
+    """One call configuration and its partitioning callbacks; hashable, so that a call traced again reuses its
+    primitive (the cache below). ``emit(inputs, specs)`` emits the custom call for these operands and result
+    specs."""
+    emit: Callable
+    ranks: tuple
+    roles: tuple
+    outputs: tuple
 
-    def specs_for(m, f32_sums=False):
+    def specs(self, m, f32_sums=False):
         out = []
-        for o in outputs:
+        for o in self.outputs:
             shape = (m,) + tuple(o.shape) if o.role == ROWS else tuple(o.shape)
             dtype = np.float32 if (f32_sums and o.role == SUM) else np.dtype(o.dtype)
             out.append(jax.ShapeDtypeStruct(shape, dtype))
         return out
 
-    def whole(*inputs):
-        m = inputs[roles.index(ROWS)].shape[0]
-        return tuple(emit(inputs, specs_for(m)))
+    def whole(self, *inputs):
+        """The call on whatever rows it is given, unpartitioned."""
+        m = inputs[self.roles.index(ROWS)].shape[0]
+        return tuple(self.emit(inputs, self.specs(m)))
 
-    fn = custom_partitioning(whole)
-
-    def shardings(mesh, arg_shapes):
-        axes = _row_axes(mesh, arg_shapes, roles)
-        args = tuple(NamedSharding(mesh, _spec(role, rank, axes)) for role, rank in zip(roles, ranks))
-        results = tuple(NamedSharding(mesh, _spec(o.role, len(o.shape) + 1, axes)) for o in outputs)
+    def shardings(self, mesh, arg_shapes):
+        axes = _row_axes(mesh, arg_shapes, self.roles)
+        args = tuple(NamedSharding(mesh, _spec(role, rank, axes)) for role, rank in zip(self.roles, self.ranks))
+        results = tuple(NamedSharding(mesh, _spec(o.role, len(o.shape) + 1, axes)) for o in self.outputs)
         return axes, args, results
 
-    def infer(mesh, arg_shapes, result_shape):
-        return shardings(mesh, arg_shapes)[2]
+    def infer(self, mesh, arg_shapes, result_shape):
+        return self.shardings(mesh, arg_shapes)[2]
 
-    def partition(mesh, arg_shapes, result_shape):
-        axes, args, results = shardings(mesh, arg_shapes)
-        if not axes:
-            return mesh, whole, results, args
-
-        def lower(*inputs):
-            m = inputs[roles.index(ROWS)].shape[0]
-            start = jax.lax.axis_index(axes) * m
-            local = []
-            for role, x in zip(roles, inputs):
-                if role == OFFSETS:
-                    x = (jnp.clip(x, start.astype(x.dtype), (start + m).astype(x.dtype)) - start).astype(x.dtype)
-                local.append(x)
-            out = list(emit(local, specs_for(m, f32_sums=True)))
-            for i, o in enumerate(outputs):
-                if o.role == SUM:
-                    out[i] = jax.lax.psum(out[i], axes).astype(np.dtype(o.dtype))
-                elif o.role == MAX:
-                    out[i] = jax.lax.pmax(out[i], axes)
-            return tuple(out)
-
+    def partition(self, mesh, arg_shapes, result_shape):
+        axes, args, results = self.shardings(mesh, arg_shapes)
+        lower = _Shard(self, axes).run if axes else self.whole
         return mesh, lower, results, args
 
-    rule, replicated = _rule(ranks, roles, outputs)
-    fn.def_partition(partition=partition, infer_sharding_from_operands=infer, sharding_rule=rule,
+
+class _Shard(NamedTuple):
+    """The call on one shard of rows along ``axes``."""
+    rule: _Rule
+    axes: tuple
+
+    def run(self, *inputs):
+        rule, axes = self.rule, self.axes
+        m = inputs[rule.roles.index(ROWS)].shape[0]
+        start = jax.lax.axis_index(axes) * m
+        local = []
+        for role, x in zip(rule.roles, inputs):
+            if role == OFFSETS:
+                x = (jnp.clip(x, start.astype(x.dtype), (start + m).astype(x.dtype)) - start).astype(x.dtype)
+            local.append(x)
+        out = list(rule.emit(local, rule.specs(m, f32_sums=True)))
+        for i, o in enumerate(rule.outputs):
+            if o.role == SUM:
+                out[i] = jax.lax.psum(out[i], axes).astype(np.dtype(o.dtype))
+            elif o.role == MAX:
+                # pmax drops NaN (an all-reduce max is not NaN-propagating); amax keeps it (docs/ops.md §0).
+                nan = jax.lax.pmax(jnp.isnan(out[i]).astype(jnp.int32), axes) > 0
+                out[i] = jnp.where(nan, jnp.asarray(jnp.nan, out[i].dtype), jax.lax.pmax(out[i], axes))
+        return tuple(out)
+
+
+@functools.lru_cache(maxsize=None)
+def _partitioned(rule: _Rule) -> Callable:
+    """The custom_partitioning function of one call configuration (cached: one primitive per configuration)."""
+    fn = custom_partitioning(rule.whole)
+    sharding_rule, replicated = _rule(rule.ranks, rule.roles, rule.outputs)
+    fn.def_partition(partition=rule.partition, infer_sharding_from_operands=rule.infer, sharding_rule=sharding_rule,
                      need_replication_factors=replicated)
 
     # custom_partitioning has no batching rule: under jax.vmap the call is emitted directly, and ffi_call's own
@@ -156,10 +172,19 @@ def _partitioned(emit: Callable, ranks: tuple, roles: tuple, outputs: tuple) -> 
     @batchable.def_vmap
     def _batched(axis_size, in_batched, *inputs):
         axes = [0 if b else None for b in in_batched]
-        out = jax.vmap(whole, in_axes=axes, axis_size=axis_size)(*inputs)
+        out = jax.vmap(rule.whole, in_axes=axes, axis_size=axis_size)(*inputs)
         return out, (True,) * len(out)
 
     return batchable
+
+
+def enabled() -> bool:
+    """Whether calls traced now carry the rule: unless ``MOEGEMM_JAX_ROW_SHARDING=0``. custom_partitioning's
+    lowering registers a Python callback that ``jax.export`` cannot serialize, and it keys the callback by
+    object identity in the module, which the persistent compilation cache then never finds again in another
+    process: with the variable at 0, calls traced after it is set are emitted directly (gathered under
+    automatic sharding), so that multi-device jits export and hit that cache."""
+    return os.environ.get("MOEGEMM_JAX_ROW_SHARDING", "1") != "0"
 
 
 def applies(inputs: Sequence) -> bool:
@@ -175,5 +200,5 @@ def applies(inputs: Sequence) -> bool:
 def call(emit: Callable, inputs: Sequence, roles: Sequence[str], outputs: Sequence[Output]) -> list:
     """``emit(inputs, specs)`` under the row rule above. ``roles`` gives each input's role (at least one ROWS),
     ``outputs`` each result's. Returns the results as a list."""
-    fn = _partitioned(emit, tuple(len(np.shape(x)) for x in inputs), tuple(roles), tuple(outputs))
-    return list(fn(*inputs))
+    rule = _Rule(emit, tuple(len(np.shape(x)) for x in inputs), tuple(roles), tuple(outputs))
+    return list(_partitioned(rule)(*inputs))

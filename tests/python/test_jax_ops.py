@@ -209,6 +209,20 @@ def test_jit_and_eager_bitwise_identical(op, platform):
         np.testing.assert_array_equal(np.asarray(j1), np.asarray(j2))
 
 
+@pytest.mark.parametrize("transform", ["grad", "jvp", "linearize"])
+def test_an_op_differentiated_raises_naming_its_target(transform):
+    """The ops have no derivative of their own (gradients come from ragged_dot and moe_mlp): differentiating
+    one raises a ValueError that names the op and its FFI target, at trace time, in either mode."""
+    rng = np.random.default_rng(3)
+    a, b, off = _inputs(rng)
+    loss = lambda a: mj.grouped_gemm(a, b, off, zero_tail=True).astype(jnp.float32).sum()
+    run = {"grad": lambda: jax.grad(loss)(a), "jvp": lambda: jax.jvp(loss, (a,), (a,)),
+           "linearize": lambda: jax.linearize(loss, a)}[transform]
+    with pytest.raises(ValueError, match=r"moegemm\.jax\.grouped_gemm: the FFI call to `moegemm_grouped_gemm` "
+                                         r"cannot be differentiated"):
+        run()
+
+
 def test_a_target_called_directly_names_the_op_and_the_buffer():
     """The public targets (moegemm_<op>) decode their buffers before the op runs: a mismatch found there is
     INVALID_ARGUMENT naming the op and the buffer's position, and an attribute of the wrong type is named

@@ -317,19 +317,23 @@ for name, a, b in zip(("dx", "dw_up", "dw_down", "dprob"), got, want):
 same(got[0], want[0], "moe_mlp dx")
 same(got[3], want[3], "moe_mlp dprob")
 
-# The dense ops: amax is the maximum over the shards.
+# The dense ops: amax is the maximum over the shards, and NaN where one shard's is NaN (pmax alone drops it).
 w_dense = bf16((n, k), 0.3)
 f = lambda a: mj.gemm_amax(a, w_dense)
 got, want = jax.jit(f)(lhs4), f(lhs)
 same(got[0], want[0], "gemm_amax c")
 same(got[1], want[1], "gemm_amax amax")
+with_nan = lhs.at[37, 5].set(jnp.nan)
+got = jax.jit(f)(jax.device_put(with_nan, rows4))[1]
+assert np.isnan(float(got)) and np.isnan(float(f(with_nan)[1])), float(got)
 
 # What the rule does not shard is gathered, as without it: M not divisible by the shards, weights sharded
 # by expert, K sharded, and vmap.
 odd = bf16((66, k))
 odd_sizes = jnp.asarray([10, 0, 40, 16], jnp.int32)
-same(jax.jit(lambda a: mj.ragged_dot(a, rhs, odd_sizes))(jax.device_put(odd, rows2)),
-     mj.ragged_dot(odd, rhs, odd_sizes), "M not divisible")
+odd_fn = lambda a: mj.ragged_dot(a, rhs, jax.lax.with_sharding_constraint(odd_sizes, NamedSharding(mesh, P())))
+odd_rows = lambda a: odd_fn(jax.lax.with_sharding_constraint(a, rows4))  # 66 rows over 4 shards
+same(jax.jit(odd_rows)(odd), odd_fn(odd), "M not divisible")
 same(jax.jit(fn)(lhs4, jax.device_put(rhs, NamedSharding(mesh, P(("d", "f"), None, None)))), fn(lhs, rhs),
      "weights sharded by expert")
 same(jax.jit(fn)(jax.device_put(lhs, NamedSharding(mesh, P(None, "d"))), rhs), fn(lhs, rhs), "K sharded")
@@ -346,3 +350,53 @@ def test_row_sharded_operands_under_jit_run_on_their_shards():
     summed over the shards and amax is their maximum; garbage offsets address exactly the global rows; what
     the rule does not shard (M not divisible, sharded weights, K sharded, vmap) is gathered and stays right."""
     assert "auto ok" in _run_on_four_cpu_devices(_AUTO_SCRIPT)
+
+
+_EXPORT_SCRIPT = r"""
+import os
+import sys
+
+import numpy as np
+import jax
+import jax.numpy as jnp
+from jax.experimental import serialize_executable
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+import moegemm.jax as mj
+
+RULE = os.environ.get("MOEGEMM_JAX_ROW_SHARDING", "1") != "0"
+mesh = Mesh(np.array(jax.devices()), ("x",))
+rows = NamedSharding(mesh, P("x", None))
+rng = np.random.default_rng(8)
+a = jnp.asarray(rng.standard_normal((64, 32)), jnp.bfloat16)
+b = jnp.asarray(rng.standard_normal((4, 32, 16)), jnp.bfloat16)
+gs = jnp.asarray([10, 0, 30, 15], jnp.int32)
+f = jax.jit(lambda a, b, g: mj.ragged_dot(a, b, g), in_shardings=(rows, None, None))
+want = np.asarray(mj.ragged_dot(a, b, gs), np.float32)
+checks = [jax.export.DisabledSafetyCheck.custom_call(t) for t in mj.FFI_TARGETS]
+try:
+    exported = jax.export.export(f, disabled_checks=checks)(a, b, gs)
+    assert not RULE, "exported with the rule on"
+    assert np.array_equal(np.asarray(exported.call(jax.device_put(a, rows), b, gs), np.float32), want)
+except NotImplementedError as e:  # custom_partitioning's callback cannot be serialized
+    assert RULE and "host_callbacks" in str(e), e
+try:
+    payload = serialize_executable.serialize(f.lower(a, b, gs).compile())
+    assert not RULE, "serialized with the rule on"
+    loaded = serialize_executable.deserialize_and_load(*payload)
+    assert np.array_equal(np.asarray(loaded(jax.device_put(a, rows), b, gs), np.float32), want)
+except (AttributeError, TypeError, ValueError) as e:  # a local function of custom_partitioning's lowering
+    assert RULE and "pickle" in str(e), e
+text = f.lower(a, b, gs).compile().as_text()
+assert ("all-gather" in text) != RULE, "gathered where the rule is on, or not gathered where it is off"
+print("export ok")
+"""
+
+
+@pytest.mark.parametrize("rule", ["1", "0"], ids=["rule_on", "rule_off"])
+def test_multi_device_export_needs_the_rule_off(rule, monkeypatch):
+    """jax.export and serialize_executable of a jit over four devices: refused while the row rule is on (JAX
+    cannot serialize custom_partitioning's callback), and with MOEGEMM_JAX_ROW_SHARDING=0 exported, loaded and
+    run with the unsharded call's values, the operands then gathered as without the rule."""
+    monkeypatch.setenv("MOEGEMM_JAX_ROW_SHARDING", rule)
+    assert "export ok" in _run_on_four_cpu_devices(_EXPORT_SCRIPT)
