@@ -217,7 +217,7 @@ def _no_derivative_jvp(config, primals, tangents):
 def _call_traced(config: _Call, *inputs):
     outputs = [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in config.outputs]
     attrs = dict(config.attrs)
-    if config.roles is None or not partition.applies(inputs):
+    if config.roles is None:
         return tuple(_emit(config.op, inputs, outputs, attrs))
     described = [partition.Output(role, shape[1:] if role == partition.ROWS else shape, dtype)
                  for role, (shape, dtype) in zip(config.output_roles, config.outputs)]

@@ -1,4 +1,5 @@
-"""Row sharding of moegemm's custom calls under ``jax.jit``'s automatic partitioning (Shardy or GSPMD).
+"""Row sharding of moegemm's custom calls under ``jax.jit``'s automatic partitioning (Shardy or GSPMD) and on
+meshes with Explicit axes.
 
 Without a rule of its own, a custom call is run whole: the partitioner gathers every operand to every device
 and each device computes the whole op (the result typed replicated). Every moegemm op is row-wise in the
@@ -13,8 +14,10 @@ runs the op on its own rows, with the offsets (cumulative expert ends over all M
 - ``amax`` is the maximum over the row axes (``pmax``), NaN where a shard's is NaN.
 
 Anything else (K or N sharded, sharded weights, M not divisible) is gathered, as without the rule. On one
-device, inside ``shard_map`` (where the calls already see their shard), on a mesh with Explicit axes, under
-``jax.vmap`` and with ``MOEGEMM_JAX_ROW_SHARDING=0`` (see ``enabled``), the call is emitted directly.
+device, inside ``shard_map`` (where the calls already see their shard), under ``jax.vmap`` and with
+``MOEGEMM_JAX_ROW_SHARDING=0`` (see ``enabled``), the call is emitted directly. On a mesh with Explicit axes
+the operands' types show their sharding at trace time, and the same rule runs as a ``jax.shard_map``
+(``call``).
 
 Moving the offsets: the kernels read expert g's rows as ``[end_{g-1}, end_g)`` with
 ``end_g = clamp(offsets[g], end_{g-1}, M)`` (docs/ops.md §0), a running maximum clamped to ``[0, M]``. Clamping
@@ -187,18 +190,52 @@ def enabled() -> bool:
     return os.environ.get("MOEGEMM_JAX_ROW_SHARDING", "1") != "0"
 
 
-def applies(inputs: Sequence) -> bool:
-    """Whether the rule applies where these operands are traced: not inside ``shard_map`` (a Manual mesh axis, or
-    operands that vary along mesh axes) and not on a mesh with Explicit axes."""
-    mesh = jax.sharding.get_abstract_mesh()
-    types = tuple(getattr(mesh, "axis_types", ()))
-    if any(t in types for t in (jax.sharding.AxisType.Manual, jax.sharding.AxisType.Explicit)):
-        return False
-    return not vma.union(inputs) and not any(vma.explicit_spec(x) is not None for x in inputs)
+def _explicit_row_axes(mesh, rule: _Rule, inputs: Sequence) -> tuple:
+    """On a mesh with Explicit axes: the axes the first ROWS operand's M is sharded along, where the rule can
+    run as a shard_map over them (Explicit axes, M divisible, every other operand replicated and every ROWS
+    operand sharded along M alone); else ()."""
+    specs = [tuple(vma.explicit_spec(x) or ()) for x in inputs]
+    first = rule.roles.index(ROWS)
+    axes = specs[first][0] if specs[first] else None
+    if axes is None:
+        return ()
+    axes = tuple(axes) if isinstance(axes, (tuple, list)) else (axes,)
+    explicit = jax.sharding.AxisType.Explicit
+    types = dict(zip(mesh.axis_names, mesh.axis_types))
+    if any(types.get(a) != explicit for a in axes):
+        return ()
+    size = int(np.prod([mesh.shape[a] for a in axes]))
+    if size < 2 or np.shape(inputs[first])[0] % size:
+        return ()
+    for role, spec in zip(rule.roles, specs):
+        rest = spec[1:] if role == ROWS else spec
+        if any(d is not None for d in rest):
+            return ()
+    return axes
 
 
 def call(emit: Callable, inputs: Sequence, roles: Sequence[str], outputs: Sequence[Output]) -> list:
     """``emit(inputs, specs)`` under the row rule above. ``roles`` gives each input's role (at least one ROWS),
-    ``outputs`` each result's. Returns the results as a list."""
+    ``outputs`` each result's. Returns the results as a list.
+
+    Inside ``shard_map`` the call is emitted directly. On a mesh with Explicit axes, where the operands'
+    types show M sharded (``_explicit_row_axes``), the rule runs as a ``shard_map`` over those axes, the other
+    ROWS operands resharded to M's sharding first; there a call is emitted directly otherwise. Elsewhere it
+    is a custom_partitioning call."""
     rule = _Rule(emit, tuple(len(np.shape(x)) for x in inputs), tuple(roles), tuple(outputs))
+    mesh = jax.sharding.get_abstract_mesh()
+    types = tuple(getattr(mesh, "axis_types", ()))
+    if jax.sharding.AxisType.Manual in types or vma.union(inputs):
+        return list(rule.whole(*inputs))
+    if jax.sharding.AxisType.Explicit in types or any(vma.explicit_spec(x) is not None for x in inputs):
+        axes = _explicit_row_axes(mesh, rule, inputs)
+        if not axes:
+            return list(rule.whole(*inputs))
+        in_specs = tuple(_spec(role, rank, axes) for role, rank in zip(rule.roles, rule.ranks))
+        out_specs = tuple(_spec(o.role, len(o.shape) + 1, axes) for o in rule.outputs)
+        inputs = [jax.sharding.reshard(x, spec) if role == ROWS and tuple(vma.explicit_spec(x) or ()) != tuple(spec)
+                  else x for x, role, spec in zip(inputs, rule.roles, in_specs)]
+        body = jax.shard_map(_Shard(rule, axes).run, in_specs=in_specs, out_specs=out_specs,
+                             axis_names=frozenset(axes))
+        return list(body(*inputs))
     return list(_partitioned(rule)(*inputs))

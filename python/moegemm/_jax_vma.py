@@ -7,8 +7,9 @@ operand). The gradient of an operand that varies along fewer axes than its cotan
 axes (what ``jax.lax.pcast(..., to="varying")`` transposes to), and a cotangent that varies along fewer axes
 than its operand is cast up. Outside ``shard_map`` every set is empty and these are identities.
 
-Under explicit sharding (a mesh with ``jax.sharding.AxisType.Explicit`` axes) the results are typed
-replicated; a cotangent is resharded to its operand's sharding so that the custom_vjp rules type-check.
+Under explicit sharding (a mesh with ``jax.sharding.AxisType.Explicit`` axes) a call's results are typed
+replicated, or, where moegemm._jax_partition runs it on each device's rows, with the rows' sharding; a
+cotangent is resharded to its operand's sharding so that the custom_vjp rules type-check.
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ Conventions of every function here:
   for dtypes), naming the operand, what was expected and what was given; the library's own contract
   checks also run at trace time (through the workspace-size query).
 - ``jax.vmap`` of any op loops over the batch (ffi_call ``vmap_method="sequential"``).
-- Under ``jax.jit``'s automatic partitioning, an op whose activation rows (M) are sharded runs on each
-  device's rows: row outputs keep that sharding, per-expert sums (weight gradient, dbias) are summed over
+- Under ``jax.jit``'s automatic partitioning and on Explicit meshes, an op whose activation rows (M) are
+  sharded runs on each device's rows: row outputs keep that sharding, per-expert sums (weight gradient, dbias) are summed over
   the shards and amax is their maximum; nothing is gathered (moegemm._jax_partition, docs/jax.md).
 - Works under ``jax.jit`` and eagerly with bit-identical results; on CPU the CPU reference runs,
   on an sm_90 GPU the sm_90a kernels (every op, forward and backward, so ragged_dot and moe_mlp with

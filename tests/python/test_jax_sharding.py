@@ -400,3 +400,74 @@ def test_multi_device_export_needs_the_rule_off(rule, monkeypatch):
     run with the unsharded call's values, the operands then gathered as without the rule."""
     monkeypatch.setenv("MOEGEMM_JAX_ROW_SHARDING", rule)
     assert "export ok" in _run_on_four_cpu_devices(_EXPORT_SCRIPT)
+
+
+_EXPLICIT_SCRIPT = r"""
+import re
+
+import numpy as np
+import jax
+import jax.numpy as jnp
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+
+import moegemm.jax as mj
+from jax_helpers import assert_close
+
+mesh = jax.make_mesh((2, 2), ("d", "f"), axis_types=(AxisType.Explicit, AxisType.Explicit))
+rng = np.random.default_rng(9)
+bf16 = lambda shape, scale=1.0: jnp.asarray(rng.standard_normal(shape) * scale, jnp.bfloat16)
+m, k, n, g = 64, 32, 48, 4
+lhs, rhs, w_up, w_down = bf16((m, k)), bf16((g, k, n), 0.3), bf16((g, k, 64), 0.3), bf16((g, 32, k), 0.3)
+sizes = jnp.asarray([10, 0, 30, 15], jnp.int32)
+prob = jnp.asarray(rng.uniform(0.1, 1.0, (m,)), jnp.float32)
+cot, cot_k = (jnp.asarray(rng.standard_normal(s), jnp.float32) for s in ((m, n), (m, k)))
+
+
+def loss(a, b, t):
+    return jnp.sum(mj.ragged_dot(a, b, sizes).astype(jnp.float32) * t)
+
+
+def mlp_loss(x, u, d, p, t):
+    return jnp.sum(mj.moe_mlp(x, u, d, sizes, prob=p).astype(jnp.float32) * t)
+
+
+want = [mj.ragged_dot(lhs, rhs, sizes)] + list(jax.grad(loss, (0, 1))(lhs, rhs, cot))
+want_mlp = jax.grad(mlp_loss, (0, 1, 2, 3))(lhs, w_up, w_down, prob, cot_k)
+for rows in (P(("d", "f"), None), P("d", None)):
+    with jax.set_mesh(mesh):
+        put = lambda x, spec: jax.device_put(x, NamedSharding(mesh, spec))
+        a, t, t_k, p = put(lhs, rows), put(cot, rows), put(cot_k, rows), put(prob, P(rows[0]))
+        fwd = jax.jit(lambda a, b: mj.ragged_dot(a, b, sizes))
+        grad = jax.jit(jax.grad(loss, (0, 1)))
+        mlp = jax.jit(jax.grad(mlp_loss, (0, 1, 2, 3)))
+        got = [fwd(a, rhs)] + list(grad(a, rhs, t))
+        got_mlp = mlp(a, w_up, w_down, p, t_k)
+        for x in (got[0], got[1], got_mlp[0]):
+            assert jax.typeof(x).sharding.spec == rows, (rows, jax.typeof(x))
+        texts = [f.lower(*args).compile().as_text() for f, args in
+                 ((fwd, (a, rhs)), (grad, (a, rhs, t)), (mlp, (a, w_up, w_down, p, t_k)))]
+        local = 64 // (4 if len(rows[0]) == 2 and isinstance(rows[0], tuple) else 2)
+        assert re.search(r"= \(bf16\[%d,48\]\{[^\n]*moegemm_grouped_gemm\"" % local, texts[0]), texts[0][-2000:]
+        # Exported as it runs: the rule is a shard_map here, with no callback to serialize.
+        checks = [jax.export.DisabledSafetyCheck.custom_call(x) for x in mj.FFI_TARGETS]
+        exported = jax.export.export(grad, disabled_checks=checks)(a, rhs, t)
+        again = exported.call(a, rhs, t)
+    for text in texts:
+        assert "all-gather" not in text, "an operand was gathered"
+    got = [np.asarray(jax.device_get(x), np.float32) for x in got]
+    assert np.array_equal(got[0], np.asarray(want[0], np.float32)), "forward"
+    assert np.array_equal(got[1], np.asarray(want[1], np.float32)), "dlhs"
+    assert_close(got[2], want[2], "drhs")
+    for a_, b_ in zip(again, got[1:]):
+        assert np.array_equal(np.asarray(jax.device_get(a_), np.float32), b_), "exported"
+    for name, a_, b_ in zip(("dx", "dw_up", "dw_down", "dprob"), got_mlp, want_mlp):
+        assert_close(np.asarray(jax.device_get(a_), np.float32), b_, "moe_mlp " + name)
+print("explicit ok")
+"""
+
+
+def test_row_sharded_operands_on_an_explicit_mesh_run_on_their_shards():
+    """On a mesh with Explicit axes, operands typed as sharded along M run each device's rows (the rule as a
+    shard_map): results and dx typed with the rows' sharding, nothing gathered, the shard's shapes in the
+    compiled module, values as unsharded, and the gradient exported and run again with the same values."""
+    assert "explicit ok" in _run_on_four_cpu_devices(_EXPLICIT_SCRIPT)
