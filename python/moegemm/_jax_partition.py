@@ -190,52 +190,56 @@ def enabled() -> bool:
     return os.environ.get("MOEGEMM_JAX_ROW_SHARDING", "1") != "0"
 
 
-def _explicit_row_axes(mesh, rule: _Rule, inputs: Sequence) -> tuple:
-    """On a mesh with Explicit axes: the axes the first ROWS operand's M is sharded along, where the rule can
-    run as a shard_map over them (Explicit axes, M divisible, every other operand replicated and every ROWS
-    operand sharded along M alone); else ()."""
-    specs = [tuple(vma.explicit_spec(x) or ()) for x in inputs]
-    first = rule.roles.index(ROWS)
-    axes = specs[first][0] if specs[first] else None
+def _trimmed(spec) -> tuple:
+    """A PartitionSpec (None: replicated) as a tuple without its trailing unsharded dims."""
+    dims = list(spec or ())
+    while dims and dims[-1] is None:
+        dims.pop()
+    return tuple(dims)
+
+
+def _explicit_row_axes(rule: _Rule, inputs: Sequence):
+    """Where the first ROWS operand's type shows M sharded along Explicit axes of its mesh, with M divisible by
+    their size: (its mesh, those axes); else (None, ())."""
+    sharding = vma.explicit_sharding(inputs[rule.roles.index(ROWS)])
+    spec = tuple(getattr(sharding, "spec", ()))
+    axes = spec[0] if spec else None
     if axes is None:
-        return ()
+        return None, ()
     axes = tuple(axes) if isinstance(axes, (tuple, list)) else (axes,)
-    explicit = jax.sharding.AxisType.Explicit
+    mesh = sharding.mesh
     types = dict(zip(mesh.axis_names, mesh.axis_types))
-    if any(types.get(a) != explicit for a in axes):
-        return ()
     size = int(np.prod([mesh.shape[a] for a in axes]))
-    if size < 2 or np.shape(inputs[first])[0] % size:
-        return ()
-    for role, spec in zip(rule.roles, specs):
-        rest = spec[1:] if role == ROWS else spec
-        if any(d is not None for d in rest):
-            return ()
-    return axes
+    if any(types.get(a) != jax.sharding.AxisType.Explicit for a in axes) or size < 2 or \
+            np.shape(inputs[rule.roles.index(ROWS)])[0] % size:
+        return None, ()
+    return mesh, axes
 
 
 def call(emit: Callable, inputs: Sequence, roles: Sequence[str], outputs: Sequence[Output]) -> list:
     """``emit(inputs, specs)`` under the row rule above. ``roles`` gives each input's role (at least one ROWS),
     ``outputs`` each result's. Returns the results as a list.
 
-    Inside ``shard_map`` the call is emitted directly. On a mesh with Explicit axes, where the operands'
-    types show M sharded (``_explicit_row_axes``), the rule runs as a ``shard_map`` over those axes, the other
-    ROWS operands resharded to M's sharding first; there a call is emitted directly otherwise. Elsewhere it
-    is a custom_partitioning call."""
+    Inside ``shard_map`` the call is emitted directly. On a mesh with Explicit axes, where the activation
+    operand's type shows M sharded along Explicit axes (``_explicit_row_axes``), the rule runs as a
+    ``shard_map`` over those axes, every operand resharded to the rule's sharding first (as the automatic
+    partitioner would: sharded weights are gathered, the rows stay sharded); there a call is emitted directly
+    otherwise. Elsewhere it is a custom_partitioning call."""
     rule = _Rule(emit, tuple(len(np.shape(x)) for x in inputs), tuple(roles), tuple(outputs))
-    mesh = jax.sharding.get_abstract_mesh()
-    types = tuple(getattr(mesh, "axis_types", ()))
-    if jax.sharding.AxisType.Manual in types or vma.union(inputs):
+    context = tuple(getattr(jax.sharding.get_abstract_mesh(), "axis_types", ()))
+    if jax.sharding.AxisType.Manual in context or vma.union(inputs):
         return list(rule.whole(*inputs))
-    if jax.sharding.AxisType.Explicit in types or any(vma.explicit_spec(x) is not None for x in inputs):
-        axes = _explicit_row_axes(mesh, rule, inputs)
+    if jax.sharding.AxisType.Explicit in context or any(vma.explicit_spec(x) is not None for x in inputs):
+        mesh, axes = _explicit_row_axes(rule, inputs)
         if not axes:
+            if jax.sharding.AxisType.Auto in context:  # rows along Auto axes of a mixed mesh
+                return list(_partitioned(rule)(*inputs))
             return list(rule.whole(*inputs))
         in_specs = tuple(_spec(role, rank, axes) for role, rank in zip(rule.roles, rule.ranks))
         out_specs = tuple(_spec(o.role, len(o.shape) + 1, axes) for o in rule.outputs)
-        inputs = [jax.sharding.reshard(x, spec) if role == ROWS and tuple(vma.explicit_spec(x) or ()) != tuple(spec)
-                  else x for x, role, spec in zip(inputs, rule.roles, in_specs)]
-        body = jax.shard_map(_Shard(rule, axes).run, in_specs=in_specs, out_specs=out_specs,
+        inputs = [x if _trimmed(vma.explicit_spec(x)) == _trimmed(spec)
+                  else jax.sharding.reshard(x, NamedSharding(mesh, spec)) for x, spec in zip(inputs, in_specs)]
+        body = jax.shard_map(_Shard(rule, axes).run, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
                              axis_names=frozenset(axes))
         return list(body(*inputs))
     return list(_partitioned(rule)(*inputs))

@@ -52,8 +52,8 @@ def cast_all(values: Iterable, axes: frozenset) -> list:
     return [None if x is None else _cast_varying(x, axes) for x in values]
 
 
-def explicit_spec(x):
-    """The PartitionSpec of ``x`` when its mesh has an Explicit axis (jax.sharding.AxisType), else None."""
+def explicit_sharding(x):
+    """The sharding in the type of ``x`` when its mesh has an Explicit axis (jax.sharding.AxisType), else None."""
     sharding = getattr(jax.typeof(x), "sharding", None)
     mesh = getattr(sharding, "mesh", None)
     if mesh is None or getattr(mesh, "empty", True):
@@ -61,7 +61,13 @@ def explicit_spec(x):
     explicit = getattr(jax.sharding.AxisType, "Explicit", None)
     if explicit is None or explicit not in tuple(getattr(mesh, "axis_types", ())):
         return None
-    return sharding.spec
+    return sharding
+
+
+def explicit_spec(x):
+    """The PartitionSpec of ``x`` when its mesh has an Explicit axis (jax.sharding.AxisType), else None."""
+    sharding = explicit_sharding(x)
+    return None if sharding is None else sharding.spec
 
 
 def cotangent_like(ct, primal):
@@ -75,7 +81,9 @@ def cotangent_like(ct, primal):
     if extra:
         ct = jax.lax.psum(ct, extra)
     ct = _cast_varying(ct, want)
-    spec = explicit_spec(primal)
-    if spec is not None and explicit_spec(ct) != spec:
-        ct = jax.sharding.reshard(ct, spec)
+    sharding = explicit_sharding(primal)
+    if sharding is not None and explicit_spec(ct) != sharding.spec:
+        # The sharding, not its spec: a bare spec needs a mesh context (jax.set_mesh), which a caller of
+        # explicitly sharded arrays need not have entered.
+        ct = jax.sharding.reshard(ct, sharding)
     return ct

@@ -462,6 +462,41 @@ for rows in (P(("d", "f"), None), P("d", None)):
         assert np.array_equal(np.asarray(jax.device_get(a_), np.float32), b_), "exported"
     for name, a_, b_ in zip(("dx", "dw_up", "dw_down", "dprob"), got_mlp, want_mlp):
         assert_close(np.asarray(jax.device_get(a_), np.float32), b_, "moe_mlp " + name)
+
+# Without jax.set_mesh: the operands' types carry the mesh, and the gradient needs no mesh context.
+mesh1 = jax.make_mesh((4,), ("d",), axis_types=(AxisType.Explicit,))
+a1 = jax.device_put(lhs, NamedSharding(mesh1, P("d", None)))
+t1 = jax.device_put(cot, NamedSharding(mesh1, P("d", None)))
+out = jax.jit(lambda a, b: mj.ragged_dot(a, b, sizes))(a1, rhs)
+assert jax.typeof(out).sharding.spec == P("d", None), jax.typeof(out)
+assert np.array_equal(np.asarray(out, np.float32), np.asarray(want[0], np.float32)), "no mesh context"
+got = jax.jit(jax.grad(loss, (0, 1)))(a1, rhs, t1)
+assert jax.typeof(got[0]).sharding.spec == P("d", None), jax.typeof(got[0])
+assert np.array_equal(np.asarray(got[0], np.float32), np.asarray(want[1], np.float32)), "no mesh context dlhs"
+
+# Weights sharded by expert (or along N) on an Explicit axis: gathered, the rows stay sharded, so that the
+# result's type does not depend on the weights' sharding (a scan carry through the layer keeps its type).
+mesh2 = jax.make_mesh((2, 2), ("dp", "ep"), axis_types=(AxisType.Explicit, AxisType.Explicit))
+with jax.set_mesh(mesh2):
+    a2 = jax.device_put(lhs, NamedSharding(mesh2, P("dp", None)))
+    for w_spec in (P("ep", None, None), P(None, None, "ep")):
+        w2 = jax.device_put(rhs, NamedSharding(mesh2, w_spec))
+        out = jax.jit(lambda a, b: mj.ragged_dot(a, b, sizes))(a2, w2)
+        assert jax.typeof(out).sharding.spec == P("dp", None), (w_spec, jax.typeof(out))
+        assert np.array_equal(np.asarray(jax.device_get(out), np.float32), np.asarray(want[0], np.float32)), w_spec
+    w_sq = jax.device_put(bf16((g, k, k), 0.3), NamedSharding(mesh2, P("ep", None, None)))
+    carry = jax.jit(lambda a, w: jax.lax.scan(lambda c, _: (mj.ragged_dot(c, w, sizes), None), a, None, length=2)[0])
+    assert jax.typeof(carry(a2, w_sq)).sharding.spec == P("dp", None)
+
+# A mesh of an Explicit and an Auto axis, rows along the Auto one: the automatic rule, nothing gathered.
+mesh3 = jax.make_mesh((2, 2), ("dp", "tp"), axis_types=(AxisType.Explicit, AxisType.Auto))
+with jax.set_mesh(mesh3):
+    a3, t3 = (jax.device_put(x, NamedSharding(mesh3, P("tp", None))) for x in (lhs, cot))
+    text = grad.lower(a3, rhs, t3).compile().as_text()
+    got = grad(a3, rhs, t3)
+assert "all-gather" not in text, "mixed mesh: an operand was gathered"
+assert re.search(r"= \(bf16\[32,32\]\{[^\n]*moegemm_grouped_gemm\"", text), "mixed mesh: dx not on the shard's rows"
+assert np.array_equal(np.asarray(jax.device_get(got[0]), np.float32), np.asarray(want[1], np.float32)), "mixed"
 print("explicit ok")
 """
 
