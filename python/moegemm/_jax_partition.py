@@ -56,18 +56,22 @@ class Output(NamedTuple):
     dtype: str
 
 
-def _row_axes(mesh, arg_shapes, roles) -> tuple:
-    """The mesh axes dim 0 of the first ROWS operand is sharded along, or () where the rule does not shard."""
-    first = roles.index(ROWS)
-    sharding = arg_shapes[first].sharding
+def _split_axes(sharding, mesh, m: int) -> tuple:
+    """The mesh axes that ``sharding`` splits dim 0 (M rows) along, where they split it into equal shards of two
+    or more; else ()."""
     spec = tuple(getattr(sharding, "spec", ()))
     axes = spec[0] if spec else None
     if axes is None:
         return ()
     axes = tuple(axes) if isinstance(axes, (tuple, list)) else (axes,)
     size = int(np.prod([mesh.shape[a] for a in axes]))
-    m = arg_shapes[first].shape[0]
     return axes if size > 1 and m % size == 0 else ()
+
+
+def _row_axes(mesh, arg_shapes, roles) -> tuple:
+    """The mesh axes dim 0 of the first ROWS operand is sharded along, or () where the rule does not shard."""
+    first = arg_shapes[roles.index(ROWS)]
+    return _split_axes(first.sharding, mesh, first.shape[0])
 
 
 def _spec(role: str, rank: int, axes: tuple) -> P:
@@ -201,17 +205,14 @@ def _trimmed(spec) -> tuple:
 def _explicit_row_axes(rule: _Rule, inputs: Sequence):
     """Where the first ROWS operand's type shows M sharded along Explicit axes of its mesh, with M divisible by
     their size: (its mesh, those axes); else (None, ())."""
-    sharding = vma.explicit_sharding(inputs[rule.roles.index(ROWS)])
-    spec = tuple(getattr(sharding, "spec", ()))
-    axes = spec[0] if spec else None
-    if axes is None:
+    first = inputs[rule.roles.index(ROWS)]
+    sharding = vma.explicit_sharding(first)
+    if sharding is None:
         return None, ()
-    axes = tuple(axes) if isinstance(axes, (tuple, list)) else (axes,)
     mesh = sharding.mesh
+    axes = _split_axes(sharding, mesh, np.shape(first)[0])
     types = dict(zip(mesh.axis_names, mesh.axis_types))
-    size = int(np.prod([mesh.shape[a] for a in axes]))
-    if any(types.get(a) != jax.sharding.AxisType.Explicit for a in axes) or size < 2 or \
-            np.shape(inputs[rule.roles.index(ROWS)])[0] % size:
+    if not axes or any(types.get(a) != jax.sharding.AxisType.Explicit for a in axes):
         return None, ()
     return mesh, axes
 
