@@ -177,17 +177,17 @@ class _Call(NamedTuple):
 
 
 def call(op: str, inputs: Sequence, outputs: Sequence[jax.ShapeDtypeStruct],
-         attrs: Mapping[str, object], roles: Sequence[str] | None = None,
-         output_roles: Sequence[str] | None = None) -> list:
+         attrs: Mapping[str, object], roles: Sequence[str], output_roles: Sequence[str]) -> list:
     """Emit the custom call of ``op``: its outputs come from XLA uninitialised, plus one u8 workspace
     output sized by ``workspace_bytes`` (dropped here). Nothing is aliased into an output.
 
     ``attrs`` values: bool, float (passed as float32) or str. ``roles`` and ``output_roles`` (the
-    moegemm._jax_partition roles of each input and output), where given, shard the call along the activation
-    rows under jit's automatic partitioning (moegemm._jax_partition). The call runs through jit, so that an
-    eager call is traced once per configuration. Returns the list of outputs.
+    moegemm._jax_partition roles of each input and output) shard the call along the activation rows under
+    jit's automatic partitioning and on Explicit meshes (moegemm._jax_partition), unless
+    MOEGEMM_JAX_ROW_SHARDING=0. The call runs through jit, so that an eager call is traced once per
+    configuration. Returns the list of outputs.
     """
-    if roles is not None and (len(roles) != len(inputs) or len(output_roles) != len(outputs)):
+    if len(roles) != len(inputs) or len(output_roles) != len(outputs):
         raise AssertionError(f"{op}: roles of {len(inputs)} inputs and {len(outputs)} outputs expected")
     if not partition.enabled():
         roles = output_roles = None

@@ -14,8 +14,9 @@ Conventions of every function here:
   checks also run at trace time (through the workspace-size query).
 - ``jax.vmap`` of any op loops over the batch (ffi_call ``vmap_method="sequential"``).
 - Under ``jax.jit``'s automatic partitioning and on Explicit meshes, an op whose activation rows (M) are
-  sharded runs on each device's rows: row outputs keep that sharding, per-expert sums (weight gradient, dbias) are summed over
-  the shards and amax is their maximum; nothing is gathered (moegemm._jax_partition, docs/jax.md).
+  sharded runs on each device's rows: row outputs keep that sharding, per-expert sums (weight gradient,
+  dbias) are summed over the shards and amax is their maximum; nothing is gathered (moegemm._jax_partition,
+  docs/jax.md).
 - Works under ``jax.jit`` and eagerly with bit-identical results; on CPU the CPU reference runs,
   on an sm_90 GPU the sm_90a kernels (every op, forward and backward, so ragged_dot and moe_mlp with
   their gradients run entirely on the GPU). The kernels take bf16 inputs: f16 operands run on the CPU
@@ -118,6 +119,12 @@ def _optional_vector(op, name, x, n, what, dtypes=(jnp.float32,)):
     chk.check_extent(op, name, x, 0, n, what)
 
 
+def _operands(*pairs):
+    """The operands given (optional ones left out where None) and their roles (moegemm._jax_partition)."""
+    present = [(x, role) for x, role in pairs if x is not None]
+    return [x for x, _ in present], [role for _, role in present]
+
+
 def _glu_attrs(op, activation, glu_layout, limit, act_alpha, linear_offset):
     attrs = dict(activation=chk.check_choice(op, "activation", activation, ACTIVATIONS),
                  glu_layout=chk.check_choice(op, "glu_layout", glu_layout, GLU_LAYOUTS))
@@ -149,10 +156,8 @@ def _grouped_forward(op, a, b, offsets, alpha, prob, bias, b_layout, generate_c,
     outputs = [_spec((m, d_cols), d_dt)]
     if generate_c:
         outputs.append(_spec((m, n), c_dt))
-    optional = [(x, role) for x, role in ((alpha, part.WHOLE), (prob, part.ROWS), (bias, part.WHOLE))
-                if x is not None]
-    inputs = [a, b, offsets] + [x for x, _ in optional]
-    roles = [part.ROWS, part.WHOLE, part.OFFSETS] + [role for _, role in optional]
+    inputs, roles = _operands((a, part.ROWS), (b, part.WHOLE), (offsets, part.OFFSETS), (alpha, part.WHOLE),
+                              (prob, part.ROWS), (bias, part.WHOLE))
     attrs = dict(b_layout=b_layout, has_alpha=alpha is not None, has_prob=prob is not None,
                  has_bias=bias is not None, generate_c=generate_c, zero_tail=zero_tail)
     if glu is not None:
@@ -246,10 +251,8 @@ def _grouped_backward(op, dy, b, c, offsets, alpha, beta, prob, b_layout, c_cols
         outputs.append(_spec((e, cols), dbias_dt))
     if compute_amax:
         outputs.append(_spec((amax_len,), jnp.float32))
-    optional = [(x, role) for x, role in ((alpha, part.WHOLE), (beta, part.WHOLE), (prob, part.ROWS))
-                if x is not None]
-    inputs = [dy, b, c, offsets] + [x for x, _ in optional]
-    roles = [part.ROWS, part.WHOLE, part.ROWS, part.OFFSETS] + [role for _, role in optional]
+    inputs, roles = _operands((dy, part.ROWS), (b, part.WHOLE), (c, part.ROWS), (offsets, part.OFFSETS),
+                              (alpha, part.WHOLE), (beta, part.WHOLE), (prob, part.ROWS))
     output_roles = ([part.ROWS] + [part.ROWS] * compute_dprob + [part.SUM] * compute_dbias
                     + [part.MAX] * compute_amax)
     attrs = dict(b_layout=b_layout, has_alpha=alpha is not None, has_prob=prob is not None,
@@ -403,10 +406,9 @@ def gemm_srelu(a, b, *, b_layout="nk", alpha=1.0, prob=None, generate_c=False, d
     outputs = [_spec((m, n), chk.output_dtype(op, "d_dtype", d_dtype, a.dtype))]
     if generate_c:
         outputs.append(_spec((m, n), c_dt))
-    inputs = [a, b] + ([prob] if prob is not None else [])
+    inputs, roles = _operands((a, part.ROWS), (b, part.WHOLE), (prob, part.ROWS))
     attrs = dict(b_layout=b_layout, alpha=chk.dense_alpha(op, alpha), has_prob=prob is not None,
                  generate_c=generate_c)
-    roles = [part.ROWS, part.WHOLE] + [part.ROWS] * (prob is not None)
     out = native.call(op, inputs, outputs, attrs, roles, [part.ROWS] * len(outputs))
     return (out[0], out[1]) if generate_c else out[0]
 
@@ -432,10 +434,9 @@ def gemm_dsrelu(dy, b, c, *, b_layout="nk", alpha=1.0, prob=None, compute_dprob=
     outputs = [_spec((m, n), chk.output_dtype(op, "dc_dtype", dc_dtype, c.dtype))]
     if compute_dprob:
         outputs.append(_spec((m,), jnp.float32))
-    inputs = [dy, b, c] + ([prob] if prob is not None else [])
+    inputs, roles = _operands((dy, part.ROWS), (b, part.WHOLE), (c, part.ROWS), (prob, part.ROWS))
     attrs = dict(b_layout=b_layout, alpha=chk.dense_alpha(op, alpha), has_prob=prob is not None,
                  compute_dprob=compute_dprob)
-    roles = [part.ROWS, part.WHOLE, part.ROWS] + [part.ROWS] * (prob is not None)
     out = native.call(op, inputs, outputs, attrs, roles, [part.ROWS] * len(outputs))
     return out[0], (out[1] if compute_dprob else None)
 
