@@ -59,7 +59,8 @@ _ragged_dot.defvjp(_ragged_dot_fwd, _ragged_dot_bwd)
 _ragged_dot_jit = jax.jit(_ragged_dot, static_argnums=(3,))
 
 
-def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=None, group_offset=None):
+def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=None, group_offset=None,
+               out_sharding=None):
     """Drop-in for ``jax.lax.ragged_dot(lhs, rhs, group_sizes)``: ``out[r] = lhs[r] @ rhs[g]`` for the
     rows r of group g (groups are consecutive row blocks of sizes ``group_sizes``); rows at or past
     ``sum(group_sizes)`` are zero (written by the op: ``zero_tail``, never a fill).
@@ -75,6 +76,10 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
       preferred_element_type: output dtype, bf16/f16/f32 (default lhs.dtype).
       group_offset: not supported (raises NotImplementedError; jax.lax.ragged_dot refuses an array there
         too, with a TypeError).
+      out_sharding: None, a NamedSharding, or a PartitionSpec of the mesh context (jax.set_mesh), naming
+        Explicit mesh axes only, as jax.lax.ragged_dot takes it (which needs it on an Explicit mesh). The
+        result is resharded to it (jax.sharding.reshard) and typed with it; the gradient of lhs comes back
+        with lhs's sharding. None: typed as docs/jax.md says (lhs's row sharding, or replicated).
     G = 0, K = 0 and N = 0 are accepted, as by jax.lax.ragged_dot: the result is then zero (or has no
     columns); G <= 1024.
     Returns:
@@ -103,9 +108,11 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
     chk.check_aligned(_OP, "lhs", lhs, 1, "K")
     chk.check_aligned(_OP, "rhs", rhs, 2, "N")
     out_dtype = chk.output_dtype(_OP, "preferred_element_type", preferred_element_type, lhs.dtype)
+    sharding = vma.requested_sharding(_OP, out_sharding, 2)
     if rhs.shape[0] == 0 or lhs.shape[1] == 0 or rhs.shape[2] == 0:
         # No groups (every row is past the last one), nothing to contract or no columns: zero (or empty), as
         # jax.lax.ragged_dot gives; no kernel to run. Inside shard_map typed as varying like the operands.
-        zeros = _zeros(lhs, rhs, group_sizes, out_dtype)
-        return vma.cast_all([zeros], vma.union([lhs, rhs, group_sizes]))[0]
-    return _ragged_dot_jit(lhs, rhs, group_sizes, out_dtype)
+        out = vma.cast_all([_zeros(lhs, rhs, group_sizes, out_dtype)], vma.union([lhs, rhs, group_sizes]))[0]
+    else:
+        out = _ragged_dot_jit(lhs, rhs, group_sizes, out_dtype)
+    return out if sharding is None else jax.sharding.reshard(out, sharding)

@@ -87,3 +87,40 @@ def cotangent_like(ct, primal):
         # explicitly sharded arrays need not have entered.
         ct = jax.sharding.reshard(ct, sharding)
     return ct
+
+
+def requested_sharding(op: str, out_sharding, rank: int):
+    """``out_sharding`` as ``jax.lax.ragged_dot`` takes it: None, a NamedSharding, or a PartitionSpec of the mesh
+    context (``jax.set_mesh``). Every mesh axis it names must be an Explicit axis (jax.sharding.AxisType) of
+    that mesh, as jax.lax requires: the result is then resharded to it, and typed with it. Returned as given.
+
+    Raises TypeError for any other type; ValueError, naming ``moegemm.jax.<op>: out_sharding``, for a
+    PartitionSpec outside a mesh context, a spec of more than ``rank`` entries, or an axis that the mesh lacks
+    or that is Auto or Manual there (inside ``shard_map``, its axes are Manual)."""
+    if out_sharding is None:
+        return None
+    where = f"moegemm.jax.{op}: out_sharding"
+    if isinstance(out_sharding, jax.sharding.NamedSharding):
+        mesh, spec = out_sharding.mesh, out_sharding.spec
+    elif isinstance(out_sharding, jax.sharding.PartitionSpec):
+        mesh, spec = jax.sharding.get_abstract_mesh(), out_sharding
+        if mesh.empty:
+            raise ValueError(f"{where}: a PartitionSpec needs a mesh context (jax.set_mesh); pass a NamedSharding "
+                             f"instead, got {spec}")
+    else:
+        raise TypeError(f"{where}: expected a jax.sharding.NamedSharding, a PartitionSpec or None, got "
+                        f"{type(out_sharding).__name__}")
+    if len(spec) > rank:
+        raise ValueError(f"{where}: expected at most {rank} entries (the result is {rank}-D), got {spec}")
+    types = dict(zip(mesh.axis_names, getattr(mesh, "axis_types", ())))
+    for entry in spec:
+        for name in entry if isinstance(entry, tuple) else (entry,):
+            if name is None or name is jax.sharding.PartitionSpec.UNCONSTRAINED:
+                continue
+            if name not in types:
+                raise ValueError(f"{where}: axis {name!r} of {spec} is not an axis of the mesh "
+                                 f"{dict(zip(mesh.axis_names, mesh.axis_sizes))}")
+            if types[name] != jax.sharding.AxisType.Explicit:
+                raise ValueError(f"{where}: axis {name!r} of {spec} is {types[name]}; jax.lax.ragged_dot's "
+                                 f"out_sharding takes Explicit axes only")
+    return out_sharding

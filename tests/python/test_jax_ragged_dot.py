@@ -135,6 +135,27 @@ def test_ragged_dot_rejects_other_dtypes_and_group_offset():
         mj.ragged_dot(lhs.astype(jnp.bfloat16), rhs.astype(jnp.bfloat16), gs, group_offset=jnp.array([0]))
 
 
+def test_ragged_dot_out_sharding_of_one_device_and_its_errors():
+    """out_sharding on one device: a replicated NamedSharding types and places the result as given (values
+    unchanged); a PartitionSpec outside a mesh context and a value of another type are refused, naming it.
+    (Sharded results: test_jax_sharding.py, four CPU devices.)"""
+    rng = np.random.default_rng(3)
+    lhs, rhs, gs = rand(rng, (16, 8), jnp.bfloat16), rand(rng, (2, 8, 8), jnp.bfloat16), jnp.array([5, 9])
+    mesh = jax.make_mesh((1,), ("d",), axis_types=(jax.sharding.AxisType.Explicit,), devices=jax.devices()[:1])
+    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(None, "d"))
+    want = mj.ragged_dot(lhs, rhs, gs)
+    for call in (mj.ragged_dot, jax.jit(mj.ragged_dot, static_argnames="out_sharding")):
+        out = call(lhs, rhs, gs, out_sharding=sharding)
+        assert out.sharding == sharding and jax.typeof(out).sharding.spec == sharding.spec
+        assert np.array_equal(f32(out), f32(want))
+    with pytest.raises(ValueError, match=r"^moegemm.jax.ragged_dot: out_sharding: a PartitionSpec needs a mesh "
+                                         r"context \(jax.set_mesh\); pass a NamedSharding instead, got P\(None, 'd'\)"):
+        mj.ragged_dot(lhs, rhs, gs, out_sharding=jax.sharding.PartitionSpec(None, "d"))
+    with pytest.raises(TypeError, match=r"^moegemm.jax.ragged_dot: out_sharding: expected a "
+                                        r"jax.sharding.NamedSharding, a PartitionSpec or None, got str"):
+        mj.ragged_dot(lhs, rhs, gs, out_sharding="d")
+
+
 @pytest.mark.parametrize("precision", ["highest", ("high", "default"), "bfloat16"])
 def test_ragged_dot_takes_the_precisions_jax_takes(precision):
     rng = np.random.default_rng(3)

@@ -495,6 +495,47 @@ with jax.set_mesh(mesh3):
     a3, t3 = (jax.device_put(x, NamedSharding(mesh3, P("tp", None))) for x in (lhs, cot))
     got = grad(a3, rhs, t3)
 assert np.array_equal(np.asarray(jax.device_get(got[0]), np.float32), np.asarray(want[1], np.float32)), "mixed"
+
+# out_sharding, as jax.lax.ragged_dot takes it: the result resharded to it and typed with it, under jit and
+# eagerly, with a PartitionSpec of the mesh context or a NamedSharding; the gradient of lhs keeps lhs's type.
+with jax.set_mesh(mesh1):
+    for spec in (P(None, "d"), P("d", None), P()):
+        for out_sharding in (spec, NamedSharding(mesh1, spec)):
+            out = jax.jit(lambda a, b: mj.ragged_dot(a, b, sizes, out_sharding=out_sharding))(a1, rhs)
+            assert jax.typeof(out).sharding.spec == P(*spec, *[None] * (2 - len(spec))), (spec, jax.typeof(out))
+            assert np.array_equal(np.asarray(jax.device_get(out), np.float32), np.asarray(want[0], np.float32)), spec
+        sharded_loss = lambda a, b, t: jnp.sum(mj.ragged_dot(a, b, sizes, out_sharding=spec).astype(jnp.float32) * t)
+        got = jax.jit(jax.grad(sharded_loss, (0, 1)))(a1, rhs, jax.device_put(cot, NamedSharding(mesh1, spec)))
+        assert jax.typeof(got[0]).sharding.spec == P("d", None), (spec, jax.typeof(got[0]))
+        assert np.array_equal(np.asarray(jax.device_get(got[0]), np.float32), np.asarray(want[1], np.float32)), spec
+        assert_close(np.asarray(jax.device_get(got[1]), np.float32), want[2], f"drhs, out_sharding={spec}")
+columns = NamedSharding(mesh1, P(None, "d"))
+out = mj.ragged_dot(a1, rhs, sizes, out_sharding=columns)  # eager, without a mesh context
+assert jax.typeof(out).sharding.spec == P(None, "d") and out.sharding == columns, jax.typeof(out)
+assert np.array_equal(np.asarray(jax.device_get(out), np.float32), np.asarray(want[0], np.float32)), "eager"
+# jax.lax.ragged_dot gives the same type with the same out_sharding.
+lax_out = jax.jit(lambda a, b: jax.lax.ragged_dot(a, b, sizes, out_sharding=columns))(a1, rhs)
+assert jax.typeof(lax_out) == jax.typeof(out), (jax.typeof(lax_out), jax.typeof(out))
+# Refused as jax.lax refuses: an Auto axis (also through a NamedSharding), an axis the mesh lacks, a spec
+# longer than the result's rank.
+auto = jax.make_mesh((4,), ("d",), axis_types=(AxisType.Auto,))
+for bad, message in ((NamedSharding(auto, P(None, "d")), "axis 'd' of P(None, 'd') is AxisType.Auto"),
+                     (P("e"), "axis 'e' of P('e',) is not an axis of the mesh {'d': 4}"),
+                     (NamedSharding(mesh1, P(None, None, "d")), "expected at most 2 entries")):
+    try:
+        with jax.set_mesh(mesh1):
+            mj.ragged_dot(lhs, rhs, sizes, out_sharding=bad)
+    except ValueError as e:
+        assert str(e).startswith("moegemm.jax.ragged_dot: out_sharding: ") and message in str(e), str(e)
+    else:
+        raise AssertionError(f"out_sharding={bad} accepted")
+with jax.set_mesh(auto):
+    try:
+        jax.jit(lambda a, b: mj.ragged_dot(a, b, sizes, out_sharding=P("d", None)))(lhs, rhs)
+    except ValueError as e:
+        assert "axis 'd' of P('d', None) is AxisType.Auto" in str(e), str(e)
+    else:
+        raise AssertionError("an Auto axis accepted")
 print("explicit ok")
 """
 
@@ -502,5 +543,6 @@ print("explicit ok")
 def test_row_sharded_operands_on_an_explicit_mesh_run_on_their_shards():
     """On a mesh with Explicit axes, operands typed as sharded along M run each device's rows (the rule as a
     shard_map): results and dx typed with the rows' sharding, nothing gathered, the shard's shapes in the
-    compiled module, values as unsharded, and the gradient exported and run again with the same values."""
+    compiled module, values as unsharded, and the gradient exported and run again with the same values;
+    ragged_dot's out_sharding (types, values, gradients, jax.lax.ragged_dot's type, the axes it refuses)."""
     assert "explicit ok" in _run_on_four_cpu_devices(_EXPLICIT_SCRIPT)
