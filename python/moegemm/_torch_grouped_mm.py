@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 
 from . import _torch_ops  # noqa: F401  (the ops, also where this module is imported on its own)
-from ._torch_errors import call_named, check_input_dtype, check_same_device, jit_tracing, known, misfit_operand
+from ._torch_errors import (call_named, check_input_dtype, check_same_device, dtensor_placements, jit_tracing, known,
+                            misfit_operand)
 from ._torch_first_order import first_order_only
 from ._torch_layouts import check_aligned_base, column_major, is_column_major, row_major, rows_or_columns, stacked_rows
 from ._torch_options import MAX_EXPERTS, MAX_OFFSET_ROWS, MAX_OPERAND_BYTES, check_flag
@@ -17,6 +18,9 @@ _OP = "grouped_mm"
 _GROUPED_GEMM = torch.ops.moegemm.grouped_gemm.default
 _WGRAD = torch.ops.moegemm.grouped_gemm_wgrad.default
 _OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+# The types an operand's check skips the DTensor test for (one type test per operand on the eager path).
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+_PLAIN_OR_NONE = (torch.Tensor, torch.nn.Parameter, type(None))
 
 # The inner ops' operands as grouped_mm's caller knows them.
 _ROWS_NAMES = {("grouped_gemm", "a"): "a", ("grouped_gemm", "b"): "b", ("grouped_gemm", "offsets"): "offs",
@@ -442,8 +446,16 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
     TypeError for an operand that is not a tensor and for a ``zero_tail`` or ``validate`` that is not a bool
     (Python or NumPy); NotImplementedError for f16, f32 or f64 inputs on CUDA, for 8-bit and FP4 inputs and for
     an operand inside a torch.func transform.
+    DTensor operands (torch.distributed.tensor; every tensor operand one, on one mesh) run on each rank's
+    shards under ``torch._grouped_mm``'s DTensor sharding rule, the result a DTensor
+    (python/moegemm/_torch_dtensor.py, docs/torch.md).
     Formula source: docs/ops.md §1 and §5; ``torch._grouped_mm`` (torch/_meta_registrations.py).
     """
+    if type(a) not in _PLAIN or type(b) not in _PLAIN or type(offs) not in _PLAIN_OR_NONE \
+            or type(bias) not in _PLAIN_OR_NONE:
+        if any(dtensor_placements(t) is not None for t in (a, b, offs, bias)):
+            from ._torch_dtensor import sharded_grouped_mm  # here: torch.distributed.tensor is slow to import
+            return sharded_grouped_mm(_local_grouped_mm, a, b, offs, bias, out_dtype, zero_tail, validate)
     try:
         tensor = torch.Tensor
         if not (isinstance(a, tensor) and isinstance(b, tensor) and (offs is None or isinstance(offs, tensor))
@@ -517,3 +529,8 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
             raise
         raise error from None
 
+
+
+def _local_grouped_mm(a, b, offs, bias, out_dtype, zero_tail, validate):
+    """grouped_mm on one rank's local shards (_torch_dtensor.sharded_grouped_mm)."""
+    return grouped_mm(a, b, offs, bias, out_dtype, zero_tail=zero_tail, validate=validate)

@@ -2,7 +2,7 @@
 ranks (Shard(0), expert parallelism as torchtitan distributes its experts) run on each rank's local experts
 with its own tokens and offsets, with the values and gradients of moe_mlp on those experts' weights;
 replicated ones give Partial gradients (summed over the ranks where read); other placements, a rank without
-an expert and DTensor operands of the functional forms are refused, naming the operand."""
+an expert and DTensor operands of moe_mlp are refused, naming the operand."""
 
 from __future__ import annotations
 
@@ -101,7 +101,8 @@ def _rank_checks(rank: int, store: str) -> None:
                 "(Replicate(),)", lambda: mt.moe_mlp(dx, full_up, full_down, all_offsets))
         _expect(NotImplementedError, "moe_mlp: w_up: expected a local torch.Tensor",
                 lambda: mt.moe_mlp(x, model.w_up, model.w_down, offsets))
-        _expect(NotImplementedError, "grouped_mm: b: expected a local torch.Tensor",
+        # grouped_mm takes DTensors (test_torch_dtensor.py), all of them, as torch._grouped_mm does.
+        _expect(ValueError, "grouped_mm: a: expected a DTensor on the mesh of the other operands",
                 lambda: mt.grouped_mm(x, distribute_tensor(full_up, mesh, [Replicate()]), all_offsets))
     finally:
         dist.destroy_process_group()

@@ -385,3 +385,35 @@ def test_compiled_reduce_overhead_step_with_f32_parameters_under_autocast_equals
     for step in results[1:]:
         for name, e, c in zip(("y", "x", "prob", "w_up", "w_down"), eager, step):
             assert torch.equal(e, c), name
+
+
+def test_grouped_mm_on_dtensors_of_a_one_rank_cuda_mesh(tmp_path):
+    """grouped_mm on CUDA DTensors (NCCL, one rank: the mesh's shards are whole tensors), N split and a bias,
+    forward and backward: a DTensor result with the strategy's placements, bitwise equal to the local call,
+    gradients too. Two-rank values are tested on CPU (test_torch_dtensor.py)."""
+    dist = pytest.importorskip("torch.distributed")
+    if not dist.is_available() or not dist.is_nccl_available():
+        pytest.skip("torch.distributed with NCCL is not available: grouped_mm on CUDA DTensors was not run")
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+    dist.init_process_group("nccl", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1,
+                            device_id=torch.device("cuda", torch.cuda.current_device()))
+    try:
+        mesh = init_device_mesh("cuda", (1,))
+        a, b = randn(200, 64, device="cuda", seed=1), randn(4, 64, 96, device="cuda", seed=2)
+        bias = randn(4, 96, dtype=torch.float32, device="cuda", seed=3)
+        offs = offsets_of([50, 0, 90, 40], device="cuda")  # 20 tail rows
+        da, db, dbias = (distribute_tensor(x, mesh, [p]).requires_grad_()
+                         for x, p in ((a, Replicate()), (b, Shard(2)), (bias, Shard(1))))
+        out = mt.grouped_mm(da, db, distribute_tensor(offs, mesh, [Replicate()]), dbias, zero_tail=True)
+        assert isinstance(out, DTensor) and tuple(out.placements) == (Shard(1),) and out.device.type == "cuda"
+        ra, rb, rbias = (x.clone().requires_grad_() for x in (a, b, bias))
+        want = mt.grouped_mm(ra, rb, offs, rbias, zero_tail=True)
+        assert torch.equal(out.to_local(), want)
+        t = randn(200, 96, dtype=torch.float32, device="cuda", seed=4)
+        (out.to_local().float() * t).sum().backward()
+        (want.float() * t).sum().backward()
+        for d, r in ((da, ra), (db, rb), (dbias, rbias)):
+            assert torch.equal(d.grad.to_local(), r.grad)
+    finally:
+        dist.destroy_process_group()

@@ -1,0 +1,151 @@
+"""``grouped_mm`` on DTensor operands (torch.distributed.tensor): the sharding rule of ``torch._grouped_mm``.
+
+The call runs on each rank's local shards and its result is a DTensor. On every mesh dim the operands'
+placements pick one of the strategies below (those of ``torch._grouped_mm``'s DTensor rule, plus the bias),
+where they match one; otherwise every operand is replicated along that dim first and so is the result. The
+ragged dim (M, T or N, the one ``offs`` indexes) and ``offs`` itself are never split: the offsets are global
+positions along it. A strategy whose shards would break the kernels' 16-byte rule, or split a dim unevenly, is
+not taken (every operand is then replicated, on every mesh dim).
+
+Gradients come back through ``to_local``/``from_local``: a replicated operand's local gradient is one rank's
+share wherever the result is split or partial along that mesh dim (``Partial``), a whole one where the result
+is replicated; a sharded operand's is its shard; a partial operand's is replicated.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+
+
+class _Strategy(NamedTuple):
+    """One mesh dim's placements: of the result, then of a, b and bias (None: the mode takes no bias, or, for
+    a partial result, a bias would be added on every rank)."""
+    out: object
+    a: object
+    b: object
+    bias: object
+
+
+_R, _P = Replicate(), Partial()
+# Per mode (a's rank, b's rank): the splits of torch._grouped_mm's rule, then the partial operands'.
+_STRATEGIES = {
+    # a (M, K) x b (E, K, N) -> (M, N); bias (E, N).
+    (2, 3): (_Strategy(Shard(1), _R, Shard(2), Shard(1)),  # N
+             _Strategy(_P, Shard(1), Shard(1), None)),  # K
+    # a (H, T) x b (T, N) -> (E, H, N).
+    (2, 2): (_Strategy(Shard(1), Shard(0), _R, None),  # H
+             _Strategy(Shard(2), _R, Shard(1), None)),  # N
+    # a (E, M, K) x b (E, K, N) -> (E, M, N); bias (E, N).
+    (3, 3): (_Strategy(Shard(0), Shard(0), Shard(0), Shard(0)),  # E
+             _Strategy(Shard(1), Shard(1), _R, _R),  # M
+             _Strategy(Shard(2), _R, Shard(2), Shard(1)),  # N
+             _Strategy(_P, Shard(2), Shard(1), None)),  # K
+    # a (G, M, K) x b (K, N) -> (M, N).
+    (3, 2): (_Strategy(Shard(0), Shard(1), _R, None),  # M
+             _Strategy(_P, Shard(2), Shard(0), None)),  # K
+}
+_PARTIAL_OPERAND = (_Strategy(_P, _P, _R, None), _Strategy(_P, _R, _P, None))
+_REPLICATED = _Strategy(_R, _R, _R, _R)
+# Dims of (a, b) that may be split into shards of any size: the expert dims of the batched mode, and its M
+# (rows of an (E*M, K) matrix need no alignment). Every other split dim is a K, N, H or M of 3-D x 2-D, whose
+# shards the kernels read as 16-byte rows.
+_FREE_DIMS = {(3, 3): ({0, 1}, {0})}
+
+
+def _operand_placements(name: str, t: torch.Tensor, mesh) -> tuple:
+    if not isinstance(t, DTensor):
+        raise ValueError(f"grouped_mm: {name}: expected a DTensor on the mesh of the other operands (every tensor "
+                         f"operand a DTensor, as for torch._grouped_mm), got a {type(t).__name__}: distribute it "
+                         f"(torch.distributed.tensor.distribute_tensor, Replicate() for offs)")
+    if t.device_mesh != mesh:
+        raise ValueError(f"grouped_mm: {name}: expected a DTensor on the mesh of a ({mesh}), got one on "
+                         f"{t.device_mesh}")
+    return tuple(t.placements)
+
+
+def _choose(mode, bias_given: bool, a_p, b_p, bias_p) -> _Strategy:
+    for s in _STRATEGIES[mode] + _PARTIAL_OPERAND:
+        if bias_given and s.bias is None:
+            continue
+        if s.a == a_p and s.b == b_p and (not bias_given or s.bias == bias_p):
+            return s
+    return _REPLICATED
+
+
+def _splits_fit(mode, a, b, chosen, mesh, align: int) -> bool:
+    """Whether each split dim of a and b divides evenly into the ranks along it, in 16-byte multiples where
+    the kernels read it as rows."""
+    free = _FREE_DIMS.get(mode, (set(), set()))
+    for which, t, free_dims in ((0, a, free[0]), (1, b, free[1])):
+        ranks = [1] * t.dim()
+        for mesh_dim, s in enumerate(chosen):
+            p = s.a if which == 0 else s.b
+            if p.is_shard():
+                ranks[p.dim] *= mesh.size(mesh_dim)
+        for dim, n in enumerate(ranks):
+            if n > 1 and t.shape[dim] % (n * (1 if dim in free_dims else align)):
+                return False
+    return True
+
+
+def _local(t: DTensor, mesh, placements: list, out_placements: list):
+    """t redistributed to `placements`, as a local tensor whose gradient comes back as the module docstring
+    says."""
+    grads = [Replicate() if p.is_partial() else (Partial() if p.is_replicate() and not o.is_replicate() else p)
+             for p, o in zip(placements, out_placements)]
+    return t.redistribute(mesh, placements).to_local(grad_placements=grads)
+
+
+def _global_stride(shape, local: torch.Tensor) -> tuple:
+    """Strides of a tensor of `shape` laid out in memory as `local` is (its dims ordered by stride)."""
+    order = sorted(range(local.dim()), key=lambda d: (local.stride(d), -d))
+    stride, step = [0] * local.dim(), 1
+    for d in order:
+        stride[d] = step
+        step *= max(1, shape[d])
+    return tuple(stride)
+
+
+def _out_shape(mode, a, b) -> tuple:
+    if mode == (2, 3):
+        return (a.shape[0], b.shape[2])
+    if mode == (2, 2):
+        return (0, a.shape[0], b.shape[1])  # E filled in by the caller
+    if mode == (3, 3):
+        return (a.shape[0], a.shape[1], b.shape[2])
+    return (a.shape[1], b.shape[1])
+
+
+def sharded_grouped_mm(local_fn, a, b, offs, bias, out_dtype, zero_tail: bool, validate: bool) -> DTensor:
+    """``local_fn`` (grouped_mm on local tensors) over DTensor operands on one mesh, as the module docstring
+    says. Raises ValueError naming an operand that is not a DTensor, or one on another mesh."""
+    anchor = a if isinstance(a, DTensor) else b
+    if not isinstance(anchor, DTensor):
+        anchor = offs if isinstance(offs, DTensor) else bias
+    mesh = anchor.device_mesh
+    a_p, b_p = _operand_placements("a", a, mesh), _operand_placements("b", b, mesh)
+    if offs is not None:
+        _operand_placements("offs", offs, mesh)
+    bias_p = None if bias is None else _operand_placements("bias", bias, mesh)
+    mode = (a.dim(), b.dim())
+    if mode not in _STRATEGIES:  # an unsupported rank: the local call raises its error
+        return local_fn(a.to_local(), b.to_local(), None if offs is None else offs.to_local(),
+                        None if bias is None else bias.to_local(), out_dtype, zero_tail, validate)
+    chosen = [_choose(mode, bias is not None, a_p[d], b_p[d], None if bias_p is None else bias_p[d])
+              for d in range(mesh.ndim)]
+    if not _splits_fit(mode, a, b, chosen, mesh, max(1, 16 // a.element_size())):
+        chosen = [_REPLICATED] * mesh.ndim
+    out_p = [s.out for s in chosen]
+    a_l = _local(a, mesh, [s.a for s in chosen], out_p)
+    b_l = _local(b, mesh, [s.b for s in chosen], out_p)
+    offs_l = None if offs is None else _local(offs, mesh, [_R] * mesh.ndim, [_R] * mesh.ndim)
+    bias_l = None if bias is None else _local(bias, mesh, [s.bias for s in chosen], out_p)
+    out = local_fn(a_l, b_l, offs_l, bias_l, out_dtype, zero_tail, validate)
+    shape = _out_shape(mode, a, b)
+    if mode == (2, 2):
+        shape = (out.shape[0],) + shape[1:]
+    return DTensor.from_local(out, mesh, out_p, run_check=False, shape=torch.Size(shape),
+                              stride=_global_stride(shape, out))
