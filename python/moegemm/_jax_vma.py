@@ -90,30 +90,40 @@ def cotangent_like(ct, primal):
 
 
 def requested_sharding(op: str, out_sharding, rank: int):
-    """``out_sharding`` as ``jax.lax.ragged_dot`` takes it: None, a NamedSharding, or a PartitionSpec of the mesh
-    context (``jax.set_mesh``). Every mesh axis it names must be an Explicit axis (jax.sharding.AxisType) of
-    that mesh, as jax.lax requires: the result is then resharded to it, and typed with it. Returned as given.
+    """``out_sharding`` as ``jax.lax.ragged_dot`` takes it: None, a NamedSharding (of the context's mesh, where
+    ``jax.set_mesh`` or ``shard_map`` gives one), or a PartitionSpec of the context's mesh. Every mesh axis it
+    names must be an Explicit axis (jax.sharding.AxisType) there, as jax.lax requires: the result is then
+    resharded to it, and typed with it. Entries past ``rank`` may only be None (dropped). Returns the sharding
+    to reshard to (None for None).
 
-    Raises TypeError for any other type; ValueError, naming ``moegemm.jax.<op>: out_sharding``, for a
-    PartitionSpec outside a mesh context, a spec of more than ``rank`` entries, or an axis that the mesh lacks
-    or that is Auto or Manual there (inside ``shard_map``, its axes are Manual)."""
+    Raises TypeError for any other type; NotImplementedError for unreduced axes; ValueError, naming
+    ``moegemm.jax.<op>: out_sharding``, for a PartitionSpec outside a mesh context, a NamedSharding of another
+    mesh than the context's, an entry past ``rank`` that is not None, or an axis that the mesh lacks or that
+    is Auto or Manual there (inside ``shard_map``, its axes are Manual)."""
     if out_sharding is None:
         return None
     where = f"moegemm.jax.{op}: out_sharding"
+    context = jax.sharding.get_abstract_mesh()
     if isinstance(out_sharding, jax.sharding.NamedSharding):
         mesh, spec = out_sharding.mesh, out_sharding.spec
+        if not context.empty and mesh.abstract_mesh != context:
+            raise ValueError(f"{where}: expected a sharding of the context's mesh {context}, got one of {mesh}")
     elif isinstance(out_sharding, jax.sharding.PartitionSpec):
-        mesh, spec = jax.sharding.get_abstract_mesh(), out_sharding
+        mesh, spec = context, out_sharding
         if mesh.empty:
             raise ValueError(f"{where}: a PartitionSpec needs a mesh context (jax.set_mesh); pass a NamedSharding "
                              f"instead, got {spec}")
     else:
         raise TypeError(f"{where}: expected a jax.sharding.NamedSharding, a PartitionSpec or None, got "
                         f"{type(out_sharding).__name__}")
-    if len(spec) > rank:
-        raise ValueError(f"{where}: expected at most {rank} entries (the result is {rank}-D), got {spec}")
-    types = dict(zip(mesh.axis_names, getattr(mesh, "axis_types", ())))
-    for entry in spec:
+    if getattr(spec, "unreduced", None) or getattr(spec, "reduced", None):
+        raise NotImplementedError(f"{where}: unreduced or reduced axes are not supported, got {spec}")
+    entries = tuple(spec)
+    if any(entry is not None for entry in entries[rank:]):
+        raise ValueError(f"{where}: expected at most {rank} entries (the result is {rank}-D) past which only None, "
+                         f"got {spec}")
+    types = dict(zip(mesh.axis_names, getattr(context if not context.empty else mesh, "axis_types", ())))
+    for entry in entries[:rank]:
         for name in entry if isinstance(entry, tuple) else (entry,):
             if name is None or name is jax.sharding.PartitionSpec.UNCONSTRAINED:
                 continue
@@ -123,4 +133,8 @@ def requested_sharding(op: str, out_sharding, rank: int):
             if types[name] != jax.sharding.AxisType.Explicit:
                 raise ValueError(f"{where}: axis {name!r} of {spec} is {types[name]}; jax.lax.ragged_dot's "
                                  f"out_sharding takes Explicit axes only")
-    return out_sharding
+    if len(entries) <= rank:
+        return out_sharding
+    trimmed = jax.sharding.PartitionSpec(*entries[:rank])
+    return trimmed if isinstance(out_sharding, jax.sharding.PartitionSpec) else \
+        jax.sharding.NamedSharding(out_sharding.mesh, trimmed)

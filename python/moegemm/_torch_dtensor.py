@@ -1,11 +1,15 @@
-"""``grouped_mm`` on DTensor operands (torch.distributed.tensor): the sharding rule of ``torch._grouped_mm``.
+"""``grouped_mm`` on DTensor operands (torch.distributed.tensor), with the strategies of ``torch._grouped_mm``'s
+DTensor sharding rule.
 
 The call runs on each rank's local shards and its result is a DTensor. On every mesh dim the operands'
-placements pick one of the strategies below (those of ``torch._grouped_mm``'s DTensor rule, plus the bias),
-where they match one; otherwise every operand is replicated along that dim first and so is the result. The
+placements pick one of the strategies below (those of ``torch._grouped_mm``'s rule, plus the bias's, plus
+replicating everything) where they match one. Otherwise the operands are redistributed to the strategy that
+moves the fewest bytes (a split or a partial taken from a replicated operand moves none), then changes the
+fewest operands; torch weighs its redistributions its own way, so it may pick another strategy there. The
 ragged dim (M, T or N, the one ``offs`` indexes) and ``offs`` itself are never split: the offsets are global
-positions along it. A strategy whose shards would break the kernels' 16-byte rule, or split a dim unevenly, is
-not taken (every operand is then replicated, on every mesh dim).
+positions along it. A choice whose shards would break the kernels' 16-byte rule (in the narrowest of the
+input, output and bias types), or split a dim unevenly, is not taken: every operand is then replicated, on
+every mesh dim.
 
 Gradients come back through ``to_local``/``from_local``: a replicated operand's local gradient is one rank's
 share wherever the result is split or partial along that mesh dim (``Partial``), a whole one where the result
@@ -55,7 +59,9 @@ _REPLICATED = _Strategy(_R, _R, _R, _R)
 _FREE_DIMS = {(3, 3): ({0, 1}, {0})}
 
 
-def _operand_placements(name: str, t: torch.Tensor, mesh) -> tuple:
+def _operand_placements(name: str, t, mesh) -> tuple:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"grouped_mm: {name}: expected a torch.Tensor, got {type(t).__name__}")
     if not isinstance(t, DTensor):
         raise ValueError(f"grouped_mm: {name}: expected a DTensor on the mesh of the other operands (every tensor "
                          f"operand a DTensor, as for torch._grouped_mm), got a {type(t).__name__}: distribute it "
@@ -66,13 +72,30 @@ def _operand_placements(name: str, t: torch.Tensor, mesh) -> tuple:
     return tuple(t.placements)
 
 
-def _choose(mode, bias_given: bool, a_p, b_p, bias_p) -> _Strategy:
-    for s in _STRATEGIES[mode] + _PARTIAL_OPERAND:
-        if bias_given and s.bias is None:
-            continue
-        if s.a == a_p and s.b == b_p and (not bias_given or s.bias == bias_p):
-            return s
-    return _REPLICATED
+def _move_cost(src, dst, nbytes: int) -> float:
+    """Bytes a rank exchanges to take an operand from placement `src` to `dst` along one mesh dim (a Shard or
+    a Partial from a Replicate is local; a Partial from a Shard or another Partial is not done)."""
+    if src == dst or src.is_replicate():
+        return 0
+    if dst.is_partial():
+        return float("inf")
+    if src.is_partial():
+        return nbytes * (2 if dst.is_replicate() else 1)  # all-reduce, reduce-scatter
+    return nbytes  # all-gather, all-to-all
+
+
+def _choose(mode, operands, placements) -> _Strategy:
+    """The strategy of one mesh dim for (a, b, bias) at `placements` (bias None: not given): the one they
+    match; else the one that moves the fewest bytes, then changes the fewest operands (the replicated one
+    first)."""
+    candidates = [s for s in (_REPLICATED,) + _STRATEGIES[mode] + _PARTIAL_OPERAND
+                  if operands[2] is None or s.bias is not None]
+
+    def cost(s):
+        wanted = (s.a, s.b, s.bias)
+        moves = [(p, w, t) for p, w, t in zip(placements, wanted, operands) if t is not None and p != w]
+        return (sum(_move_cost(p, w, t.numel() * t.element_size()) for p, w, t in moves), len(moves))
+    return min(candidates, key=cost)  # min keeps the first of equal costs
 
 
 def _splits_fit(mode, a, b, chosen, mesh, align: int) -> bool:
@@ -96,7 +119,10 @@ def _local(t: DTensor, mesh, placements: list, out_placements: list):
     says."""
     grads = [Replicate() if p.is_partial() else (Partial() if p.is_replicate() and not o.is_replicate() else p)
              for p, o in zip(placements, out_placements)]
-    return t.redistribute(mesh, placements).to_local(grad_placements=grads)
+    if tuple(t.placements) != tuple(placements):
+        # (not when they are equal: the identity's backward would all-reduce a Partial gradient)
+        t = t.redistribute(mesh, placements)
+    return t.to_local(grad_placements=grads)
 
 
 def _global_stride(shape, local: torch.Tensor) -> tuple:
@@ -121,11 +147,9 @@ def _out_shape(mode, a, b) -> tuple:
 
 def sharded_grouped_mm(local_fn, a, b, offs, bias, out_dtype, zero_tail: bool, validate: bool) -> DTensor:
     """``local_fn`` (grouped_mm on local tensors) over DTensor operands on one mesh, as the module docstring
-    says. Raises ValueError naming an operand that is not a DTensor, or one on another mesh."""
-    anchor = a if isinstance(a, DTensor) else b
-    if not isinstance(anchor, DTensor):
-        anchor = offs if isinstance(offs, DTensor) else bias
-    mesh = anchor.device_mesh
+    says. Raises TypeError naming an operand that is not a tensor, ValueError naming one that is not a
+    DTensor or is on another mesh."""
+    mesh = next(t for t in (a, b, offs, bias) if isinstance(t, DTensor)).device_mesh
     a_p, b_p = _operand_placements("a", a, mesh), _operand_placements("b", b, mesh)
     if offs is not None:
         _operand_placements("offs", offs, mesh)
@@ -134,9 +158,12 @@ def sharded_grouped_mm(local_fn, a, b, offs, bias, out_dtype, zero_tail: bool, v
     if mode not in _STRATEGIES:  # an unsupported rank: the local call raises its error
         return local_fn(a.to_local(), b.to_local(), None if offs is None else offs.to_local(),
                         None if bias is None else bias.to_local(), out_dtype, zero_tail, validate)
-    chosen = [_choose(mode, bias is not None, a_p[d], b_p[d], None if bias_p is None else bias_p[d])
+    chosen = [_choose(mode, (a, b, bias), (a_p[d], b_p[d], None if bias_p is None else bias_p[d]))
               for d in range(mesh.ndim)]
-    if not _splits_fit(mode, a, b, chosen, mesh, max(1, 16 // a.element_size())):
+    # the 16-byte rule in the narrowest type the split rows are read or written in
+    sizes = [a.element_size()] + ([] if out_dtype is None else [torch.empty((), dtype=out_dtype).element_size()]) \
+        + ([] if bias is None else [bias.element_size()])
+    if not _splits_fit(mode, a, b, chosen, mesh, max(1, 16 // min(sizes))):
         chosen = [_REPLICATED] * mesh.ndim
     out_p = [s.out for s in chosen]
     a_l = _local(a, mesh, [s.a for s in chosen], out_p)

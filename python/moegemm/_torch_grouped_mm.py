@@ -447,8 +447,8 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
     (Python or NumPy); NotImplementedError for f16, f32 or f64 inputs on CUDA, for 8-bit and FP4 inputs and for
     an operand inside a torch.func transform.
     DTensor operands (torch.distributed.tensor; every tensor operand one, on one mesh) run on each rank's
-    shards under ``torch._grouped_mm``'s DTensor sharding rule, the result a DTensor
-    (python/moegemm/_torch_dtensor.py, docs/torch.md).
+    shards with the strategies of ``torch._grouped_mm``'s DTensor sharding rule, the result a DTensor
+    (python/moegemm/_torch_dtensor.py, docs/torch.md); a plain tensor among them raises ValueError naming it.
     Formula source: docs/ops.md §1 and §5; ``torch._grouped_mm`` (torch/_meta_registrations.py).
     """
     if type(a) not in _PLAIN or type(b) not in _PLAIN or type(offs) not in _PLAIN_OR_NONE \

@@ -516,19 +516,36 @@ assert np.array_equal(np.asarray(jax.device_get(out), np.float32), np.asarray(wa
 # jax.lax.ragged_dot gives the same type with the same out_sharding.
 lax_out = jax.jit(lambda a, b: jax.lax.ragged_dot(a, b, sizes, out_sharding=columns))(a1, rhs)
 assert jax.typeof(lax_out) == jax.typeof(out), (jax.typeof(lax_out), jax.typeof(out))
-# Refused as jax.lax refuses: an Auto axis (also through a NamedSharding), an axis the mesh lacks, a spec
-# longer than the result's rank.
+# Entries past the result's rank that are None are dropped, as jax.lax drops them.
+with jax.set_mesh(mesh1):
+    out = jax.jit(lambda a, b: mj.ragged_dot(a, b, sizes, out_sharding=P("d", None, None)))(a1, rhs)
+assert jax.typeof(out).sharding.spec == P("d", None), jax.typeof(out)
+# Refused, naming out_sharding (jax.lax refuses each too, with errors of its own): an Auto axis (also through a
+# NamedSharding), an axis the mesh lacks, an axis past the result's rank, a NamedSharding of a mesh other than
+# the context's, unreduced axes.
 auto = jax.make_mesh((4,), ("d",), axis_types=(AxisType.Auto,))
-for bad, message in ((NamedSharding(auto, P(None, "d")), "axis 'd' of P(None, 'd') is AxisType.Auto"),
-                     (P("e"), "axis 'e' of P('e',) is not an axis of the mesh {'d': 4}"),
-                     (NamedSharding(mesh1, P(None, None, "d")), "expected at most 2 entries")):
+for bad, message, context in (
+        (NamedSharding(auto, P(None, "d")), "axis 'd' of P(None, 'd') is AxisType.Auto", None),
+        (P("e"), "axis 'e' of P('e',) is not an axis of the mesh {'d': 4}", mesh1),
+        (NamedSharding(mesh1, P(None, None, "d")), "expected at most 2 entries", None),
+        (NamedSharding(mesh, P("d", None)), "expected a sharding of the context's mesh", mesh1)):
     try:
-        with jax.set_mesh(mesh1):
+        if context is None:
             mj.ragged_dot(lhs, rhs, sizes, out_sharding=bad)
+        else:
+            with jax.set_mesh(context):
+                mj.ragged_dot(lhs, rhs, sizes, out_sharding=bad)
     except ValueError as e:
         assert str(e).startswith("moegemm.jax.ragged_dot: out_sharding: ") and message in str(e), str(e)
     else:
         raise AssertionError(f"out_sharding={bad} accepted")
+try:
+    with jax.set_mesh(mesh1):
+        mj.ragged_dot(lhs, rhs, sizes, out_sharding=P(None, None, unreduced={"d"}))
+except NotImplementedError as e:
+    assert str(e).startswith("moegemm.jax.ragged_dot: out_sharding: unreduced or reduced axes"), str(e)
+else:
+    raise AssertionError("unreduced axes accepted")
 with jax.set_mesh(auto):
     try:
         jax.jit(lambda a, b: mj.ragged_dot(a, b, sizes, out_sharding=P("d", None)))(lhs, rhs)

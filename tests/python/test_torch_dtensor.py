@@ -1,9 +1,9 @@
 """grouped_mm on DTensor operands, on two CPU ranks (gloo): every mode under each strategy of
-torch._grouped_mm's DTensor rule (and the bias's), the result's placements (those torch._grouped_mm gives
-where its rule takes the same operands), its values against grouped_mm on the whole tensors (bitwise where
-no rank's partial sum is added), the gradients' values and placements; placements no strategy takes, and
-splits off the 16-byte rule, replicated first; a plain tensor or another mesh among the operands refused,
-naming it."""
+torch._grouped_mm's DTensor rule (and the bias's), placements that match none taken to the cheapest, the
+result's placements (those torch._grouped_mm gives where its rule takes the same operands), its values against
+grouped_mm on the whole tensors (bitwise where no rank's partial sum is added), the gradients' values and
+placements; splits off the 16-byte rule (of the output's type too) replicated; a plain tensor or another mesh
+among the operands refused, naming it, and a non-tensor operand."""
 
 from __future__ import annotations
 
@@ -47,7 +47,8 @@ def _placed(t, mesh, placement, rank):
     return distribute_tensor(t.contiguous() if placement.is_shard() else t, mesh, [placement])
 
 
-# mode, a's placement, b's, bias's (None: no bias), the result's, whether it is a partial sum
+# mode, a's placement, b's, bias's (None: no bias), the result's[, the operands redistributed first]: the
+# table's strategies, then placements that match none, taken to the strategy that moves the fewest bytes.
 CASES = [
     ("2dx3d", R, Shard(2), Shard(1), Shard(1)),  # N
     ("2dx3d", R, Shard(2), None, Shard(1)),
@@ -66,7 +67,19 @@ CASES = [
     ("3dx2d", Shard(1), R, None, Shard(0)),  # M
     ("3dx2d", Shard(2), Shard(0), None, P),  # K
     ("3dx2d", R, Shard(1), None, R),  # the ragged N
+    ("3dx3d", R, Shard(0), None, Shard(0), "a"),  # E: a split where it lies, b not gathered
+    ("2dx3d", R, Shard(1), None, P, "a"),  # K
+    ("2dx3d", P, P, None, P, "a"),  # a (the smaller) all-reduced, b kept partial
 ]
+
+
+def _grad_placement(placement, out, moved):
+    """Where an operand's gradient comes back: at the operand's own placement through a redistribution
+    (DTensor's backward of it); else a shard's as it, a partial operand's replicated, a replicated one's
+    partial (each rank's share) where the result is split or partial."""
+    if moved or placement.is_shard():
+        return placement
+    return P if placement.is_replicate() and not out.is_replicate() else R
 
 
 def _close(actual, expected, label):
@@ -76,7 +89,7 @@ def _close(actual, expected, label):
         raise AssertionError(f"{label}: {e}") from None
 
 
-def _check_case(rank, mesh, mode, a_p, b_p, bias_p, out_p):
+def _check_case(rank, mesh, mode, a_p, b_p, bias_p, out_p, moved=""):
     a, b, offs = _operands(mode)
     da, db = _placed(a, mesh, a_p, rank), _placed(b, mesh, b_p, rank)
     a_whole, b_whole = (x.full_tensor().detach() for x in (da, db))  # what a Partial operand sums to
@@ -107,13 +120,12 @@ def _check_case(rank, mesh, mode, a_p, b_p, bias_p, out_p):
     for name, d, ref, placement in (("a", da, ref_a, a_p), ("b", db, ref_b, b_p), ("bias", dbias, ref_bias, bias_p)):
         if d is None:
             continue
-        assert isinstance(d.grad, DTensor), (label, name)
-        if placement.is_shard():
-            assert tuple(d.grad.placements) == (placement,), (label, name, d.grad.placements)
+        want_p = _grad_placement(placement, out_p, name in moved or (out_p.is_replicate() and placement.is_shard()))
+        assert isinstance(d.grad, DTensor) and tuple(d.grad.placements) == (want_p,), (label, name, d.grad.placements)
         _close(d.grad.full_tensor().float(), ref.grad.float(), f"{label}: d{name}")
 
     # torch._grouped_mm's own rule gives the same placements where it takes the operands (no bias; its
-    # DTensor rule, where the torch installed has one: 2.15 has).
+    # DTensor rule, where the torch installed has one: 2.15 has) and the strategy is the same.
     if bias_p is None and not out_p.is_replicate() and hasattr(torch, "_grouped_mm"):
         try:
             theirs = torch._grouped_mm(da.detach(), db.detach(), doffs)
@@ -136,6 +148,14 @@ def _rank_checks(rank: int, store: str) -> None:
         assert tuple(out.placements) == (R,), out.placements
         assert torch.equal(out.full_tensor(), mt.grouped_mm(a, b, offs, zero_tail=True))
 
+        # f32 inputs (CPU) split along N into 4 columns a rank: 16 bytes, but 8 of a bf16 output: replicated.
+        b32 = randn(4, 32, 8, dtype=torch.float32, seed=13)
+        a32 = randn(64, 32, dtype=torch.float32, seed=14)
+        out = mt.grouped_mm(distribute_tensor(a32, mesh, [R]), distribute_tensor(b32, mesh, [Shard(2)]),
+                            distribute_tensor(offs, mesh, [R]), out_dtype=torch.bfloat16, zero_tail=True)
+        assert tuple(out.placements) == (R,), out.placements
+        assert torch.equal(out.full_tensor(), mt.grouped_mm(a32, b32, offs, out_dtype=torch.bfloat16, zero_tail=True))
+
         # Every tensor operand a DTensor on the one mesh, as torch._grouped_mm asks.
         a, b, offs = _operands("2dx3d")
         da, db = distribute_tensor(a, mesh, [R]), distribute_tensor(b, mesh, [R])
@@ -144,6 +164,8 @@ def _rank_checks(rank: int, store: str) -> None:
             mt.grouped_mm(da, db, offs)
         with pytest.raises(ValueError, match=r"^grouped_mm: a: expected a DTensor .*got a Tensor"):
             mt.grouped_mm(a, db, distribute_tensor(offs, mesh, [R]))
+        with pytest.raises(TypeError, match=r"^grouped_mm: a: expected a torch.Tensor, got list"):
+            mt.grouped_mm([[1.0]], db, distribute_tensor(offs, mesh, [R]))
         other = init_device_mesh("cpu", (WORLD,), mesh_dim_names=("other",))
         with pytest.raises(ValueError, match=r"^grouped_mm: b: expected a DTensor on the mesh of a"):
             mt.grouped_mm(da, distribute_tensor(b, other, [R]), distribute_tensor(offs, mesh, [R]))
