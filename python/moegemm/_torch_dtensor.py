@@ -13,7 +13,8 @@ every mesh dim.
 
 Gradients come back through ``to_local``/``from_local``: a replicated operand's local gradient is one rank's
 share wherever the result is split or partial along that mesh dim (``Partial``), a whole one where the result
-is replicated; a sharded operand's is its shard; a partial operand's is replicated.
+is replicated; a sharded operand's is its shard; a partial operand's is replicated. A redistributed operand's
+comes back at its own placements, through DTensor's backward of the redistribution.
 """
 
 from __future__ import annotations
@@ -135,18 +136,18 @@ def _global_stride(shape, local: torch.Tensor) -> tuple:
     return tuple(stride)
 
 
-def _out_shape(mode, a, b) -> tuple:
+def _out_shape(mode, a, b, offs) -> tuple:
     if mode == (2, 3):
         return (a.shape[0], b.shape[2])
     if mode == (2, 2):
-        return (0, a.shape[0], b.shape[1])  # E filled in by the caller
+        return (offs.shape[0], a.shape[0], b.shape[1])
     if mode == (3, 3):
         return (a.shape[0], a.shape[1], b.shape[2])
     return (a.shape[1], b.shape[1])
 
 
 def sharded_grouped_mm(local_fn, a, b, offs, bias, out_dtype, zero_tail: bool, validate: bool) -> DTensor:
-    """``local_fn`` (grouped_mm on local tensors) over DTensor operands on one mesh, as the module docstring
+    """``local_fn`` (grouped_mm, called on local tensors) over DTensor operands on one mesh, as the module docstring
     says. Raises TypeError naming an operand that is not a tensor, ValueError naming one that is not a
     DTensor or is on another mesh."""
     mesh = next(t for t in (a, b, offs, bias) if isinstance(t, DTensor)).device_mesh
@@ -157,12 +158,13 @@ def sharded_grouped_mm(local_fn, a, b, offs, bias, out_dtype, zero_tail: bool, v
     mode = (a.dim(), b.dim())
     if mode not in _STRATEGIES:  # an unsupported rank: the local call raises its error
         return local_fn(a.to_local(), b.to_local(), None if offs is None else offs.to_local(),
-                        None if bias is None else bias.to_local(), out_dtype, zero_tail, validate)
+                        None if bias is None else bias.to_local(), out_dtype, zero_tail=zero_tail, validate=validate)
     chosen = [_choose(mode, (a, b, bias), (a_p[d], b_p[d], None if bias_p is None else bias_p[d]))
               for d in range(mesh.ndim)]
-    # the 16-byte rule in the narrowest type the split rows are read or written in
-    sizes = [a.element_size()] + ([] if out_dtype is None else [torch.empty((), dtype=out_dtype).element_size()]) \
-        + ([] if bias is None else [bias.element_size()])
+    # the 16-byte rule in the narrowest type the split rows are read or written in (a bad out_dtype: the
+    # local call names it)
+    sizes = [a.element_size(), getattr(out_dtype, "itemsize", a.element_size())] + \
+        ([] if bias is None else [bias.element_size()])
     if not _splits_fit(mode, a, b, chosen, mesh, max(1, 16 // min(sizes))):
         chosen = [_REPLICATED] * mesh.ndim
     out_p = [s.out for s in chosen]
@@ -170,9 +172,7 @@ def sharded_grouped_mm(local_fn, a, b, offs, bias, out_dtype, zero_tail: bool, v
     b_l = _local(b, mesh, [s.b for s in chosen], out_p)
     offs_l = None if offs is None else _local(offs, mesh, [_R] * mesh.ndim, [_R] * mesh.ndim)
     bias_l = None if bias is None else _local(bias, mesh, [s.bias for s in chosen], out_p)
-    out = local_fn(a_l, b_l, offs_l, bias_l, out_dtype, zero_tail, validate)
-    shape = _out_shape(mode, a, b)
-    if mode == (2, 2):
-        shape = (out.shape[0],) + shape[1:]
+    out = local_fn(a_l, b_l, offs_l, bias_l, out_dtype, zero_tail=zero_tail, validate=validate)
+    shape = _out_shape(mode, a, b, offs)
     return DTensor.from_local(out, mesh, out_p, run_check=False, shape=torch.Size(shape),
                               stride=_global_stride(shape, out))

@@ -455,7 +455,7 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
             or type(bias) not in _PLAIN_OR_NONE:
         if any(dtensor_placements(t) is not None for t in (a, b, offs, bias)):
             from ._torch_dtensor import sharded_grouped_mm  # here: torch.distributed.tensor is slow to import
-            return sharded_grouped_mm(_local_grouped_mm, a, b, offs, bias, out_dtype, zero_tail, validate)
+            return sharded_grouped_mm(grouped_mm, a, b, offs, bias, out_dtype, zero_tail, validate)
     try:
         tensor = torch.Tensor
         if not (isinstance(a, tensor) and isinstance(b, tensor) and (offs is None or isinstance(offs, tensor))
@@ -528,9 +528,3 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
         if error is None:
             raise
         raise error from None
-
-
-
-def _local_grouped_mm(a, b, offs, bias, out_dtype, zero_tail, validate):
-    """grouped_mm on one rank's local shards (_torch_dtensor.sharded_grouped_mm)."""
-    return grouped_mm(a, b, offs, bias, out_dtype, zero_tail=zero_tail, validate=validate)
