@@ -92,11 +92,13 @@ def _choose(mode, operands, placements) -> _Strategy:
     candidates = [s for s in (_REPLICATED,) + _STRATEGIES[mode] + _PARTIAL_OPERAND
                   if operands[2] is None or s.bias is not None]
 
-    def cost(s):
-        wanted = (s.a, s.b, s.bias)
-        moves = [(p, w, t) for p, w, t in zip(placements, wanted, operands) if t is not None and p != w]
-        return (sum(_move_cost(p, w, t.numel() * t.element_size()) for p, w, t in moves), len(moves))
-    return min(candidates, key=cost)  # min keeps the first of equal costs
+    best, best_cost = None, None
+    for s in candidates:  # a loop, not min(key=...), which torch.compile cannot trace over symbolic sizes
+        moves = [(p, w, t) for p, w, t in zip(placements, (s.a, s.b, s.bias), operands) if t is not None and p != w]
+        cost = sum(_move_cost(p, w, t.numel() * t.element_size()) for p, w, t in moves)
+        if best is None or cost < best_cost or (cost == best_cost and len(moves) < best_moves):
+            best, best_cost, best_moves = s, cost, len(moves)
+    return best
 
 
 def _splits_fit(mode, a, b, chosen, mesh, align: int) -> bool:
@@ -127,10 +129,12 @@ def _local(t: DTensor, mesh, placements: list, out_placements: list):
 
 
 def _global_stride(shape, local: torch.Tensor) -> tuple:
-    """Strides of a tensor of `shape` laid out in memory as `local` is (its dims ordered by stride)."""
-    order = sorted(range(local.dim()), key=lambda d: (local.stride(d), -d))
-    stride, step = [0] * local.dim(), 1
-    for d in order:
+    """Strides of a tensor of `shape` laid out in memory as `local` is: row-major, or (the 3-D x 2-D mode's
+    result) the transpose of a row-major tensor."""
+    if local.dim() == 2 and local.stride(0) == 1 and local.stride(1) != 1:
+        return (1, max(1, shape[0]))
+    stride, step = [0] * len(shape), 1
+    for d in reversed(range(len(shape))):
         stride[d] = step
         step *= max(1, shape[d])
     return tuple(stride)

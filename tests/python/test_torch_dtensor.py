@@ -156,6 +156,18 @@ def _rank_checks(rank: int, store: str) -> None:
         assert tuple(out.placements) == (R,), out.placements
         assert torch.equal(out.full_tensor(), mt.grouped_mm(a32, b32, offs, out_dtype=torch.bfloat16, zero_tail=True))
 
+        # torch.compile(fullgraph=True) with dynamic shapes traces the strategy choice (sizes symbolic): equal
+        # to eager, for placements that match a strategy and for ones redistributed first.
+        a, b, offs = _operands("2dx3d")
+        for a_p, b_p in ((R, Shard(2)), (Shard(0), R)):
+            args = (distribute_tensor(a, mesh, [a_p]), distribute_tensor(b, mesh, [b_p]),
+                    distribute_tensor(offs, mesh, [R]))
+            torch._dynamo.reset()
+            compiled = torch.compile(lambda x, w, o: mt.grouped_mm(x, w, o, zero_tail=True), backend="aot_eager",
+                                     fullgraph=True, dynamic=True)(*args)
+            eager = mt.grouped_mm(*args, zero_tail=True)
+            assert compiled.placements == eager.placements and torch.equal(compiled.full_tensor(), eager.full_tensor())
+
         # Every tensor operand a DTensor on the one mesh, as torch._grouped_mm asks.
         a, b, offs = _operands("2dx3d")
         da, db = distribute_tensor(a, mesh, [R]), distribute_tensor(b, mesh, [R])
