@@ -122,7 +122,7 @@ def requested_sharding(op: str, out_sharding, rank: int):
     if any(entry is not None for entry in entries[rank:]):
         raise ValueError(f"{where}: expected at most {rank} entries (the result is {rank}-D) past which only None, "
                          f"got {spec}")
-    types = dict(zip(mesh.axis_names, getattr(context if not context.empty else mesh, "axis_types", ())))
+    types = dict(zip(mesh.axis_names, mesh.axis_types))  # the context's, where there is one (checked above)
     for entry in entries[:rank]:
         for name in entry if isinstance(entry, tuple) else (entry,):
             if name is None or name is jax.sharding.PartitionSpec.UNCONSTRAINED:

@@ -92,7 +92,7 @@ def _choose(mode, operands, placements) -> _Strategy:
     candidates = [s for s in (_REPLICATED,) + _STRATEGIES[mode] + _PARTIAL_OPERAND
                   if operands[2] is None or s.bias is not None]
 
-    best, best_cost = None, None
+    best, best_cost, best_moves = None, None, None
     for s in candidates:  # a loop, not min(key=...), which torch.compile cannot trace over symbolic sizes
         moves = [(p, w, t) for p, w, t in zip(placements, (s.a, s.b, s.bias), operands) if t is not None and p != w]
         cost = sum(_move_cost(p, w, t.numel() * t.element_size()) for p, w, t in moves)
@@ -105,10 +105,10 @@ def _splits_fit(mode, a, b, chosen, mesh, align: int) -> bool:
     """Whether each split dim of a and b divides evenly into the ranks along it, in 16-byte multiples where
     the kernels read it as rows."""
     free = _FREE_DIMS.get(mode, (set(), set()))
-    for which, t, free_dims in ((0, a, free[0]), (1, b, free[1])):
+    for name, t, free_dims in (("a", a, free[0]), ("b", b, free[1])):
         ranks = [1] * t.dim()
         for mesh_dim, s in enumerate(chosen):
-            p = s.a if which == 0 else s.b
+            p = getattr(s, name)
             if p.is_shard():
                 ranks[p.dim] *= mesh.size(mesh_dim)
         for dim, n in enumerate(ranks):
