@@ -1,4 +1,5 @@
-"""``moegemm.jax.ragged_dot``: a drop-in for ``jax.lax.ragged_dot`` on moegemm's grouped GEMMs."""
+"""``moegemm.jax.ragged_dot`` and ``ragged_dot_general``: drop-ins for ``jax.lax.ragged_dot`` and
+``jax.lax.ragged_dot_general`` on moegemm's grouped GEMMs."""
 
 from __future__ import annotations
 
@@ -14,49 +15,99 @@ from moegemm import _jax_vma as vma
 from moegemm.jax import grouped_gemm, grouped_gemm_wgrad
 
 _OP = "ragged_dot"
-# The zeros of a call with nothing to contract, jitted over the operands, unused but kept (jit would prune
+_GENERAL = "ragged_dot_general"
+# rhs read in the other layout: (G, K, N) as "nk" storage is (G, N', K') with N' = K, K' = N, and back.
+_OTHER_LAYOUT = {"kn": "nk", "nk": "kn"}
+# The zeros of a call with nothing to compute, jitted over the operands, unused but kept (jit would prune
 # them, and place its result on the default device): an eager call then places them where
 # jax.lax.ragged_dot places its result (the operands' device or sharding, committed), and moves no host
 # scalar to the device.
-_zeros = jax.jit(lambda lhs, rhs, group_sizes, dtype: jnp.zeros((lhs.shape[0], rhs.shape[2]), dtype),
-                 static_argnums=(3,), keep_unused=True)
+_zeros = jax.jit(lambda lhs, rhs, group_sizes, shape, dtype: jnp.zeros(shape, dtype),
+                 static_argnums=(3, 4), keep_unused=True)
 
 
-def _wgrad_as(lhs, dout, offsets, dtype):
+def _wgrad_as(lhs, dout, offsets, dtype, transpose_output=False):
     if np.dtype(dtype) == np.dtype(jnp.bfloat16):
-        return grouped_gemm_wgrad(lhs, dout, offsets, w_dtype=jnp.bfloat16)
-    return grouped_gemm_wgrad(lhs, dout, offsets, w_dtype=jnp.float32).astype(dtype)
+        return grouped_gemm_wgrad(lhs, dout, offsets, transpose_output=transpose_output, w_dtype=jnp.bfloat16)
+    return grouped_gemm_wgrad(lhs, dout, offsets, transpose_output=transpose_output,
+                              w_dtype=jnp.float32).astype(dtype)
+
+
+def _ragged_rows(op):
+    """The jitted custom_vjp function of a product with ragged rows, ``out[r] = lhs[r] @ rhs[g]``, for
+    ``moegemm.jax.<op>``: rhs (G, K, N) ("kn") or (G, N, K) ("nk"); rows past the last group are zero."""
+
+    @partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+    def _ragged_dot(lhs, rhs, group_sizes, out_dtype, b_layout):
+        return grouped_gemm(lhs, rhs, chk.offsets_from_sizes(group_sizes, lhs.shape[0]), b_layout=b_layout,
+                            d_dtype=out_dtype, zero_tail=True)
+
+    @first_order_only(op, static_argnums=(3, 4))
+    def _ragged_dot_fwd(lhs, rhs, group_sizes, out_dtype, b_layout):
+        offsets = chk.offsets_from_sizes(group_sizes, lhs.shape[0])
+        out = grouped_gemm(lhs, rhs, offsets, b_layout=b_layout, d_dtype=out_dtype, zero_tail=True)
+        return out, (lhs, rhs, offsets)
+
+    @first_order_only(op, static_argnums=(0, 1))
+    def _ragged_dot_bwd(out_dtype, b_layout, residuals, dout):
+        lhs, rhs, offsets = residuals
+        dout = dout.astype(lhs.dtype)
+        # d lhs[r] = dout[r] @ rhs[g]^T: rhs read in the other layout.
+        dlhs = grouped_gemm(dout, rhs, offsets, b_layout=_OTHER_LAYOUT[b_layout], d_dtype=lhs.dtype,
+                            zero_tail=True)
+        # d rhs[g] = lhs[rows_g]^T @ dout[rows_g], (G, K, N), or its transpose for "nk"; groups without rows
+        # are exactly 0.
+        drhs = _wgrad_as(lhs, dout, offsets, rhs.dtype, transpose_output=b_layout == "nk")
+        return vma.cotangent_like(dlhs, lhs), vma.cotangent_like(drhs, rhs), None
+
+    _ragged_dot.defvjp(_ragged_dot_fwd, _ragged_dot_bwd)
+    # Called through jit: an eager custom_vjp call traces its function anew every time (~0.5 ms of host time
+    # per call, where jit's dispatch of the traced call costs ~10 us). In a traced caller it is a nested jit
+    # call, which XLA inlines when it compiles.
+    return jax.jit(_ragged_dot, static_argnums=(3, 4))
+
+
+_ragged_dot_jit = _ragged_rows(_OP)
+_ragged_dot_general_jit = _ragged_rows(_GENERAL)
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(3,))
-def _ragged_dot(lhs, rhs, group_sizes, out_dtype):
-    return grouped_gemm(lhs, rhs, chk.offsets_from_sizes(group_sizes, lhs.shape[0]), b_layout="kn", d_dtype=out_dtype,
-                        zero_tail=True)
+def _ragged_contracting(x, y, group_sizes, out_dtype):
+    """out[g] = x[rows_g]^T @ y[rows_g], (G, M, N), for x (T, M) and y (T, N) split along T."""
+    return _wgrad_as(x, y, chk.offsets_from_sizes(group_sizes, x.shape[0]), out_dtype)
 
 
-@first_order_only(_OP, static_argnums=(3,))
-def _ragged_dot_fwd(lhs, rhs, group_sizes, out_dtype):
-    offsets = chk.offsets_from_sizes(group_sizes, lhs.shape[0])
-    out = grouped_gemm(lhs, rhs, offsets, b_layout="kn", d_dtype=out_dtype, zero_tail=True)
-    return out, (lhs, rhs, offsets)
+@first_order_only(_GENERAL, static_argnums=(3,))
+def _ragged_contracting_fwd(x, y, group_sizes, out_dtype):
+    offsets = chk.offsets_from_sizes(group_sizes, x.shape[0])
+    return _wgrad_as(x, y, offsets, out_dtype), (x, y, offsets)
 
 
-@first_order_only(_OP, static_argnums=(0,))
-def _ragged_dot_bwd(out_dtype, residuals, dout):
-    lhs, rhs, offsets = residuals
-    dout = dout.astype(lhs.dtype)
-    # d lhs[r] = dout[r] @ rhs[g]^T: rhs (G, K, N) read as "nk" storage with N' = K, K' = N.
-    dlhs = grouped_gemm(dout, rhs, offsets, b_layout="nk", d_dtype=lhs.dtype, zero_tail=True)
-    # d rhs[g] = lhs[rows_g]^T @ dout[rows_g]; groups without rows are exactly 0.
-    drhs = _wgrad_as(lhs, dout, offsets, rhs.dtype)
-    return vma.cotangent_like(dlhs, lhs), vma.cotangent_like(drhs, rhs), None
+@first_order_only(_GENERAL, static_argnums=(0,))
+def _ragged_contracting_bwd(out_dtype, residuals, dout):
+    x, y, offsets = residuals
+    dout = dout.astype(x.dtype)
+    # d x[rows_g] = y[rows_g] @ dout[g]^T (dout (G, M, N) as "nk" storage); d y[rows_g] = x[rows_g] @ dout[g]
+    # ("kn"). Entries of T past the last group belong to none: their gradients are zero (zero_tail).
+    dx = grouped_gemm(y, dout, offsets, b_layout="nk", d_dtype=x.dtype, zero_tail=True)
+    dy = grouped_gemm(x, dout, offsets, b_layout="kn", d_dtype=y.dtype, zero_tail=True)
+    return vma.cotangent_like(dx, x), vma.cotangent_like(dy, y), None
 
 
-_ragged_dot.defvjp(_ragged_dot_fwd, _ragged_dot_bwd)
-# Called through jit: an eager custom_vjp call traces its function anew every time (~0.5 ms of host time per
-# call, where jit's dispatch of the traced call costs ~10 us). In a traced caller it is a nested jit call, which
-# XLA inlines when it compiles.
-_ragged_dot_jit = jax.jit(_ragged_dot, static_argnums=(3,))
+_ragged_contracting.defvjp(_ragged_contracting_fwd, _ragged_contracting_bwd)
+_ragged_contracting_jit = jax.jit(_ragged_contracting, static_argnums=(3,))
+
+
+def _rows_result(call, lhs, rhs, group_sizes, out_dtype, b_layout, n, sharding):
+    """``call``'s result, or the zeros of a call with no groups, nothing to contract or no columns (every row
+    is then zero, as jax.lax gives; no kernel runs; inside shard_map typed as varying like the operands),
+    resharded to ``sharding`` where one is asked for."""
+    if rhs.shape[0] == 0 or lhs.shape[1] == 0 or n == 0:
+        out = vma.cast_all([_zeros(lhs, rhs, group_sizes, (lhs.shape[0], n), out_dtype)],
+                           vma.union([lhs, rhs, group_sizes]))[0]
+    else:
+        out = call(lhs, rhs, group_sizes, out_dtype, b_layout)
+    return out if sharding is None else jax.sharding.reshard(out, sharding)
 
 
 def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=None, group_offset=None,
@@ -109,10 +160,135 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
     chk.check_aligned(_OP, "rhs", rhs, 2, "N")
     out_dtype = chk.output_dtype(_OP, "preferred_element_type", preferred_element_type, lhs.dtype)
     sharding = vma.requested_sharding(_OP, out_sharding, 2)
-    if rhs.shape[0] == 0 or lhs.shape[1] == 0 or rhs.shape[2] == 0:
-        # No groups (every row is past the last one), nothing to contract or no columns: zero (or empty), as
-        # jax.lax.ragged_dot gives; no kernel to run. Inside shard_map typed as varying like the operands.
-        out = vma.cast_all([_zeros(lhs, rhs, group_sizes, out_dtype)], vma.union([lhs, rhs, group_sizes]))[0]
+    return _rows_result(_ragged_dot_jit, lhs, rhs, group_sizes, out_dtype, "kn", rhs.shape[2], sharding)
+
+
+def _general_dims(lhs, rhs, dimension_numbers):
+    """(ragged_contracting, lhs_k, rhs_k, rhs_g) of a call that moegemm runs: lhs 2-D with one contracting
+    dim lhs_k; either the ragged dim is lhs's other dim and rhs (3-D) has a group dim rhs_g (mode 1, rows), or
+    the ragged dim is lhs_k and rhs is 2-D (mode 2, rhs_g None). TypeError for dimension numbers that
+    jax.lax.ragged_dot_general refuses, NotImplementedError for ones it takes that moegemm does not run."""
+    where = f"moegemm.jax.{_GENERAL}: ragged_dot_dimension_numbers"
+    if not isinstance(dimension_numbers, jax.lax.RaggedDotDimensionNumbers):
+        raise TypeError(f"{where}: expected a jax.lax.RaggedDotDimensionNumbers, got "
+                        f"{type(dimension_numbers).__name__}")
+    (lhs_contracting, rhs_contracting), (lhs_batch, rhs_batch) = dimension_numbers.dot_dimension_numbers
+    ragged, groups = dimension_numbers.lhs_ragged_dimensions, dimension_numbers.rhs_group_dimensions
+    for name, dims, x in (("lhs contracting", lhs_contracting, lhs), ("rhs contracting", rhs_contracting, rhs),
+                          ("lhs batch", lhs_batch, lhs), ("rhs batch", rhs_batch, rhs),
+                          ("lhs ragged", ragged, lhs), ("rhs group", groups, rhs)):
+        if any(not 0 <= d < x.ndim for d in dims):
+            raise TypeError(f"{where}: expected {name} dimensions in [0, {x.ndim}) (the operand's rank), got "
+                            f"{tuple(dims)} for shape {tuple(x.shape)}")
+    if len(ragged) != 1:
+        raise TypeError(f"{where}: expected exactly one lhs ragged dimension, got {tuple(ragged)}")
+    if lhs_batch or rhs_batch:
+        raise NotImplementedError(f"{where}: batch dimensions are not supported, got lhs {tuple(lhs_batch)}, "
+                                  f"rhs {tuple(rhs_batch)} (a ragged batch dimension included); use "
+                                  f"jax.lax.ragged_dot_general, or fold the batch into the rows")
+    if lhs.ndim != 2 or len(lhs_contracting) != 1 or len(rhs_contracting) != 1:
+        raise NotImplementedError(f"{where}: expected a 2-D lhs with one contracting dimension and rhs with one, "
+                                  f"got lhs shape {tuple(lhs.shape)}, contracting lhs {tuple(lhs_contracting)}, "
+                                  f"rhs {tuple(rhs_contracting)}; reshape to 2-D first")
+    lhs_k, rhs_k = lhs_contracting[0], rhs_contracting[0]
+    if ragged[0] == lhs_k:  # mode 2: the weight gradient's form
+        if groups:
+            raise TypeError(f"{where}: expected no rhs group dimension where the lhs ragged dimension is "
+                            f"contracting, got {tuple(groups)}")
+        if rhs.ndim != 2:
+            raise NotImplementedError(f"{where}: expected a 2-D rhs where the lhs ragged dimension is "
+                                      f"contracting, got shape {tuple(rhs.shape)}")
+        return True, lhs_k, rhs_k, None
+    if len(groups) != 1:
+        raise TypeError(f"{where}: expected exactly one rhs group dimension where the lhs ragged dimension is "
+                        f"not contracting, got {tuple(groups)}")
+    if groups[0] == rhs_k:
+        raise TypeError(f"{where}: expected the rhs group dimension apart from its contracting one, got "
+                        f"{groups[0]} for both")
+    if rhs.ndim != 3:
+        raise NotImplementedError(f"{where}: expected a 3-D rhs (a group, a contracting and one free dim), got "
+                                  f"shape {tuple(rhs.shape)}")
+    return False, lhs_k, rhs_k, groups[0]
+
+
+def ragged_dot_general(lhs, rhs, group_sizes, ragged_dot_dimension_numbers, precision=None,
+                       preferred_element_type=None, group_offset=None, out_sharding=None):
+    """Drop-in for ``jax.lax.ragged_dot_general`` in its two modes without batch dimensions, 2-D lhs:
+
+    1. Ragged rows: the lhs ragged dim is its non-contracting one, M; rhs is 3-D with a group dim G, the
+       contracting dim K and a free dim N, in any order. ``out[r] = lhs[r] @ rhs[g]`` for the rows r of
+       group g, (M, N); rows at or past ``sum(group_sizes)`` are zero. This is ``ragged_dot`` with rhs in any
+       layout: (G, K, N) and (G, N, K) are read in place (the kernels' "kn" and "nk"), and so is lhs as (M, K);
+       lhs as (K, M) and the other rhs orders are transposed first (a copy, by XLA).
+    2. Ragged contraction (the weight gradient's form): the lhs ragged dim is its contracting one, T; rhs is
+       2-D with the same T. With x = lhs as (T, M) and y = rhs as (T, N): ``out[g] = x[rows_g]^T @ y[rows_g]``,
+       (G, M, N), for the entries rows_g of T in group g. Every group is written: one with no entries is
+       exactly zero; entries at or past ``sum(group_sizes)`` belong to none. x and y are read in place
+       (grouped_gemm_wgrad) where lhs is (T, M) and rhs (T, N); the other orders are transposed first.
+
+    Args:
+      lhs, rhs: bf16 or f16 (f16 on the CPU backend only), the same dtype. K and N multiples of 8 in mode 1,
+        M and N in mode 2 (16-byte aligned rows); M (mode 1) and T (mode 2) take any extent.
+      group_sizes: (G,) integer array, summed into int32 offsets inside the computation (no host sync), as
+        ``ragged_dot`` does: each size clipped to [0, the ragged dim], sums saturating there. In mode 1, G is
+        rhs's group dim; G <= 1024.
+      ragged_dot_dimension_numbers: a ``jax.lax.RaggedDotDimensionNumbers``.
+      precision, preferred_element_type, group_offset, out_sharding: as ``ragged_dot`` takes them (the result
+        is 2-D in mode 1, 3-D in mode 2; preferred_element_type bf16/f16/f32, default lhs's dtype).
+    Returns:
+      (M, N) in mode 1, (G, M, N) in mode 2. Differentiable in lhs and rhs (reverse mode, first order, as
+      ``ragged_dot``). Mode 1: ``ragged_dot``'s backward with rhs read in its layout. Mode 2, which
+      ``jax.lax.ragged_dot_general`` does not differentiate: ``dx[rows_g] = y[rows_g] @ dout[g]^T`` and
+      ``dy[rows_g] = x[rows_g] @ dout[g]`` (grouped_gemm), zero at the entries past the last group. A f32
+      cotangent is rounded to lhs's dtype first.
+    Raises:
+      TypeError for dimension numbers that jax.lax.ragged_dot_general refuses, dtypes other than bf16/f16 or
+      a non-integer group_sizes; NotImplementedError for batch dimensions (mode 3 included), operands of other
+      ranks, and group_offset; ValueError for shapes (contracting extents that differ, G, alignment) at trace
+      time.
+    """
+    op = _GENERAL
+    chk.check_precision(op, precision)
+    if group_offset is not None:
+        raise NotImplementedError(f"moegemm.jax.{op}: group_offset is not supported")
+    chk.check_array(op, "lhs", lhs)
+    chk.check_array(op, "rhs", rhs)
+    contracting, lhs_k, rhs_k, rhs_g = _general_dims(lhs, rhs, ragged_dot_dimension_numbers)
+    chk.check_dtype(op, "lhs", lhs, chk.SIXTEEN_BIT)
+    chk.check_dtype(op, "rhs", rhs, (lhs.dtype,))
+    chk.check_extent(op, "rhs", rhs, rhs_k, lhs.shape[lhs_k], f"its contracting dim, dim {lhs_k} of lhs")
+    lhs_free, rhs_free = 1 - lhs_k, (1 - rhs_k if contracting else 3 - rhs_g - rhs_k)
+    out_dtype = chk.output_dtype(op, "preferred_element_type", preferred_element_type, lhs.dtype)
+    if contracting:
+        chk.check_rank(op, "group_sizes", group_sizes, 1, "(G,)")
+        groups = group_sizes.shape[0]
+        chk.check_group_sizes(op, group_sizes, groups, "G", "lhs", lhs, axis=lhs_k)
+        what = "group_sizes"
     else:
-        out = _ragged_dot_jit(lhs, rhs, group_sizes, out_dtype)
+        groups = rhs.shape[rhs_g]
+        chk.check_group_sizes(op, group_sizes, groups, f"G from rhs dim {rhs_g}", "lhs", lhs, axis=lhs_free)
+        chk.check_aligned(op, "lhs", lhs, lhs_k, "K")
+        what = "rhs"
+    if groups > chk.MAX_EXPERTS:
+        raise ValueError(f"moegemm.jax.{op}: {what}: expected at most {chk.MAX_EXPERTS} groups, got {groups}")
+    if contracting:
+        chk.check_aligned(op, "lhs", lhs, lhs_free, "M")
+    chk.check_aligned(op, "rhs", rhs, rhs_free, "N")
+    sharding = vma.requested_sharding(op, out_sharding, 3 if contracting else 2)
+    if not contracting:
+        x = lhs if lhs_k == 1 else lhs.T
+        if rhs_g == 0:
+            w, layout = rhs, ("kn" if rhs_k == 1 else "nk")
+        else:
+            w, layout = jnp.transpose(rhs, (rhs_g, rhs_k, rhs_free)), "kn"
+        return _rows_result(_ragged_dot_general_jit, x, w, group_sizes, out_dtype, layout, rhs.shape[rhs_free],
+                            sharding)
+    x = lhs if lhs_k == 0 else lhs.T  # (T, M)
+    y = rhs if rhs_k == 0 else rhs.T  # (T, N)
+    shape = (groups, x.shape[1], y.shape[1])
+    if 0 in shape or x.shape[0] == 0:
+        # No groups, no columns, or nothing to contract: every group's product is zero; no kernel runs.
+        out = vma.cast_all([_zeros(x, y, group_sizes, shape, out_dtype)], vma.union([x, y, group_sizes]))[0]
+    else:
+        out = _ragged_contracting_jit(x, y, group_sizes, out_dtype)
     return out if sharding is None else jax.sharding.reshard(out, sharding)

@@ -1,4 +1,5 @@
-"""moegemm.jax: the moegemm ops as XLA FFI custom calls, plus ``ragged_dot`` and ``moe_mlp``.
+"""moegemm.jax: the moegemm ops as XLA FFI custom calls, plus ``ragged_dot``, ``ragged_dot_general`` and
+``moe_mlp``.
 
 Every op follows docs/ops.md (the contract); this module documents only what the JAX front end adds.
 
@@ -47,7 +48,7 @@ native.library()
 __all__ = [
     "grouped_gemm", "grouped_gemm_glu", "grouped_gemm_dglu", "grouped_gemm_srelu", "grouped_gemm_dsrelu",
     "grouped_gemm_wgrad", "gemm_swiglu", "gemm_amax", "gemm_srelu", "gemm_dsrelu",
-    "GroupedBackward", "ragged_dot", "moe_mlp", "device_kernels_available", "FFI_TARGETS",
+    "GroupedBackward", "ragged_dot", "ragged_dot_general", "moe_mlp", "device_kernels_available", "FFI_TARGETS",
     "MOE_MLP_CHECKPOINT_NAMES",
 ]
 
@@ -441,7 +442,7 @@ def gemm_dsrelu(dy, b, c, *, b_layout="nk", alpha=1.0, prob=None, compute_dprob=
     return out[0], (out[1] if compute_dprob else None)
 
 
-from moegemm._jax_ragged_dot import ragged_dot  # noqa: E402
+from moegemm._jax_ragged_dot import ragged_dot, ragged_dot_general  # noqa: E402
 from moegemm._jax_moe_mlp import RESIDUAL_NAMES as MOE_MLP_CHECKPOINT_NAMES, moe_mlp  # noqa: E402
 
 MOE_MLP_CHECKPOINT_NAMES: tuple[str, ...]
@@ -452,4 +453,4 @@ runs no second grouped_gemm_glu, also where the loss is not linear in y (docs/ja
 
 # Pickled by reference as moegemm.jax.<name>: unpickling imports this module first, which defines the ops
 # that the modules of these two import from it.
-ragged_dot.__module__ = moe_mlp.__module__ = __name__
+ragged_dot.__module__ = ragged_dot_general.__module__ = moe_mlp.__module__ = __name__

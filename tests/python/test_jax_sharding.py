@@ -260,6 +260,23 @@ text = compiled(jax.grad(loss(fn), argnums=(0, 1)), lhs4, rhs, cot4)
 assert "all-gather" not in text and "all-reduce" in text, "drhs: expected one sum over the shards"
 check_local(text, "grouped_gemm_wgrad", "f32[4,32,48]", "bf16[16,32]", "ragged_dot drhs")
 
+# ragged_dot_general's ragged contraction (the weight gradient's form) over T sharded four ways, with lhs as
+# (T, K) and as (K, T): each device contracts its own entries, one sum over the shards, nothing gathered.
+dy = bf16((m, n))
+dy4 = jax.device_put(dy, rows4)
+for lhs_k, lhs_t in ((0, lhs4), (1, jax.device_put(lhs.T, NamedSharding(mesh, P(None, ("d", "f")))))):
+    numbers = jax.lax.RaggedDotDimensionNumbers((([lhs_k], [0]), ([], [])), [lhs_k], [])
+    f = lambda a, d: mj.ragged_dot_general(a, d, sizes, numbers, preferred_element_type=jnp.float32)
+    got = jax.jit(f)(lhs_t, dy4)
+    assert got.shape == (g, k, n) and got.sharding.is_fully_replicated, (got.shape, got.sharding)
+    assert_close(got, f(lhs if lhs_k == 0 else lhs.T, dy), "ragged_dot_general mode 2")
+    assert_close(got, jax.lax.ragged_dot_general(np.asarray(lhs_t, np.float32), np.asarray(dy, np.float32), sizes,
+                                                 numbers, precision=jax.lax.Precision.HIGHEST),
+                 "ragged_dot_general mode 2 against jax.lax")
+    text = compiled(f, lhs_t, dy4)
+    assert "all-gather" not in text and "all-reduce" in text, "mode 2: expected one sum over the shards"
+    check_local(text, "grouped_gemm_wgrad", "f32[4,32,48]", "bf16[16,32]", "ragged_dot_general mode 2")
+
 # The raw ops with garbage offsets (decreasing, negative, past M): each shard addresses exactly its global rows.
 garbage = jnp.asarray([20, 5, -3, 70], jnp.int32)
 w_nk = bf16((g, n, k), 0.3)
