@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 from functools import partial
 
 import jax
@@ -163,49 +164,59 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
     return _rows_result(_ragged_dot_jit, lhs, rhs, group_sizes, out_dtype, "kn", rhs.shape[2], sharding)
 
 
-def _general_dims(lhs, rhs, dimension_numbers):
+@functools.lru_cache(maxsize=256)
+def _lax_refusal(lhs_shape, rhs_shape, sizes_shape, sizes_dtype, dimension_numbers):
+    """jax.lax.ragged_dot_general's own TypeError for these shapes and dimension numbers (its shape rule, traced
+    abstractly on f32 operands: moegemm checks the dtypes itself), or None where it takes them."""
+    try:
+        jax.eval_shape(partial(jax.lax.ragged_dot_general, ragged_dot_dimension_numbers=dimension_numbers),
+                       jax.ShapeDtypeStruct(lhs_shape, jnp.float32), jax.ShapeDtypeStruct(rhs_shape, jnp.float32),
+                       jax.ShapeDtypeStruct(sizes_shape, sizes_dtype))
+    except TypeError as e:
+        return str(e)
+    return None
+
+
+def _general_dims(lhs, rhs, group_sizes, dimension_numbers):
     """(ragged_contracting, lhs_k, rhs_k, rhs_g) of a call that moegemm runs: lhs 2-D with one contracting
     dim lhs_k; either the ragged dim is lhs's other dim and rhs (3-D) has a group dim rhs_g (mode 1, rows), or
-    the ragged dim is lhs_k and rhs is 2-D (mode 2, rhs_g None). TypeError for dimension numbers that
-    jax.lax.ragged_dot_general refuses, NotImplementedError for ones it takes that moegemm does not run."""
+    the ragged dim is lhs_k and rhs is 2-D (mode 2, rhs_g None). TypeError, with jax.lax's reason, for
+    dimension numbers and shapes that jax.lax.ragged_dot_general refuses; NotImplementedError for ones it
+    takes that moegemm does not run."""
     where = f"moegemm.jax.{_GENERAL}: ragged_dot_dimension_numbers"
     if not isinstance(dimension_numbers, jax.lax.RaggedDotDimensionNumbers):
         raise TypeError(f"{where}: expected a jax.lax.RaggedDotDimensionNumbers, got "
                         f"{type(dimension_numbers).__name__}")
+    if not jnp.issubdtype(group_sizes.dtype, jnp.integer):
+        raise TypeError(f"moegemm.jax.{_GENERAL}: group_sizes: expected an integer dtype, "
+                        f"got {np.dtype(group_sizes.dtype).name}")
+    refusal = _lax_refusal(tuple(lhs.shape), tuple(rhs.shape), tuple(group_sizes.shape),
+                           np.dtype(group_sizes.dtype), dimension_numbers)
+    if refusal is not None:
+        raise TypeError(f"{where}: jax.lax.ragged_dot_general refuses them for lhs {tuple(lhs.shape)}, rhs "
+                        f"{tuple(rhs.shape)} and group_sizes {tuple(group_sizes.shape)}: {refusal} (got "
+                        f"{dimension_numbers})")
     (lhs_contracting, rhs_contracting), (lhs_batch, rhs_batch) = dimension_numbers.dot_dimension_numbers
-    ragged, groups = dimension_numbers.lhs_ragged_dimensions, dimension_numbers.rhs_group_dimensions
-    for name, dims, x in (("lhs contracting", lhs_contracting, lhs), ("rhs contracting", rhs_contracting, rhs),
-                          ("lhs batch", lhs_batch, lhs), ("rhs batch", rhs_batch, rhs),
-                          ("lhs ragged", ragged, lhs), ("rhs group", groups, rhs)):
-        if any(not 0 <= d < x.ndim for d in dims):
-            raise TypeError(f"{where}: expected {name} dimensions in [0, {x.ndim}) (the operand's rank), got "
-                            f"{tuple(dims)} for shape {tuple(x.shape)}")
-    if len(ragged) != 1:
-        raise TypeError(f"{where}: expected exactly one lhs ragged dimension, got {tuple(ragged)}")
-    if lhs_batch or rhs_batch:
-        raise NotImplementedError(f"{where}: batch dimensions are not supported, got lhs {tuple(lhs_batch)}, "
-                                  f"rhs {tuple(rhs_batch)} (a ragged batch dimension included); use "
-                                  f"jax.lax.ragged_dot_general, or fold the batch into the rows")
-    if lhs.ndim != 2 or len(lhs_contracting) != 1 or len(rhs_contracting) != 1:
-        raise NotImplementedError(f"{where}: expected a 2-D lhs with one contracting dimension and rhs with one, "
-                                  f"got lhs shape {tuple(lhs.shape)}, contracting lhs {tuple(lhs_contracting)}, "
-                                  f"rhs {tuple(rhs_contracting)}; reshape to 2-D first")
+    ragged, groups = dimension_numbers.lhs_ragged_dimensions[0], dimension_numbers.rhs_group_dimensions
+    # jax.lax takes everything below; moegemm runs none of it.
+    if lhs_batch:
+        mode = " (mode 3: the ragged dimension is a batch dimension)" if ragged in lhs_batch else ""
+        raise NotImplementedError(f"{where}: batch dimensions are not supported{mode}, got lhs {tuple(lhs_batch)}, "
+                                  f"rhs {tuple(rhs_batch)}; use jax.lax.ragged_dot_general, or fold the batch "
+                                  f"into the rows")
+    if lhs.ndim != 2:
+        raise NotImplementedError(f"{where}: expected a 2-D lhs, got shape {tuple(lhs.shape)}; reshape it to "
+                                  f"(rows, contracting) first")
+    if len(lhs_contracting) != 1:
+        raise NotImplementedError(f"{where}: expected one contracting dimension, got lhs {tuple(lhs_contracting)}, "
+                                  f"rhs {tuple(rhs_contracting)}")
     lhs_k, rhs_k = lhs_contracting[0], rhs_contracting[0]
-    if ragged[0] == lhs_k:  # mode 2: the weight gradient's form
-        if groups:
-            raise TypeError(f"{where}: expected no rhs group dimension where the lhs ragged dimension is "
-                            f"contracting, got {tuple(groups)}")
+    if ragged == lhs_k:  # mode 2: the weight gradient's form (jax.lax: no rhs group dim)
         if rhs.ndim != 2:
             raise NotImplementedError(f"{where}: expected a 2-D rhs where the lhs ragged dimension is "
                                       f"contracting, got shape {tuple(rhs.shape)}")
         return True, lhs_k, rhs_k, None
-    if len(groups) != 1:
-        raise TypeError(f"{where}: expected exactly one rhs group dimension where the lhs ragged dimension is "
-                        f"not contracting, got {tuple(groups)}")
-    if groups[0] == rhs_k:
-        raise TypeError(f"{where}: expected the rhs group dimension apart from its contracting one, got "
-                        f"{groups[0]} for both")
-    if rhs.ndim != 3:
+    if rhs.ndim != 3:  # jax.lax: one rhs group dim, apart from the contracting one
         raise NotImplementedError(f"{where}: expected a 3-D rhs (a group, a contracting and one free dim), got "
                                   f"shape {tuple(rhs.shape)}")
     return False, lhs_k, rhs_k, groups[0]
@@ -241,34 +252,30 @@ def ragged_dot_general(lhs, rhs, group_sizes, ragged_dot_dimension_numbers, prec
       ``jax.lax.ragged_dot_general`` does not differentiate: ``dx[rows_g] = y[rows_g] @ dout[g]^T`` and
       ``dy[rows_g] = x[rows_g] @ dout[g]`` (grouped_gemm), zero at the entries past the last group. A f32
       cotangent is rounded to lhs's dtype first.
-    Raises:
-      TypeError for dimension numbers that jax.lax.ragged_dot_general refuses, dtypes other than bf16/f16 or
-      a non-integer group_sizes; NotImplementedError for batch dimensions (mode 3 included), operands of other
-      ranks, and group_offset; ValueError for shapes (contracting extents that differ, G, alignment) at trace
-      time.
+    Raises (at trace time):
+      TypeError, with jax.lax's reason, for dimension numbers and shapes that jax.lax.ragged_dot_general
+      refuses (its own shape rule decides: contracting extents that differ, a group count other than rhs's
+      group dim, a group_sizes that is not (G,), ...); TypeError for dtypes other than bf16/f16 or a non-integer
+      group_sizes. NotImplementedError for what jax.lax takes and moegemm does not run: batch dimensions
+      (mode 3 included), a lhs that is not 2-D or a rhs without exactly one free dim, and group_offset.
+      ValueError for G > 1024, extents that are not multiples of 8 and a ragged dim past 2^31 - 1.
     """
     op = _GENERAL
     chk.check_precision(op, precision)
     if group_offset is not None:
         raise NotImplementedError(f"moegemm.jax.{op}: group_offset is not supported")
-    chk.check_array(op, "lhs", lhs)
-    chk.check_array(op, "rhs", rhs)
-    contracting, lhs_k, rhs_k, rhs_g = _general_dims(lhs, rhs, ragged_dot_dimension_numbers)
+    for name, x in (("lhs", lhs), ("rhs", rhs), ("group_sizes", group_sizes)):
+        chk.check_array(op, name, x)
+    contracting, lhs_k, rhs_k, rhs_g = _general_dims(lhs, rhs, group_sizes, ragged_dot_dimension_numbers)
     chk.check_dtype(op, "lhs", lhs, chk.SIXTEEN_BIT)
     chk.check_dtype(op, "rhs", rhs, (lhs.dtype,))
-    chk.check_extent(op, "rhs", rhs, rhs_k, lhs.shape[lhs_k], f"its contracting dim, dim {lhs_k} of lhs")
     lhs_free, rhs_free = 1 - lhs_k, (1 - rhs_k if contracting else 3 - rhs_g - rhs_k)
     out_dtype = chk.output_dtype(op, "preferred_element_type", preferred_element_type, lhs.dtype)
-    if contracting:
-        chk.check_rank(op, "group_sizes", group_sizes, 1, "(G,)")
-        groups = group_sizes.shape[0]
-        chk.check_group_sizes(op, group_sizes, groups, "G", "lhs", lhs, axis=lhs_k)
-        what = "group_sizes"
-    else:
-        groups = rhs.shape[rhs_g]
-        chk.check_group_sizes(op, group_sizes, groups, f"G from rhs dim {rhs_g}", "lhs", lhs, axis=lhs_free)
+    groups = group_sizes.shape[0]  # (G,): jax.lax's shape rule checked it, and rhs's group dim in mode 1
+    chk.check_group_sizes(op, group_sizes, groups, "G", "lhs", lhs, axis=lhs_k if contracting else lhs_free)
+    what = "group_sizes" if contracting else "rhs"
+    if not contracting:
         chk.check_aligned(op, "lhs", lhs, lhs_k, "K")
-        what = "rhs"
     if groups > chk.MAX_EXPERTS:
         raise ValueError(f"moegemm.jax.{op}: {what}: expected at most {chk.MAX_EXPERTS} groups, got {groups}")
     if contracting:

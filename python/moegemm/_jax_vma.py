@@ -131,7 +131,7 @@ def requested_sharding(op: str, out_sharding, rank: int):
                 raise ValueError(f"{where}: axis {name!r} of {spec} is not an axis of the mesh "
                                  f"{dict(zip(mesh.axis_names, mesh.axis_sizes))}")
             if types[name] != jax.sharding.AxisType.Explicit:
-                raise ValueError(f"{where}: axis {name!r} of {spec} is {types[name]}; jax.lax.ragged_dot's "
+                raise ValueError(f"{where}: axis {name!r} of {spec} is {types[name]}; jax.lax.{op}'s "
                                  f"out_sharding takes Explicit axes only")
     if len(entries) <= rank:
         return out_sharding
