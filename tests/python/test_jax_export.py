@@ -21,12 +21,22 @@ from jax_helpers import on_cpu  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+# ragged_dot_general's ragged contraction: (T, H) x (T, N) -> (G, H, N).
+_CONTRACTION = jax.lax.RaggedDotDimensionNumbers(dot_dimension_numbers=(([0], [0]), ([], [])),
+                                                 lhs_ragged_dimensions=[0], rhs_group_dimensions=[])
+
+
 def _layer(x, w_up, w_down, group_sizes):
-    """An MoE MLP and a ragged_dot, with the gradient of the MLP in x and w_up."""
+    """An MoE MLP, a ragged_dot and a ragged_dot_general's ragged contraction, with the gradients of the MLP in
+    x and w_up and of the contraction in x."""
     y = mj.moe_mlp(x, w_up, w_down, group_sizes)
     loss = lambda x, w: jnp.sum(mj.moe_mlp(x, w, w_down, group_sizes).astype(jnp.float32) ** 2)
     dx, dw_up = jax.grad(loss, argnums=(0, 1))(x, w_up)
-    return y, mj.ragged_dot(x, w_down.swapaxes(1, 2), group_sizes), dx, dw_up
+    contraction = lambda x: mj.ragged_dot_general(x, y, group_sizes, _CONTRACTION,  # noqa: E731
+                                                  preferred_element_type=jnp.float32)
+    d_contraction = jax.grad(lambda x: jnp.sum(contraction(x) ** 2))(x)
+    return (y, mj.ragged_dot(x, w_down.swapaxes(1, 2), group_sizes), dx, dw_up, contraction(x),
+            d_contraction)
 
 
 def _inputs():
@@ -121,14 +131,16 @@ print("unpickled ok")
 
 
 def test_pickled_entry_points_run_in_a_new_process(tmp_path):
-    """ragged_dot and moe_mlp pickle by reference as moegemm.jax's (also inside functools.partial): unpickling
-    them in a new process imports moegemm.jax, which defines what their own modules import from it."""
+    """ragged_dot, ragged_dot_general and moe_mlp pickle by reference as moegemm.jax's (also inside
+    functools.partial, with the dimension numbers): unpickling them in a new process imports moegemm.jax, which
+    defines what their own modules import from it."""
     import functools
     import pickle
 
     x, w_up, w_down, sizes = (np.asarray(a) for a in _inputs())
     calls = [(mj.ragged_dot, (x, w_up, sizes)),
-             (functools.partial(mj.moe_mlp, activation="geglu"), (x, w_up, w_down, sizes))]
+             (functools.partial(mj.moe_mlp, activation="geglu"), (x, w_up, w_down, sizes)),
+             (functools.partial(mj.ragged_dot_general, ragged_dot_dimension_numbers=_CONTRACTION), (x, x, sizes))]
     with on_cpu():  # the new process runs on the CPU platform
         want = [np.asarray(fn(*args), np.float32) for fn, args in calls]
     path = tmp_path / "calls.pkl"
