@@ -2,10 +2,12 @@
 
 Each workload (M, N, K, E) is run with uniform and zipf routing (numpy default_rng(0), as
 workloads/moe_workloads.json defines them): lhs (M, K), rhs (E, K, N) bf16, group sizes from the
-routing. Time per call: warm-up, then `--calls` back-to-back jitted calls and one block_until_ready;
+routing. `--mode contraction` times the weight gradient's form instead, ragged_dot_general's ragged
+contraction of lhs (M, K) and rhs (M, N) bf16 into (E, K, N) f32, against jax.lax.ragged_dot_general.
+Time per call: warm-up, then `--calls` back-to-back jitted calls and one block_until_ready;
 median of `--repeats`, the two implementations alternating. FLOPs = 2 * sum(group sizes) * N * K.
 An allocation failure is reported as "failed: out of memory".
-Usage: python bench/jax_ragged_dot.py [workloads.json] [--quick] [--json out.json]
+Usage: python bench/jax_ragged_dot.py [workloads.json] [--mode rows|contraction] [--quick] [--json out.json]
 """
 
 from __future__ import annotations
@@ -59,12 +61,21 @@ def main():
     p.add_argument("--json", default="jax_ragged_dot.json")
     p.add_argument("--calls", type=int, default=20)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--mode", choices=("rows", "contraction"), default="rows",
+                   help="rows: ragged_dot (default); contraction: ragged_dot_general's ragged contraction")
     args = p.parse_args()
     gemms = json.loads(Path(args.workloads).read_text())["gemms"]
     if args.quick:
         gemms = [g for g in gemms if g["name"].startswith("seed")][:2]
     calls, repeats = (5, 1) if args.quick else (args.calls, args.repeats)
-    impls = {"moegemm": jax.jit(mj.ragged_dot), "jax.lax": jax.jit(jax.lax.ragged_dot)}
+    if args.mode == "rows":
+        impls = {"moegemm": jax.jit(mj.ragged_dot), "jax.lax": jax.jit(jax.lax.ragged_dot)}
+    else:
+        dims = jax.lax.RaggedDotDimensionNumbers(dot_dimension_numbers=(([0], [0]), ([], [])),
+                                                 lhs_ragged_dimensions=[0], rhs_group_dimensions=[])
+        impls = {name: jax.jit(lambda a, b, s, f=f: f(a, b, s, dims, preferred_element_type=jnp.float32))
+                 for name, f in (("moegemm", mj.ragged_dot_general), ("jax.lax", jax.lax.ragged_dot_general))}
+    print(f"mode {args.mode}")
     print(f"backend {jax.default_backend()}, devices {jax.devices()}")
     print(f"{'workload':14} {'routing':8} {'moegemm TFLOP/s':>16} {'jax.lax TFLOP/s':>16}")
     rows = []
@@ -77,7 +88,8 @@ def main():
             row = dict(name=g["name"], M=m, N=n, K=k, E=e, routing=routing)
             try:
                 lhs = jnp.asarray(rng.standard_normal((m, k), np.float32) * 0.1, jnp.bfloat16)
-                rhs = jnp.asarray(rng.standard_normal((e, k, n), np.float32) * 0.1, jnp.bfloat16)
+                rhs_shape = (e, k, n) if args.mode == "rows" else (m, n)
+                rhs = jnp.asarray(rng.standard_normal(rhs_shape, np.float32) * 0.1, jnp.bfloat16)
                 operands = (lhs, rhs, jnp.asarray(sizes))
             except Exception as exc:  # noqa: BLE001
                 if not _is_oom(exc):
@@ -107,7 +119,7 @@ def main():
             operands = None
     with open(args.json, "w") as f:
         json.dump(dict(backend=jax.default_backend(), jax=jax.__version__, workloads=args.workloads,
-                       rows=rows), f, indent=1)
+                       mode=args.mode, rows=rows), f, indent=1)
     print(f"wrote {args.json}")
 
 
