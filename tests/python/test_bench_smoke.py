@@ -66,3 +66,19 @@ def test_no_compile_leaves_the_compilations_out_of_the_plan():
     with_compile = _planned_seconds("--quick", "--suite", "glu", "dglu", "mlp")
     without = _planned_seconds("--quick", "--suite", "glu", "dglu", "mlp", "--no-compile")
     assert with_compile - without >= 3 * suites.COMPILE_S - 1
+
+
+@pytest.mark.parametrize("mode", ["rows", "contraction"])
+def test_jax_ragged_dot_script_runs_both_modes_on_the_cpu(tmp_path, mode):
+    """bench/jax_ragged_dot.py on one tiny workload: both implementations timed for both routings."""
+    pytest.importorskip("jax")
+    workloads = tmp_path / "tiny.json"
+    workloads.write_text(json.dumps({"gemms": [{"name": "seed-tiny", "M": 256, "N": 64, "K": 128, "E": 8}]}))
+    out = tmp_path / "jax.json"
+    run = subprocess.run([sys.executable, str(BENCH / "jax_ragged_dot.py"), str(workloads), "--mode", mode,
+                          "--calls", "2", "--repeats", "1", "--json", str(out)], capture_output=True, text=True,
+                         env=dict(os.environ, JAX_PLATFORMS="cpu"), timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert doc["mode"] == mode and [row["routing"] for row in doc["rows"]] == ["uniform", "zipf"]
+    assert all(row[name]["us"] > 0 for row in doc["rows"] for name in ("moegemm", "jax.lax")), doc["rows"]
