@@ -237,18 +237,17 @@ def check_offsets(op: str, offsets, groups: int, what: str) -> None:
     check_extent(op, "offsets", offsets, 0, groups, what)
 
 
-def check_group_sizes(op: str, group_sizes, groups: int, what: str, rows_name: str, rows_of, axis: int = 0) -> None:
+def check_group_sizes(op: str, group_sizes, groups: int, what: str, rows_name: str, rows_of) -> None:
     """Raise unless ``group_sizes`` is a (groups,) integer array: TypeError for a non-array or a non-integer
-    dtype, ValueError for the shape; also ValueError where the dim the sizes split, dim ``axis`` of
-    ``rows_of`` (named ``rows_name``), is longer than int32 offsets can end at (offsets_from_sizes)."""
+    dtype, ValueError for the shape; also ValueError where the array the sizes split, ``rows_of`` (named
+    ``rows_name``), has more rows than int32 offsets can end at (offsets_from_sizes)."""
     check_rank(op, "group_sizes", group_sizes, 1, "(G,)")
     if not jnp.issubdtype(group_sizes.dtype, jnp.integer):
         raise TypeError(f"moegemm.jax.{op}: group_sizes: expected an integer dtype, "
                         f"got {np.dtype(group_sizes.dtype).name}")
     check_extent(op, "group_sizes", group_sizes, 0, groups, what)
-    if rows_of.shape[axis] > MAX_OFFSET_ROWS:
-        rows = "rows" if axis == 0 else f"entries along dim {axis}"
-        raise ValueError(f"moegemm.jax.{op}: {rows_name}: expected at most {MAX_OFFSET_ROWS} {rows} with group_sizes "
+    if rows_of.shape[0] > MAX_OFFSET_ROWS:
+        raise ValueError(f"moegemm.jax.{op}: {rows_name}: expected at most {MAX_OFFSET_ROWS} rows with group_sizes "
                          f"(their sums become int32 offsets), got shape {tuple(rows_of.shape)}")
 
 

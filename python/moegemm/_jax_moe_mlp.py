@@ -8,14 +8,13 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.ad_checkpoint import checkpoint_name
 
 from moegemm import _jax_checks as chk
 from moegemm._jax_first_order import first_order_only
 from moegemm import _jax_vma as vma
-from moegemm.jax import (ACTIVATIONS, GLU_LAYOUTS, grouped_gemm, grouped_gemm_dglu, grouped_gemm_glu,
-                         grouped_gemm_wgrad)
+from moegemm._jax_ragged_dot import wgrad_as
+from moegemm.jax import ACTIVATIONS, GLU_LAYOUTS, grouped_gemm, grouped_gemm_dglu, grouped_gemm_glu
 
 _OP = "moe_mlp"
 # The names of the residuals the backward reads besides the inputs (the GLU output h and the pre-activation C),
@@ -38,12 +37,6 @@ class _Glu(NamedTuple):
     def kwargs(self):
         """The GLU keywords that grouped_gemm_glu and grouped_gemm_dglu share."""
         return {k: v for k, v in self._asdict().items() if k != "zero_tail"}
-
-
-def _wgrad_as(x, dy, offsets, dtype):
-    if np.dtype(dtype) == np.dtype(jnp.bfloat16):
-        return grouped_gemm_wgrad(x, dy, offsets, w_dtype=jnp.bfloat16)
-    return grouped_gemm_wgrad(x, dy, offsets, w_dtype=jnp.float32).astype(dtype)
 
 
 def _debug_checks_on():
@@ -93,8 +86,8 @@ def _moe_mlp_bwd(glu, residuals, dy):
                              **glu.kwargs())
     # dx = dC @ w_up[g]^T: w_up (E, H, 2I) read as "nk" storage (N' = H, K' = 2I).
     dx = grouped_gemm(back.dc, w_up, offsets, b_layout="nk", d_dtype=x.dtype, zero_tail=True)
-    dw_up = _wgrad_as(x, back.dc, offsets, w_up.dtype)
-    dw_down = _wgrad_as(h, dy, offsets, w_down.dtype)
+    dw_up = wgrad_as(x, back.dc, offsets, w_up.dtype)
+    dw_down = wgrad_as(h, dy, offsets, w_down.dtype)
     return (vma.cotangent_like(dx, x), vma.cotangent_like(dw_up, w_up), vma.cotangent_like(dw_down, w_down),
             None, vma.cotangent_like(back.dprob, prob))
 

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-import functools
-from functools import partial
+import contextlib
+from functools import lru_cache, partial
 
 import jax
 import jax.numpy as jnp
@@ -27,7 +27,8 @@ _zeros = jax.jit(lambda lhs, rhs, group_sizes, shape, dtype: jnp.zeros(shape, dt
                  static_argnums=(3, 4), keep_unused=True)
 
 
-def _wgrad_as(lhs, dout, offsets, dtype, transpose_output=False):
+def wgrad_as(lhs, dout, offsets, dtype, transpose_output=False):
+    """grouped_gemm_wgrad's result in ``dtype``: computed in bf16 for bf16, else in f32 and cast."""
     if np.dtype(dtype) == np.dtype(jnp.bfloat16):
         return grouped_gemm_wgrad(lhs, dout, offsets, transpose_output=transpose_output, w_dtype=jnp.bfloat16)
     return grouped_gemm_wgrad(lhs, dout, offsets, transpose_output=transpose_output,
@@ -58,7 +59,7 @@ def _ragged_rows(op):
                             zero_tail=True)
         # d rhs[g] = lhs[rows_g]^T @ dout[rows_g], (G, K, N), or its transpose for "nk"; groups without rows
         # are exactly 0.
-        drhs = _wgrad_as(lhs, dout, offsets, rhs.dtype, transpose_output=b_layout == "nk")
+        drhs = wgrad_as(lhs, dout, offsets, rhs.dtype, transpose_output=b_layout == "nk")
         return vma.cotangent_like(dlhs, lhs), vma.cotangent_like(drhs, rhs), None
 
     _ragged_dot.defvjp(_ragged_dot_fwd, _ragged_dot_bwd)
@@ -75,13 +76,13 @@ _ragged_dot_general_jit = _ragged_rows(_GENERAL)
 @partial(jax.custom_vjp, nondiff_argnums=(3,))
 def _ragged_contracting(x, y, group_sizes, out_dtype):
     """out[g] = x[rows_g]^T @ y[rows_g], (G, M, N), for x (T, M) and y (T, N) split along T."""
-    return _wgrad_as(x, y, chk.offsets_from_sizes(group_sizes, x.shape[0]), out_dtype)
+    return wgrad_as(x, y, chk.offsets_from_sizes(group_sizes, x.shape[0]), out_dtype)
 
 
 @first_order_only(_GENERAL, static_argnums=(3,))
 def _ragged_contracting_fwd(x, y, group_sizes, out_dtype):
     offsets = chk.offsets_from_sizes(group_sizes, x.shape[0])
-    return _wgrad_as(x, y, offsets, out_dtype), (x, y, offsets)
+    return wgrad_as(x, y, offsets, out_dtype), (x, y, offsets)
 
 
 @first_order_only(_GENERAL, static_argnums=(0,))
@@ -164,14 +165,24 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
     return _rows_result(_ragged_dot_jit, lhs, rhs, group_sizes, out_dtype, "kn", rhs.shape[2], sharding)
 
 
-@functools.lru_cache(maxsize=256)
+def _no_mesh():
+    """A context without a mesh: the shape probe below must not meet the caller's (on an Explicit mesh,
+    jax.lax.ragged_dot_general without out_sharding refuses to infer the result's sharding)."""
+    use = getattr(jax.sharding, "use_abstract_mesh", None)
+    return use(jax.sharding.AbstractMesh((), ())) if use is not None else contextlib.nullcontext()
+
+
+@lru_cache(maxsize=256)
 def _lax_refusal(lhs_shape, rhs_shape, sizes_shape, sizes_dtype, dimension_numbers):
     """jax.lax.ragged_dot_general's own TypeError for these shapes and dimension numbers (its shape rule, traced
-    abstractly on f32 operands: moegemm checks the dtypes itself), or None where it takes them."""
+    abstractly on unsharded f32 operands outside any mesh: moegemm checks dtypes and shardings itself), or None
+    where it takes them."""
     try:
-        jax.eval_shape(partial(jax.lax.ragged_dot_general, ragged_dot_dimension_numbers=dimension_numbers),
-                       jax.ShapeDtypeStruct(lhs_shape, jnp.float32), jax.ShapeDtypeStruct(rhs_shape, jnp.float32),
-                       jax.ShapeDtypeStruct(sizes_shape, sizes_dtype))
+        with _no_mesh():
+            jax.eval_shape(partial(jax.lax.ragged_dot_general, ragged_dot_dimension_numbers=dimension_numbers),
+                           jax.ShapeDtypeStruct(lhs_shape, jnp.float32),
+                           jax.ShapeDtypeStruct(rhs_shape, jnp.float32),
+                           jax.ShapeDtypeStruct(sizes_shape, sizes_dtype))
     except TypeError as e:
         return str(e)
     return None
@@ -193,9 +204,9 @@ def _general_dims(lhs, rhs, group_sizes, dimension_numbers):
     refusal = _lax_refusal(tuple(lhs.shape), tuple(rhs.shape), tuple(group_sizes.shape),
                            np.dtype(group_sizes.dtype), dimension_numbers)
     if refusal is not None:
-        raise TypeError(f"{where}: jax.lax.ragged_dot_general refuses them for lhs {tuple(lhs.shape)}, rhs "
-                        f"{tuple(rhs.shape)} and group_sizes {tuple(group_sizes.shape)}: {refusal} (got "
-                        f"{dimension_numbers})")
+        raise TypeError(f"moegemm.jax.{_GENERAL}: jax.lax.ragged_dot_general refuses these shapes and dimension "
+                        f"numbers, lhs {tuple(lhs.shape)}, rhs {tuple(rhs.shape)}, group_sizes "
+                        f"{tuple(group_sizes.shape)}, {dimension_numbers}: {refusal}")
     (lhs_contracting, rhs_contracting), (lhs_batch, rhs_batch) = dimension_numbers.dot_dimension_numbers
     ragged, groups = dimension_numbers.lhs_ragged_dimensions[0], dimension_numbers.rhs_group_dimensions
     # jax.lax takes everything below; moegemm runs none of it.
@@ -257,7 +268,8 @@ def ragged_dot_general(lhs, rhs, group_sizes, ragged_dot_dimension_numbers, prec
       refuses (its own shape rule decides: contracting extents that differ, a group count other than rhs's
       group dim, a group_sizes that is not (G,), ...); TypeError for dtypes other than bf16/f16 or a non-integer
       group_sizes. NotImplementedError for what jax.lax takes and moegemm does not run: batch dimensions
-      (mode 3 included), a lhs that is not 2-D or a rhs without exactly one free dim, and group_offset.
+      (mode 3 included), a lhs that is not 2-D, other than one contracting dim, a rhs without exactly one
+      free dim, and group_offset.
       ValueError for G > 1024, extents that are not multiples of 8 and a ragged dim past 2^31 - 1.
     """
     op = _GENERAL
@@ -271,15 +283,15 @@ def ragged_dot_general(lhs, rhs, group_sizes, ragged_dot_dimension_numbers, prec
     chk.check_dtype(op, "rhs", rhs, (lhs.dtype,))
     lhs_free, rhs_free = 1 - lhs_k, (1 - rhs_k if contracting else 3 - rhs_g - rhs_k)
     out_dtype = chk.output_dtype(op, "preferred_element_type", preferred_element_type, lhs.dtype)
-    groups = group_sizes.shape[0]  # (G,): jax.lax's shape rule checked it, and rhs's group dim in mode 1
-    chk.check_group_sizes(op, group_sizes, groups, "G", "lhs", lhs, axis=lhs_k if contracting else lhs_free)
-    what = "group_sizes" if contracting else "rhs"
-    if not contracting:
-        chk.check_aligned(op, "lhs", lhs, lhs_k, "K")
+    # group_sizes is (G,), rhs's group dim in mode 1: jax.lax's shape rule has checked both.
+    groups, ragged = group_sizes.shape[0], (lhs_k if contracting else lhs_free)
     if groups > chk.MAX_EXPERTS:
-        raise ValueError(f"moegemm.jax.{op}: {what}: expected at most {chk.MAX_EXPERTS} groups, got {groups}")
-    if contracting:
-        chk.check_aligned(op, "lhs", lhs, lhs_free, "M")
+        raise ValueError(f"moegemm.jax.{op}: {'group_sizes' if contracting else 'rhs'}: expected at most "
+                         f"{chk.MAX_EXPERTS} groups, got {groups}")
+    if lhs.shape[ragged] > chk.MAX_OFFSET_ROWS:
+        raise ValueError(f"moegemm.jax.{op}: lhs: expected at most {chk.MAX_OFFSET_ROWS} entries along its ragged "
+                         f"dim {ragged} (their sums become int32 offsets), got shape {tuple(lhs.shape)}")
+    chk.check_aligned(op, "lhs", lhs, lhs_free if contracting else lhs_k, "M" if contracting else "K")
     chk.check_aligned(op, "rhs", rhs, rhs_free, "N")
     sharding = vma.requested_sharding(op, out_sharding, 3 if contracting else 2)
     if not contracting:

@@ -570,6 +570,22 @@ with jax.set_mesh(auto):
         assert "axis 'd' of P('d', None) is AxisType.Auto" in str(e), str(e)
     else:
         raise AssertionError("an Auto axis accepted")
+
+# ragged_dot_general in a mesh context with an Explicit axis: its ragged rows with and without out_sharding
+# (a PartitionSpec of the context), as ragged_dot; its ragged contraction over T sharded four ways.
+rows_dims = jax.lax.RaggedDotDimensionNumbers((([1], [1]), ([], [])), [0], [0])
+contraction = jax.lax.RaggedDotDimensionNumbers((([0], [0]), ([], [])), [0], [])
+dy = bf16((m, n))
+want_w = mj.ragged_dot_general(lhs, dy, sizes, contraction, preferred_element_type=jnp.float32)
+with jax.set_mesh(mesh1):
+    for spec in (None, P("d", None), P(None, "d")):
+        out = jax.jit(lambda a, b: mj.ragged_dot_general(a, b, sizes, rows_dims, out_sharding=spec))(a1, rhs)
+        assert jax.typeof(out).sharding.spec == (spec or P("d", None)), (spec, jax.typeof(out))
+        assert np.array_equal(np.asarray(jax.device_get(out), np.float32), np.asarray(want[0], np.float32)), spec
+    dy1 = jax.device_put(dy, NamedSharding(mesh1, P("d", None)))
+    w = jax.jit(lambda a, d: mj.ragged_dot_general(a, d, sizes, contraction,
+                                                   preferred_element_type=jnp.float32))(a1, dy1)
+    assert_close(np.asarray(jax.device_get(w), np.float32), want_w, "ragged_dot_general mode 2, explicit")
 print("explicit ok")
 """
 
@@ -578,5 +594,6 @@ def test_row_sharded_operands_on_an_explicit_mesh_run_on_their_shards():
     """On a mesh with Explicit axes, operands typed as sharded along M run each device's rows (the rule as a
     shard_map): results and dx typed with the rows' sharding, nothing gathered, the shard's shapes in the
     compiled module, values as unsharded, and the gradient exported and run again with the same values;
-    ragged_dot's out_sharding (types, values, gradients, jax.lax.ragged_dot's type, the axes it refuses)."""
+    ragged_dot's out_sharding (types, values, gradients, jax.lax.ragged_dot's type, the axes it refuses);
+    ragged_dot_general in a mesh context, with and without out_sharding."""
     assert "explicit ok" in _run_on_four_cpu_devices(_EXPLICIT_SCRIPT)
