@@ -452,5 +452,5 @@ output h, pre-activation C and output y. Under ``jax.checkpoint``,
 runs no second grouped_gemm_glu, also where the loss is not linear in y (docs/jax.md)."""
 
 # Pickled by reference as moegemm.jax.<name>: unpickling imports this module first, which defines the ops
-# that the modules of these two import from it.
+# that their modules import from it.
 ragged_dot.__module__ = ragged_dot_general.__module__ = moe_mlp.__module__ = __name__
