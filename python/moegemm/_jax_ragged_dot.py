@@ -100,13 +100,18 @@ _ragged_contracting.defvjp(_ragged_contracting_fwd, _ragged_contracting_bwd)
 _ragged_contracting_jit = jax.jit(_ragged_contracting, static_argnums=(3,))
 
 
+def _zeros_of(operands, shape, dtype):
+    """The result of a call with nothing to compute (no kernel runs): zeros placed like its three operands and,
+    inside shard_map, typed as varying along their axes."""
+    return vma.cast_all([_zeros(*operands, shape, dtype)], vma.union(operands))[0]
+
+
 def _rows_result(call, lhs, rhs, group_sizes, out_dtype, b_layout, n, sharding):
     """``call``'s result, or the zeros of a call with no groups, nothing to contract or no columns (every row
     is then zero, as jax.lax gives; no kernel runs; inside shard_map typed as varying like the operands),
     resharded to ``sharding`` where one is asked for."""
     if rhs.shape[0] == 0 or lhs.shape[1] == 0 or n == 0:
-        out = vma.cast_all([_zeros(lhs, rhs, group_sizes, (lhs.shape[0], n), out_dtype)],
-                           vma.union([lhs, rhs, group_sizes]))[0]
+        out = _zeros_of((lhs, rhs, group_sizes), (lhs.shape[0], n), out_dtype)
     else:
         out = call(lhs, rhs, group_sizes, out_dtype, b_layout)
     return out if sharding is None else jax.sharding.reshard(out, sharding)
@@ -307,7 +312,7 @@ def ragged_dot_general(lhs, rhs, group_sizes, ragged_dot_dimension_numbers, prec
     shape = (groups, x.shape[1], y.shape[1])
     if 0 in shape or x.shape[0] == 0:
         # No groups, no columns, or nothing to contract: every group's product is zero; no kernel runs.
-        out = vma.cast_all([_zeros(x, y, group_sizes, shape, out_dtype)], vma.union([x, y, group_sizes]))[0]
+        out = _zeros_of((x, y, group_sizes), shape, out_dtype)
     else:
         out = _ragged_contracting_jit(x, y, group_sizes, out_dtype)
     return out if sharding is None else jax.sharding.reshard(out, sharding)

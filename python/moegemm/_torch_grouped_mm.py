@@ -20,7 +20,7 @@ _WGRAD = torch.ops.moegemm.grouped_gemm_wgrad.default
 _OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 # The types an operand's check skips the DTensor test for (one type test per operand on the eager path).
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
-_PLAIN_OR_NONE = (torch.Tensor, torch.nn.Parameter, type(None))
+_PLAIN_OR_NONE = _PLAIN + (type(None),)
 
 # The inner ops' operands as grouped_mm's caller knows them.
 _ROWS_NAMES = {("grouped_gemm", "a"): "a", ("grouped_gemm", "b"): "b", ("grouped_gemm", "offsets"): "offs",
