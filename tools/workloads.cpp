@@ -46,13 +46,24 @@ int64_t positive_field(const nlohmann::ordered_json& obj, const char* key, const
     throw UsageError(where + ": field \"" + key + "\" must be at most " + std::to_string(kMax) + ", got " +
                      obj[key].dump());
   }
-  if (!obj.contains(key)) throw UsageError(where + ": field \"" + key + "\" must be a positive integer, got none");
+  if (!obj.contains(key)) throw UsageError(where + ": field \"" + key + "\" is missing (a positive integer)");
   if (!obj[key].is_number_integer() || obj[key].get<int64_t>() <= 0) {
     std::string given = obj[key].dump();
     if (given.size() > 40) given = given.substr(0, 37) + "...";
     throw UsageError(where + ": field \"" + key + "\" must be a positive integer, got " + escaped_bytes(given));
   }
   return obj[key].get<int64_t>();
+}
+
+/// A size that is a row length of a bf16 operand (a GEMM's K or N): a multiple of 8, the ops' rule that rows
+/// are 16-byte multiples, which every op of the run or gemm would otherwise refuse after the work started.
+int64_t row_length_field(const nlohmann::ordered_json& obj, const char* key, const std::string& where) {
+  const int64_t v = positive_field(obj, key, where);
+  if (v % 8 != 0) {
+    throw UsageError(where + ": field \"" + key + "\" must be a multiple of 8 (bf16 rows of 16-byte multiples), got " +
+                     std::to_string(v));
+  }
+  return v;
 }
 
 /// An expert count: positive and at most the ops' limit (kMaxExperts), which every op would reject past.
@@ -135,8 +146,10 @@ void check_fields(const nlohmann::ordered_json& entry, const std::vector<std::st
 
 Workloads parse(const std::string& text, const std::string& source) {
   const nlohmann::ordered_json doc = parse_without_duplicate_keys(text, source);
-  if (!doc.is_object() || !doc.contains("models") || !doc["models"].is_object())
-    throw UsageError("workloads file " + source + " has no \"models\" object");
+  if (!doc.is_object() || !doc.contains("models")) throw UsageError("workloads file " + source + " has no \"models\" object");
+  if (!doc["models"].is_object())
+    throw UsageError("workloads file " + source + ": \"models\" must be an object of named models, got " +
+                     std::string(doc["models"].type_name()));
   Workloads w;
   w.source = source;
   for (const auto& [name, m] : doc["models"].items()) {
@@ -144,8 +157,8 @@ Workloads parse(const std::string& text, const std::string& source) {
     const std::string where = source + ": model " + name;
     check_fields(m, {"tokens", "top_k", "experts", "hidden", "intermediate"}, where);
     ModelPreset preset{name, positive_field(m, "tokens", where), positive_field(m, "top_k", where),
-                       experts_field(m, "experts", where), positive_field(m, "hidden", where),
-                       positive_field(m, "intermediate", where)};
+                       experts_field(m, "experts", where), row_length_field(m, "hidden", where),
+                       row_length_field(m, "intermediate", where)};
     // Each token is routed to top_k distinct experts.
     if (preset.top_k > preset.experts) {
       throw UsageError(where + ": field \"top_k\" must be at most \"experts\" = " + std::to_string(preset.experts) +
@@ -168,8 +181,8 @@ Workloads parse(const std::string& text, const std::string& source) {
         name = g["name"].get<std::string>();
         where = source + ": gemm " + name;
       }
-      w.gemms.push_back({name, positive_field(g, "M", where), positive_field(g, "N", where),
-                         positive_field(g, "K", where), experts_field(g, "E", where)});
+      w.gemms.push_back({name, positive_field(g, "M", where), row_length_field(g, "N", where),
+                         row_length_field(g, "K", where), experts_field(g, "E", where)});
     }
   }
   return w;

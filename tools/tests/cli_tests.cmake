@@ -88,14 +88,24 @@ moegemm_bad_workloads_test(rows_past_int32
 # Tensor sizes past what int64 bytes hold are refused when the file is read, with the file's sizes (they used
 # to wrap), and for --tokens with the sizes of the backend that would run.
 moegemm_bad_workloads_test(hidden_past_2_60
-                           "^moegemm: [^\n]*workloads_hidden_past_2_60.json: model wide: tokens x top_k x hidden \\(16 x 9223372036854775807\\) elements exceed 2\\^60")
+                           "^moegemm: [^\n]*workloads_hidden_past_2_60.json: model wide: tokens x top_k x hidden \\(16 x 9223372036854775800\\) elements exceed 2\\^60")
 moegemm_bad_workloads_test(intermediate_past_2_60
-                           "^moegemm: [^\n]*workloads_intermediate_past_2_60.json: model deep: 2 intermediate \\(2 x 9223372036854775807\\) elements exceed 2\\^60")
+                           "^moegemm: [^\n]*workloads_intermediate_past_2_60.json: model deep: 2 intermediate \\(2 x 9223372036854775800\\) elements exceed 2\\^60")
 moegemm_cli_test(tokens_past_2_60_elements COMMAND ${_expect_2} ${_cli} run --backend cpu --model big --tokens 16777216
                  --workloads ${CMAKE_CURRENT_SOURCE_DIR}/tests/workloads_hidden_2_40.json
                  REGEX "^moegemm: --tokens 16777216 with model big \\(the CPU backend's sizes\\): tokens x top_k x hidden \\(16777216 x 137438953472\\) elements exceed 2\\^60")
 moegemm_bad_workloads_test(empty_model_name
                            "^moegemm: workloads file [^\n]*workloads_empty_model_name.json: a model with an empty name")
+# Row lengths of bf16 operands (hidden, intermediate; a gemm's N and K) are refused off a multiple of 8 when the
+# file is read, where the ops would refuse them once the run had started (exit 1).
+moegemm_bad_workloads_test(hidden_not_multiple_of_8
+                           "^moegemm: [^\n]*workloads_hidden_not_multiple_of_8.json: model odd: field \"hidden\" must be a multiple of 8 \\(bf16 rows of 16-byte multiples\\), got 65")
+moegemm_bad_workloads_test(gemm_k_not_multiple_of_8
+                           "^moegemm: [^\n]*workloads_gemm_k_not_multiple_of_8.json: gemm odd: field \"K\" must be a multiple of 8 \\(bf16 rows of 16-byte multiples\\), got 36")
+moegemm_bad_workloads_test(missing_field
+                           "^moegemm: [^\n]*workloads_missing_field.json: model short: field \"intermediate\" is missing \\(a positive integer\\)")
+moegemm_bad_workloads_test(models_list
+                           "^moegemm: workloads file [^\n]*workloads_models_list.json: \"models\" must be an object of named models, got array")
 moegemm_cli_test(model_from_empty_workloads COMMAND ${_expect_2} ${_cli} run --backend cpu --model x
                  --workloads ${CMAKE_CURRENT_SOURCE_DIR}/tests/workloads_no_models.json
                  REGEX "--model: unknown model 'x' \\(the workloads file has no models\\)")
