@@ -55,8 +55,8 @@ int64_t positive_field(const nlohmann::ordered_json& obj, const char* key, const
   return obj[key].get<int64_t>();
 }
 
-/// A size that is a row length of a bf16 operand (a GEMM's K or N): a multiple of 8, the ops' rule that rows
-/// are 16-byte multiples, which every op of the run or gemm would otherwise refuse after the work started.
+/// A row length of a bf16 operand (a GEMM's K or N): a multiple of 8, the ops' rule of 16-byte rows, which the
+/// ops would otherwise enforce only once a run had started.
 int64_t row_length_field(const nlohmann::ordered_json& obj, const char* key, const std::string& where) {
   const int64_t v = positive_field(obj, key, where);
   if (v % 8 != 0) {
@@ -146,7 +146,8 @@ void check_fields(const nlohmann::ordered_json& entry, const std::vector<std::st
 
 Workloads parse(const std::string& text, const std::string& source) {
   const nlohmann::ordered_json doc = parse_without_duplicate_keys(text, source);
-  if (!doc.is_object() || !doc.contains("models")) throw UsageError("workloads file " + source + " has no \"models\" object");
+  if (!doc.is_object() || !doc.contains("models"))
+    throw UsageError("workloads file " + source + " has no \"models\" object");
   if (!doc["models"].is_object())
     throw UsageError("workloads file " + source + ": \"models\" must be an object of named models, got " +
                      std::string(doc["models"].type_name()));
