@@ -166,7 +166,10 @@ def test_empty_extents_give_what_jax_lax_gives():
     for lhs_shape, rhs_shape, sizes, numbers in cases:
         lhs, rhs, gs = rand(rng, lhs_shape, bf), rand(rng, rhs_shape, bf), jnp.asarray(sizes, jnp.int32)
         got = mj.ragged_dot_general(lhs, rhs, gs, numbers)
-        want = jax.lax.ragged_dot_general(f32(lhs), f32(rhs), gs, numbers, precision=_HIGHEST)
+        # On the CPU: compiling jax.lax.ragged_dot_general for these shapes on an H200 (jax 0.11.2) stopped the
+        # process with SIGSEGV inside XLA.
+        with on_cpu():
+            want = jax.lax.ragged_dot_general(f32(lhs), f32(rhs), np.asarray(gs), numbers, precision=_HIGHEST)
         assert got.shape == want.shape and got.dtype == bf, (lhs_shape, rhs_shape, got.shape, want.shape)
         if 0 in lhs_shape or 0 in rhs_shape or not sizes:
             assert (f32(got) == 0).all()
