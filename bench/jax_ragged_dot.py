@@ -7,7 +7,8 @@ contraction of lhs (M, K) and rhs (M, N) bf16 into (E, K, N) f32, against jax.la
 Time per call: warm-up, then `--calls` back-to-back jitted calls and one block_until_ready;
 median of `--repeats`, the two implementations alternating. FLOPs = 2 * sum(group sizes) * N * K.
 An allocation failure is reported as "failed: out of memory".
-Usage: python bench/jax_ragged_dot.py [workloads.json] [--mode rows|contraction] [--quick] [--json out.json]
+Usage: python bench/jax_ragged_dot.py [workloads.json] [--mode rows|contraction] [--quick] [--only NAME ...]
+       [--json out.json]
 """
 
 from __future__ import annotations
@@ -63,8 +64,14 @@ def main():
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--mode", choices=("rows", "contraction"), default="rows",
                    help="rows: ragged_dot (default); contraction: ragged_dot_general's ragged contraction")
+    p.add_argument("--only", nargs="+", metavar="NAME", help="run only these workloads (names in the file)")
     args = p.parse_args()
     gemms = json.loads(Path(args.workloads).read_text())["gemms"]
+    if args.only:
+        unknown = sorted(set(args.only) - {g["name"] for g in gemms})
+        if unknown:
+            p.error(f"--only: no workload named {', '.join(unknown)} in {args.workloads}")
+        gemms = [g for g in gemms if g["name"] in args.only]
     if args.quick:
         gemms = [g for g in gemms if g["name"].startswith("seed")][:2]
     calls, repeats = (5, 1) if args.quick else (args.calls, args.repeats)

@@ -154,7 +154,9 @@ Workloads parse(const std::string& text, const std::string& source) {
   Workloads w;
   w.source = source;
   for (const auto& [name, m] : doc["models"].items()) {
-    if (name.empty()) throw UsageError("workloads file " + source + ": a model with an empty name");
+    // A blank name could not be told apart in a report, nor passed to --model without quoting.
+    if (name.find_first_not_of(" \t\n\r\f\v") == std::string::npos)
+      throw UsageError("workloads file " + source + ": a model with an empty or blank name");
     const std::string where = source + ": model " + name;
     check_fields(m, {"tokens", "top_k", "experts", "hidden", "intermediate"}, where);
     ModelPreset preset{name, positive_field(m, "tokens", where), positive_field(m, "top_k", where),

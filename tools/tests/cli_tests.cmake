@@ -95,7 +95,9 @@ moegemm_cli_test(tokens_past_2_60_elements COMMAND ${_expect_2} ${_cli} run --ba
                  --workloads ${CMAKE_CURRENT_SOURCE_DIR}/tests/workloads_hidden_2_40.json
                  REGEX "^moegemm: --tokens 16777216 with model big \\(the CPU backend's sizes\\): tokens x top_k x hidden \\(16777216 x 137438953472\\) elements exceed 2\\^60")
 moegemm_bad_workloads_test(empty_model_name
-                           "^moegemm: workloads file [^\n]*workloads_empty_model_name.json: a model with an empty name")
+                           "^moegemm: workloads file [^\n]*workloads_empty_model_name.json: a model with an empty or blank name")
+moegemm_bad_workloads_test(blank_model_name
+                           "^moegemm: workloads file [^\n]*workloads_blank_model_name.json: a model with an empty or blank name")
 # Row lengths of bf16 operands (hidden, intermediate; a gemm's N and K) are refused off a multiple of 8 when the
 # file is read, where the ops would refuse them once the run had started (exit 1).
 moegemm_bad_workloads_test(hidden_not_multiple_of_8
