@@ -117,15 +117,50 @@ def _splits_fit(mode, a, b, chosen, mesh, align: int) -> bool:
     return True
 
 
+def _dense_strides(shape, order) -> tuple:
+    """Strides of a dense tensor of `shape` whose dims run from outermost to innermost in `order`."""
+    stride, step = [0] * len(shape), 1
+    for d in reversed(order):
+        stride[d] = step
+        step *= max(1, shape[d])
+    return tuple(stride)
+
+
+class _GradInOperandOrder(torch.autograd.Function):
+    """The identity on an operand's local shard, whose backward lays the gradient out in the dim order of the
+    operand's own (global) strides, as the operand's gradient is accumulated (a transposed operand's can
+    arrive in the other order). Gradient accumulation would otherwise copy it into that order as a DTensor
+    op, and torch 2.11's copy of a Partial gradient all-reduces it into a Replicate one."""
+
+    @staticmethod
+    def forward(ctx, local, order):
+        ctx.order = order
+        return local.view_as(local)
+
+    @staticmethod
+    def backward(ctx, grad):
+        want = _dense_strides(grad.shape, ctx.order)
+        if all(n == 1 or s == w for n, s, w in zip(grad.shape, grad.stride(), want)):
+            return grad, None
+        return torch.empty_strided(grad.shape, want, dtype=grad.dtype, device=grad.device).copy_(grad), None
+
+
 def _local(t: DTensor, mesh, placements: list, out_placements: list):
     """t redistributed to `placements`, as a local tensor whose gradient comes back as the module docstring
     says."""
     grads = [Replicate() if p.is_partial() else (Partial() if p.is_replicate() and not o.is_replicate() else p)
              for p, o in zip(placements, out_placements)]
+    order = []  # t's dims by decreasing stride, as the caller passed it (an insertion, which torch.compile traces)
+    for d in range(t.dim()):
+        i = len(order)
+        while i > 0 and t.stride(order[i - 1]) < t.stride(d):
+            i -= 1
+        order.insert(i, d)
     if tuple(t.placements) != tuple(placements):
         # (not when they are equal: the identity's backward would all-reduce a Partial gradient)
         t = t.redistribute(mesh, placements)
-    return t.to_local(grad_placements=grads)
+    local = t.to_local(grad_placements=grads)
+    return _GradInOperandOrder.apply(local, tuple(order)) if local.requires_grad else local
 
 
 def _global_stride(shape, local: torch.Tensor) -> tuple:
