@@ -6,7 +6,8 @@ routing. `--mode contraction` times the weight gradient's form instead, ragged_d
 contraction of lhs (M, K) and rhs (M, N) bf16 into (E, K, N) f32, against jax.lax.ragged_dot_general.
 Time per call: warm-up, then `--calls` back-to-back jitted calls and one block_until_ready;
 median of `--repeats`, the two implementations alternating. FLOPs = 2 * sum(group sizes) * N * K.
-An allocation failure is reported as "failed: out of memory".
+An allocation failure is reported as "failed: out of memory". The JSON is rewritten after each workload
+("complete": false until the last), so that a run stopped at a deadline keeps what it measured.
 Usage: python bench/jax_ragged_dot.py [workloads.json] [--mode rows|contraction] [--quick] [--only NAME ...]
        [--json out.json]
 """
@@ -53,6 +54,13 @@ def _time(fn, args, calls, warmup=3):
 def _is_oom(exc):
     text = str(exc).lower()
     return "out of memory" in text or "resource_exhausted" in text or "resource exhausted" in text
+
+
+def _write(args, rows, complete: bool) -> None:
+    """The rows so far as JSON; `complete` is false until every workload has run."""
+    with open(args.json, "w") as f:
+        json.dump(dict(backend=jax.default_backend(), device=str(jax.devices()[0].device_kind), jax=jax.__version__,
+                       workloads=args.workloads, mode=args.mode, complete=complete, rows=rows), f, indent=1)
 
 
 def main():
@@ -121,12 +129,11 @@ def main():
                     results[name] = dict(us=sec * 1e6, tflops=flops / sec / 1e12)
             row.update(results)
             rows.append(row)
+            _write(args, rows, complete=False)  # so that a run stopped at a deadline keeps its rows
             cells = [r if isinstance(r, str) else f"{r['tflops']:.1f}" for r in (results["moegemm"], results["jax.lax"])]
             print(f"{g['name']:14} {routing:8} {cells[0]:>16} {cells[1]:>16}")
             operands = None
-    with open(args.json, "w") as f:
-        json.dump(dict(backend=jax.default_backend(), jax=jax.__version__, workloads=args.workloads,
-                       mode=args.mode, rows=rows), f, indent=1)
+    _write(args, rows, complete=True)
     print(f"wrote {args.json}")
 
 

@@ -70,15 +70,21 @@ def test_no_compile_leaves_the_compilations_out_of_the_plan():
 
 @pytest.mark.parametrize("mode", ["rows", "contraction"])
 def test_jax_ragged_dot_script_runs_both_modes_on_the_cpu(tmp_path, mode):
-    """bench/jax_ragged_dot.py on one tiny workload: both implementations timed for both routings."""
+    """bench/jax_ragged_dot.py on one tiny workload of two (--only): both implementations timed for both
+    routings; an unknown name is refused before any run."""
     pytest.importorskip("jax")
     workloads = tmp_path / "tiny.json"
-    workloads.write_text(json.dumps({"gemms": [{"name": "seed-tiny", "M": 256, "N": 64, "K": 128, "E": 8}]}))
+    workloads.write_text(json.dumps({"gemms": [{"name": "seed-tiny", "M": 256, "N": 64, "K": 128, "E": 8},
+                                               {"name": "other", "M": 256, "N": 64, "K": 128, "E": 4}]}))
     out = tmp_path / "jax.json"
-    run = subprocess.run([sys.executable, str(BENCH / "jax_ragged_dot.py"), str(workloads), "--mode", mode,
-                          "--calls", "2", "--repeats", "1", "--json", str(out)], capture_output=True, text=True,
-                         env=dict(os.environ, JAX_PLATFORMS="cpu"), timeout=300)
+    command = [sys.executable, str(BENCH / "jax_ragged_dot.py"), str(workloads), "--mode", mode, "--calls", "2",
+               "--repeats", "1", "--json", str(out), "--only"]
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    run = subprocess.run(command + ["seed-tiny"], capture_output=True, text=True, env=env, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     doc = json.loads(out.read_text())
-    assert doc["mode"] == mode and [row["routing"] for row in doc["rows"]] == ["uniform", "zipf"]
+    assert doc["mode"] == mode and doc["complete"] is True
+    assert [(row["name"], row["routing"]) for row in doc["rows"]] == [("seed-tiny", "uniform"), ("seed-tiny", "zipf")]
     assert all(row[name]["us"] > 0 for row in doc["rows"] for name in ("moegemm", "jax.lax")), doc["rows"]
+    bad = subprocess.run(command + ["seed-tiny", "nope"], capture_output=True, text=True, env=env, timeout=300)
+    assert bad.returncode == 2 and "--only: no workload named nope" in bad.stderr, bad.stderr[-3000:]

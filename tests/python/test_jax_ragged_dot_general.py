@@ -166,8 +166,9 @@ def test_empty_extents_give_what_jax_lax_gives():
     for lhs_shape, rhs_shape, sizes, numbers in cases:
         lhs, rhs, gs = rand(rng, lhs_shape, bf), rand(rng, rhs_shape, bf), jnp.asarray(sizes, jnp.int32)
         got = mj.ragged_dot_general(lhs, rhs, gs, numbers)
-        # On the CPU: compiling jax.lax.ragged_dot_general for these shapes on an H200 (jax 0.11.2) stopped the
-        # process with SIGSEGV inside XLA.
+        # On the CPU: on a GPU (jax 0.11.2, an H100, each shape in a process of its own) XLA stops the process
+        # with SIGSEGV compiling mode 2 with no groups and fails to lower mode 1 with no groups; on an H200 this
+        # test died with SIGSEGV (docs/benchmarks.md, 2026-12-07).
         with on_cpu():
             want = jax.lax.ragged_dot_general(f32(lhs), f32(rhs), np.asarray(gs), numbers, precision=_HIGHEST)
         assert got.shape == want.shape and got.dtype == bf, (lhs_shape, rhs_shape, got.shape, want.shape)
