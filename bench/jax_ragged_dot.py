@@ -6,8 +6,10 @@ routing. `--mode contraction` times the weight gradient's form instead, ragged_d
 contraction of lhs (M, K) and rhs (M, N) bf16 into (E, K, N) f32, against jax.lax.ragged_dot_general.
 Time per call: warm-up, then `--calls` back-to-back jitted calls and one block_until_ready;
 median of `--repeats`, the two implementations alternating. FLOPs = 2 * sum(group sizes) * N * K.
-An allocation failure is reported as "failed: out of memory". The JSON is rewritten after each workload
-("complete": false until the last), so that a run stopped at a deadline keeps what it measured.
+An allocation failure is reported as "failed: out of memory"; with zipf routing an implementation that
+failed so with uniform routing (the same shapes, the same program) is not run again. The JSON is rewritten
+after each workload ("complete": false until the last), so that a run stopped at a deadline keeps what it
+measured.
 Usage: python bench/jax_ragged_dot.py [workloads.json] [--mode rows|contraction] [--quick] [--only NAME ...]
        [--json out.json]
 """
@@ -49,6 +51,9 @@ def _time(fn, args, calls, warmup=3):
         out = fn(*args)
     jax.block_until_ready(out)
     return (time.perf_counter() - t0) / calls
+
+
+_SAME_SHAPES_OOM = "failed: out of memory (the same shapes as uniform's, not run again)"
 
 
 def _is_oom(exc):
@@ -96,6 +101,7 @@ def main():
     rows = []
     for g in gemms:
         m, n, k, e = g["M"], g["N"], g["K"], g["E"]
+        failed = set()
         for routing in ("uniform", "zipf"):
             rng = np.random.default_rng(0)
             sizes = group_sizes(routing, m, e, rng)
@@ -110,12 +116,17 @@ def main():
                 if not _is_oom(exc):
                     raise
                 operands = None
-            results = {}
+            # The operands' shapes, and so each program, are the same for both routings: an implementation out
+            # of memory on the first is not compiled again (its autotuning alone takes minutes there).
+            results = {name: _SAME_SHAPES_OOM for name in failed}
             samples = {name: [] for name in impls}
             for _ in range(repeats):
                 for name, fn in impls.items():  # alternate the implementations
+                    if results.get(name) == _SAME_SHAPES_OOM:
+                        continue
                     if operands is None or results.get(name) == "failed: out of memory":
                         results[name] = "failed: out of memory"
+                        failed.add(name)
                         continue
                     try:
                         samples[name].append(_time(fn, operands, calls))
@@ -123,6 +134,7 @@ def main():
                         if not _is_oom(exc):
                             raise
                         results[name] = "failed: out of memory"
+                        failed.add(name)
             for name in impls:
                 if results.get(name) is None:
                     sec = statistics.median(samples[name])
