@@ -45,14 +45,16 @@ def _segment_column_sums(dout: torch.Tensor, offs: torch.Tensor, dtype: torch.dt
     """Per-expert column sums of the rows each expert owns (the bias gradient), (E, N) in `dtype`, summed in
     f32 (f64 for f64 tensors). Expert g owns the rows the forward gave it: the offsets clamped as the kernels
     clamp them (docs/ops.md §0), end_g = min(M, max(0, offs[0..g]))."""
-    e, m = offs.shape[0], dout.shape[0]
+    m = dout.shape[0]
     ends = torch.cummax(offs.long().clamp(0, m), 0).values
-    rows = torch.arange(m, device=dout.device, dtype=torch.int64)
-    owner = torch.searchsorted(ends, rows, right=True)  # rows at or past the last end get E: dropped below
+    # Expert g's rows are the contiguous segment [end_{g-1}, end_g); the rows past the last end form one more
+    # segment, dropped below, so that the lengths add up to M without a host read of the last end.
+    # segment_reduce sums each segment in order (deterministic, unlike index_add_'s atomics on CUDA);
+    # an empty segment sums to 0.
+    bounds = torch.cat([ends.new_zeros(1), ends, ends.new_full((1,), m)])
     acc = torch.float64 if torch.float64 in (dout.dtype, dtype) else torch.float32
-    sums = dout.new_zeros((e + 1, dout.shape[1]), dtype=acc)
-    sums.index_add_(0, owner, dout.to(acc))
-    return sums[:e].to(dtype)
+    sums = torch.segment_reduce(dout.to(acc), "sum", lengths=bounds.diff(), axis=0, unsafe=True)
+    return sums[:-1].to(dtype)
 
 
 def _rows_options(layout: str, bias, out_dtype, zero_tail: bool, validate: bool) -> dict:
