@@ -109,7 +109,7 @@ def test_repeats_are_bitwise_identical_cuda(sample):
 def test_grouped_mm_gradients_with_a_bias_repeat_bitwise_cuda():
     """grouped_mm (2-D x 3-D) with an f32 bias, forward and backward 20 times on CUDA: every gradient bitwise
     equal, the bias's too (per-expert column sums of 1000-2000 rows each, where float atomics would sum in a
-    different order from one call to the next)."""
+    different order from one call to the next); the same step captured in a CUDA graph replays them."""
     offs = offsets_of([1000, 0, 2000, 1000], "cuda")  # 96 tail rows
     a = randn(4096, 256, device="cuda", seed=1).requires_grad_(True)
     b = randn(4, 256, 512, device="cuda", seed=2).requires_grad_(True)
@@ -129,6 +129,18 @@ def test_grouped_mm_gradients_with_a_bias_repeat_bitwise_cuda():
             assert (grads[2][1] == 0).all()  # the empty expert's
         for name, x, y in zip(("a", "b", "bias"), first, grads):
             assert torch.equal(x, y), name
+
+    def clear():
+        a.grad = b.grad = bias.grad = None
+
+    def step():
+        mt.grouped_mm(a, b, offs, bias, out_dtype=torch.float32, zero_tail=True).backward(dout)
+
+    graph, _ = _capture(step, before_each=clear)
+    graph.replay()
+    torch.cuda.synchronize()
+    for name, x, t in zip(("a", "b", "bias"), first, (a, b, bias)):
+        assert torch.equal(x, t.grad), f"{name} (graph replay)"
 
 
 @pytest.mark.parametrize("sample", SAMPLES, ids=IDS)
