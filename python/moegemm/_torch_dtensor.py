@@ -168,11 +168,7 @@ def _global_stride(shape, local: torch.Tensor) -> tuple:
     result) the transpose of a row-major tensor."""
     if local.dim() == 2 and local.stride(0) == 1 and local.stride(1) != 1:
         return (1, max(1, shape[0]))
-    stride, step = [0] * len(shape), 1
-    for d in reversed(range(len(shape))):
-        stride[d] = step
-        step *= max(1, shape[d])
-    return tuple(stride)
+    return _dense_strides(shape, range(len(shape)))
 
 
 def _out_shape(mode, a, b, offs) -> tuple:
