@@ -32,8 +32,9 @@ _RAGGED_K_NAMES = {("grouped_gemm_wgrad", "x"): "a (read as a.t(), the (T, H) te
 _RAGGED_N_NAMES = {("grouped_gemm", "a"): "b (read as b.t())",
                    ("grouped_gemm", "b"): "a (read as a.transpose(-2, -1))", ("grouped_gemm", "offsets"): "offs",
                    ("grouped_gemm", "d"): "out (written as out.t())"}
-# The offsets' entries, offsets[g] in the ops' messages (validate=True), are offs[g] in grouped_mm's.
-_ROWS_TERMS = {"offsets[": "offs["}
+# The offsets' entries, offsets[g] in the ops' messages (validate=True), are offs[g] in grouped_mm's, and the
+# operand that sets E is offs.
+_ROWS_TERMS = {"offsets[": "offs[", "E from offsets": "E from offs"}
 # The ragged dimension, M in grouped_gemm_wgrad's messages (its rows), is T in the 2-D x 2-D mode's.
 _RAGGED_K_TERMS = {"expert end rows in [0, M=": "group ends along T in [0, T=", "each <= M": "each <= T", **_ROWS_TERMS}
 # The ragged dimension of the 3-D x 2-D mode is N, the columns of its output.

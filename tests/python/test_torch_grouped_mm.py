@@ -894,7 +894,8 @@ def test_errors():
         mt.grouped_mm(a, randn(G, N, 32).mT, offs)
     with pytest.raises(ValueError, match=r"grouped_mm: b: expected shape \(E=4, K=64, N\) with E and K from a"):
         mt.grouped_mm(randn(G, M, K), randn(G, 32, N))
-    with pytest.raises(ValueError, match=r"grouped_mm: bias: expected shape \(E=4, N=32\).*grouped_gemm's bias"):
+    with pytest.raises(ValueError, match=r"grouped_mm: bias: expected shape \(E=4, N=32\) with E from offs, N from "
+                                         r"b, got \(4, 16\) \(checked as grouped_gemm's bias\)"):
         mt.grouped_mm(a, b, offs, bias=randn(G, 16))
     # 2-D x 2-D: b is the (T, N) operand of the op's dy.
     x, dy = randn(M * G, K), randn(M * G, N)

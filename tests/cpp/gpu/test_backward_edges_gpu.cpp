@@ -444,5 +444,49 @@ TEST(BackwardGpu, DgluOverItsSavedActivationIsRefusedBeforeLaunch) {
   EXPECT_TRUE(same_bytes(dprob_after, poisoned(DType::f32, {m}))) << "dprob was written";
 }
 
+TEST(BackwardGpu, TooSmallWorkspaceIsRefusedBeforeLaunch) {
+  // With I = 256 (two column tiles) the dGLU sums dprob from per-tile partials in its workspace: a buffer one
+  // byte short, or none, is refused with invalid_argument naming the size (docs/ops.md §0) before any output
+  // is written.
+  REQUIRE_GPU();
+  const int64_t m = 192, i = 256, k = 128;
+  const HostTensor dy = random_tensor(DType::bf16, {m, k}, 94);
+  const HostTensor w = random_tensor(DType::bf16, {4, i, k}, 95, -0.1, 0.1);
+  const HostTensor c = random_tensor(DType::bf16, {m, 2 * i}, 96);
+  const HostTensor offsets = offsets_from_sizes({64, 0, 100, 28});
+  const HostTensor dc_poison = poisoned(DType::bf16, {m, 2 * i}), dprob_poison = poisoned(DType::f32, {m});
+  DeviceTensor ddy(dy), dw(w), dsaved(c), doff(offsets), ddc(dc_poison), ddprob(dprob_poison);
+  GroupedGemmDgluArgs args;
+  args.a = ddy.view();
+  args.b.dense = dw.view();
+  args.c = dsaved.view();
+  args.offsets = doff.view();
+  args.dc = ddc.view();
+  args.dprob = ddprob.view();
+  const std::size_t needed = grouped_gemm_dglu_workspace_bytes(args);
+  ASSERT_GT(needed, 0u);
+  Workspace ws(needed, nullptr);
+  const std::string expected =
+      "grouped_gemm_dglu: workspace: expected a device buffer of at least " + std::to_string(needed) +
+      " bytes (grouped_gemm_dglu_workspace_bytes), got ";
+  for (const bool null_buffer : {false, true}) {
+    void* buffer = null_buffer ? nullptr : ws.data();
+    const std::string got = null_buffer ? "nullptr" : std::to_string(needed - 1) + " bytes";
+    try {
+      grouped_gemm_dglu(args, buffer, null_buffer ? needed : needed - 1, nullptr);
+      ADD_FAILURE() << "grouped_gemm_dglu with a workspace of " << got << " did not raise";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::invalid_argument) << e.what();
+      EXPECT_EQ(std::string(e.what()), expected + got);
+    }
+  }
+  cuda_ok(cudaDeviceSynchronize(), "refused calls");
+  HostTensor dc_after(DType::bf16, {m, 2 * i}), dprob_after(DType::f32, {m});
+  ddc.download(dc_after);
+  ddprob.download(dprob_after);
+  EXPECT_TRUE(same_bytes(dc_after, dc_poison)) << "dc was written";
+  EXPECT_TRUE(same_bytes(dprob_after, dprob_poison)) << "dprob was written";
+}
+
 }  // namespace
 }  // namespace moegemm::testing
