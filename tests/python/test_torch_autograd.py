@@ -10,8 +10,8 @@ import torch
 import torch.utils.checkpoint
 
 import moegemm.torch as mt
-from torch_helpers import (DEVICES, activation, assert_close, clamp_edge_inputs, expect_refused_dtype, glu_halves,
-                           offsets_of, poison, randn, ranges)
+from torch_helpers import (DEVICES, activation, assert_close, clamp_edge_inputs, end_row, expect_refused_dtype,
+                           glu_halves, offsets_of, poison, randn, ranges)
 
 
 def torch_moe_mlp(x, w_up, w_down, offsets, prob=None, act="swiglu", layout="halves", **clamp):
@@ -382,21 +382,83 @@ def test_moe_mlp_without_grad_keeps_no_pre_activation(device, act):
     assert calls.generate_c == [True]
 
 
-def test_c05_two_iterations_with_dirty_allocator():
+@pytest.mark.parametrize("device", DEVICES)
+def test_c05_two_iterations_with_dirty_allocator(device):
+    """C05 through MoEMLP (zero_tail) with prob: the C04 layout (offsets[-1] = 744 of M = 1000, experts 1 and 5
+    empty), forward and backward twice, NaN blocks of the activations' sizes freed before each iteration.
+    Both iterations give bitwise the same gradients, with x's and prob's tail rows 0; their valid rows and the
+    weight gradients match torch.autograd of the same layer in float64 (torch_moe_mlp) at the spec's bf16
+    tolerances (so no NaN leaks in), and the empty experts' weight gradients are exactly 0."""
     sizes = [100, 0, 144, 200, 50, 0, 150, 100]  # offsets[-1] = 744 of M = 1000
-    m, h, i = 1000, 64, 64
-    offsets = offsets_of(sizes)
-    mlp = mt.MoEMLP(8, h, i, zero_tail=True, dtype=torch.bfloat16)
-    x = randn(m, h, seed=19).requires_grad_(True)
+    m, h, i, end = 1000, 64, 64, 744
+    offsets = offsets_of(sizes, device)
+    mlp = mt.MoEMLP(8, h, i, zero_tail=True, dtype=torch.bfloat16, device=device)
+    with torch.no_grad():  # seeded weights, not the global generator's
+        mlp.w_up.copy_(randn(8, h, 2 * i, seed=21, scale=1.5 / h ** 0.5))
+        mlp.w_down.copy_(randn(8, i, h, seed=22, scale=1 / i ** 0.5))
+    x = randn(m, h, seed=19, device=device).requires_grad_(True)
+    prob = randn(m, dtype=torch.float32, seed=23, device=device).abs().requires_grad_(True)
+    dy = randn(m, h, seed=24, device=device)
+    leaves = (x, prob, mlp.w_up, mlp.w_down)
     grads = []
     for _ in range(2):
-        poison([m * h * 2, m * 2 * i * 2, m * i * 2])
-        x.grad = None
-        mlp(x, offsets).float().sum().backward()
-        grads.append(x.grad.clone())
-    assert torch.isfinite(grads[0][:744]).all()
-    assert torch.equal(grads[0][:744], grads[1][:744])
-    assert (grads[0][744:] == 0).all() and (grads[1][744:] == 0).all()
+        poison([m * h * 2, m * 2 * i * 2, m * i * 2], device)
+        x.grad = prob.grad = None
+        mlp.zero_grad(set_to_none=True)
+        mlp(x, offsets, prob).backward(dy)
+        grads.append([t.grad.clone() for t in leaves])
+    for first, second in zip(*grads):
+        assert torch.equal(first, second)
+    g_x, g_prob, g_up, g_down = grads[0]
+    assert (g_x[end:] == 0).all() and (g_prob[end:] == 0).all()
+    ref = [t.detach().double().cpu().requires_grad_(True) for t in leaves]
+    torch_moe_mlp(ref[0], ref[2], ref[3], offsets.cpu(), ref[1]).backward(dy.double().cpu())
+    assert_close(g_x, ref[0].grad, rows=slice(0, end))
+    assert_close(g_prob, ref[1].grad, rows=slice(0, end))
+    assert_close(g_up, ref[2].grad)
+    assert_close(g_down, ref[3].grad)
+    assert (g_up[1] == 0).all() and (g_up[5] == 0).all() and (g_down[1] == 0).all() and (g_down[5] == 0).all()
+
+
+def torch_grouped_mm(a, b, offsets):
+    """grouped_mm's 2-D x 3-D product in plain torch: a[rows_g] @ b[g], rows past offsets[-1] zero."""
+    pieces = [a[s:e] @ b[g] for g, s, e in ranges(offsets, a.shape[0])]
+    return torch.cat(pieces + [a.new_zeros(a.shape[0] - end_row(offsets, a.shape[0]), b.shape[2])])
+
+
+@pytest.mark.parametrize("weights", ["row_major", "transposed_view"])
+@pytest.mark.parametrize("device", DEVICES)
+def test_c05_grouped_mm_two_iterations_with_dirty_allocator(device, weights):
+    """C05 through grouped_mm (2-D x 3-D, zero_tail=True), b row-major (E, K, N) or the view w.mT of an (E, N, K)
+    stack: the C04 layout, forward and backward twice, NaN blocks of out's, da's and db's sizes freed before
+    each iteration. Both iterations give bitwise the same out, da and db, with the tail rows of out and da 0;
+    the valid rows of out and da, and db, match torch.autograd of the plain float64 product at the spec's bf16
+    tolerances; db of the empty experts is exactly 0."""
+    sizes = [100, 0, 144, 200, 50, 0, 150, 100]  # offsets[-1] = 744 of M = 1000
+    m, k, n, end = 1000, 64, 96, 744
+    offsets = offsets_of(sizes, device)
+    w = randn(8, n, k, seed=26, scale=0.2, device=device)
+    b = (w.mT.contiguous() if weights == "row_major" else w.mT).requires_grad_(True)
+    a = randn(m, k, seed=25, device=device).requires_grad_(True)
+    dy = randn(m, n, seed=27, device=device)
+    runs = []
+    for _ in range(2):
+        poison([m * n * 2, m * k * 2, 8 * k * n * 2], device)
+        a.grad = b.grad = None
+        out = mt.grouped_mm(a, b, offsets, zero_tail=True)
+        out.backward(dy)
+        runs.append((out.detach().clone(), a.grad.clone(), b.grad.clone()))
+    for first, second in zip(*runs):
+        assert torch.equal(first, second)
+    out, da, db = runs[0]
+    assert (out[end:] == 0).all() and (da[end:] == 0).all()
+    a64, b64 = (t.detach().double().cpu().requires_grad_(True) for t in (a, b))
+    out64 = torch_grouped_mm(a64, b64, offsets.cpu())
+    out64.backward(dy.double().cpu())
+    assert_close(out, out64, rows=slice(0, end))
+    assert_close(da, a64.grad, rows=slice(0, end))
+    assert_close(db, b64.grad)
+    assert (db[1] == 0).all() and (db[5] == 0).all()
 
 
 def test_c12_empty_experts_keep_gradients_connected():

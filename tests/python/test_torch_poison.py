@@ -1,5 +1,5 @@
 """No needless fills: outputs come from a poisoned allocator; addressed elements are written, tail rows
-keep the poison unless zero_tail, wgrad of empty experts is exactly zero. Cases C01-C04, C12.
+keep the poison unless zero_tail, wgrad of empty experts is exactly zero. Cases C01-C04, C07, C09, C12.
 
 On CPU the allocator is glibc malloc behind torch's CPU allocator. During each CPU test glibc's M_PERTURB
 option is on: every block malloc hands out, the ops' at::empty outputs included, starts filled with 0x7F
@@ -13,7 +13,7 @@ included, runs the kernels.
 import pytest
 import torch
 
-import moegemm.torch  # noqa: F401
+import moegemm.torch as mt
 from torch_helpers import (DEVICES, PERTURB_FILL, assert_close, end_row, malloc_perturb, offsets_of, poison, randn,
                            ranges, ref_linear)
 
@@ -47,6 +47,12 @@ def poisoned_rows(t: torch.Tensor) -> torch.Tensor:
     """Per-row mask: every byte of the row still holds the device's poison byte."""
     rows = t.contiguous().view(torch.uint8).reshape(t.shape[0], -1)
     return (rows == POISON_BYTE[t.device.type]).all(dim=-1)
+
+
+def poisoned_elements(t: torch.Tensor) -> torch.Tensor:
+    """Per-element mask: every byte of the element still holds the device's poison byte."""
+    raw = t.contiguous().view(torch.uint8).reshape(*t.shape, t.element_size())
+    return (raw == POISON_BYTE[t.device.type]).all(dim=-1)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -156,3 +162,72 @@ def test_c12_last_or_all_experts_empty(device):
         if sum(sizes) == 0:
             assert (w == 0).all()
         assert end_row(offsets, m) == sum(sizes)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_c07_every_n_including_partial_column_tiles(device):
+    """C07: M = 512, K = 64, two experts of 256 rows, N in {128, 160, 200, 768}: 160 and 200 end in a partial
+    column tile for every power-of-two tile width from 64 up (200 from 16 up). Through grouped_gemm (b (E, N, K)
+    with b_layout "nk" and (E, K, N) with "kn") and grouped_mm (b row-major (E, K, N) and the view w.mT of an
+    (E, N, K) stack), every element of D is written over a poisoned allocator and matches the float64
+    reference."""
+    m, k = 512, 64
+    a = randn(m, k, device=device, seed=60)
+    offsets = offsets_of([256, 256], device)
+    for n in (128, 160, 200, 768):
+        w = randn(2, n, k, device=device, seed=61, scale=0.2)  # (E, N, K)
+        w_kn = w.mT.contiguous()  # the same weights, (E, K, N) row-major
+        ref = ref_linear(a, w, offsets)
+        calls = (("grouped_gemm nk", lambda: ops.grouped_gemm(a, w, offsets)[0]),
+                 ("grouped_gemm kn", lambda: ops.grouped_gemm(a, w_kn, offsets, b_layout="kn")[0]),
+                 ("grouped_mm (E, K, N)", lambda: mt.grouped_mm(a, w_kn, offsets)),
+                 ("grouped_mm w.mT", lambda: mt.grouped_mm(a, w.mT, offsets)))
+        for name, call in calls:
+            _poisoned(m * n * 2, device)
+            d = call()
+            assert d.shape == (m, n) and d.dtype == torch.bfloat16, (name, n)
+            assert not poisoned_elements(d).any(), f"{name}, N={n}: elements left unwritten"
+            assert_close(d, ref)
+
+
+def _ends_on_8_not_64(e, m, seed):
+    """E expert ends in (0, m) that are multiples of 8 and not of 64, sorted, the last the largest such end
+    (m % 64 == 0: the last 8 rows belong to no expert); with E >= 5 every fifth expert empty (an end
+    repeated)."""
+    gen = torch.Generator().manual_seed(seed)
+    candidates = [v for v in range(8, m, 8) if v % 64]
+    picks = torch.randperm(len(candidates) - 1, generator=gen)[:e - e // 5 - 1].tolist()
+    ends = sorted(candidates[p] for p in picks) + candidates[-1:]
+    return sorted(ends + ends[:e // 5])  # a repeated end empties the expert after it
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("e", [2, 7, 12])
+def test_c09_wgrad_offsets_on_8_not_64(device, e):
+    """C09 at the case's full size on both backends (0.4-2 s per E on a 2-core CPU): X (2560, 512), dY (2560,
+    1536) bf16, E experts whose ends are multiples of 8 and none of 64 (so none of 128 or 256 either), empty
+    experts with E >= 5, the 8 rows past the last end in no expert. grouped_gemm_wgrad and grouped_mm's 2-D x 2-D
+    mode (a = X.t(), out_dtype float32) write f32 W over a poisoned allocator; every expert with rows matches
+    X[rows]^T @ dY[rows] in float64 to the case's ~1e-3: relative Frobenius error < 1e-3 and each element
+    within 1e-3 of the expert's max |W| (f32 accumulation of exact bf16 products is ~1e-6 off; a lost or extra
+    group of 8 rows is ~1e-1). Empty experts are exactly 0."""
+    m, h, n = 2560, 512, 1536
+    x, dy = randn(m, h, device=device, seed=62), randn(m, n, device=device, seed=63)
+    ends = _ends_on_8_not_64(e, m, seed=64 + e)
+    assert all(v % 8 == 0 and v % 64 for v in ends) and len(set(ends)) == e - e // 5
+    offsets = torch.tensor(ends, dtype=torch.int32, device=device)
+    x64, dy64 = x.double().cpu(), dy.double().cpu()
+    refs = {g: x64[s:t].t() @ dy64[s:t] for g, s, t in ranges(offsets, m) if t > s}
+    calls = (("grouped_gemm_wgrad", lambda: ops.grouped_gemm_wgrad(x, dy, offsets)),
+             ("grouped_mm", lambda: mt.grouped_mm(x.t(), dy, offsets, out_dtype=torch.float32)))
+    for name, call in calls:
+        _poisoned(e * h * n * 4, device)
+        w = call()
+        assert w.device.type == device and w.shape == (e, h, n) and w.dtype == torch.float32, name
+        for g in range(e):
+            if g not in refs:
+                assert (w[g] == 0).all(), f"{name}: empty expert {g} is not exactly 0"
+                continue
+            err = w[g].double().cpu() - refs[g]
+            fro, worst = (err.norm() / refs[g].norm()).item(), (err.abs().max() / refs[g].abs().max()).item()
+            assert fro < 1e-3 and worst < 1e-3, f"{name}, expert {g}: relative error {fro:.2e}, largest {worst:.2e}"
