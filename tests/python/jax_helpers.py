@@ -127,23 +127,24 @@ def silu(x):
     return x / (1 + np.exp(-x))
 
 
-def dirty_allocator(specs, rounds=4):
-    """Allocate buffers of the output sizes filled with SENTINEL and free them, several times, so that
-    a later allocation of the same size is likely to reuse dirty memory."""
+def dirty_allocator(specs, rounds=4, fill=SENTINEL):
+    """Allocate buffers of the output sizes filled with `fill` (SENTINEL) and free them, several times, so
+    that a later allocation of the same size is likely to reuse dirty memory."""
     for _ in range(rounds):
-        bufs = [jnp.full(s.shape, SENTINEL, s.dtype) for s in specs]
+        bufs = [jnp.full(s.shape, fill, s.dtype) for s in specs]
         jax.block_until_ready(bufs)
         del bufs
 
 
-def run_into_sentinels(fn, out_specs, *args):
-    """Run ``fn(*args)`` under jit so that its outputs are written into buffers that hold SENTINEL:
-    the allocator is dirtied first, then one SENTINEL buffer per output is donated to the jitted call
+def run_into_sentinels(fn, out_specs, *args, fill=SENTINEL):
+    """Run ``fn(*args)`` under jit so that its outputs are written into buffers that hold SENTINEL (or
+    `fill`, e.g. NaN, which also catches an output scaled by 0 and added to instead of overwritten):
+    the allocator is dirtied first, then one such buffer per output is donated to the jitted call
     (keep_unused: XLA places each output in the donated buffer of its shape). Returns the outputs and
     whether every output really landed in its donated buffer (then untouched elements must still read
-    SENTINEL)."""
-    dirty_allocator(out_specs)
-    sentinels = [jnp.full(s.shape, SENTINEL, s.dtype) for s in out_specs]
+    `fill`)."""
+    dirty_allocator(out_specs, fill=fill)
+    sentinels = [jnp.full(s.shape, fill, s.dtype) for s in out_specs]
     jax.block_until_ready(sentinels)
     pointers = [s.unsafe_buffer_pointer() for s in sentinels]
     jitted = jax.jit(lambda sent, *a: fn(*a), donate_argnums=0, keep_unused=True)

@@ -1,5 +1,6 @@
 """moegemm.jax.ragged_dot and moe_mlp: value and gradient against jax.lax.ragged_dot / jax.grad of a plain
-f32 implementation, the shapes of JAX's own ragged_dot tests, and cases C04, C05, C06, C12.
+f32 implementation, the shapes of JAX's own ragged_dot tests, and cases C01 to C07, C09 and C12 (the grouped_gemm
+and grouped_gemm_wgrad cases through the ops, ragged_dot and ragged_dot_general, against float64 NumPy oracles).
 
 Value and gradient tests run, forward and backward (custom_vjp) alike, on each platform of
 jax_helpers.PLATFORMS (bf16; f16 on the CPU backend only, the kernels take bf16) or on device_for(their ops
@@ -11,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpu_support import MOE_MLP_FORWARD, RAGGED_DOT_BACKWARD
-from jax_helpers import (GPU_MARKS, PLATFORMS, assert_close, device_for, f32, glu_pair, offsets_of, on_cpu,
-                         on_device_for, platform_device, rand, running_on, jax, jnp, mj)
+from gpu_support import MOE_MLP_BACKWARD, MOE_MLP_FORWARD, RAGGED_DOT_BACKWARD
+from jax_helpers import (GPU_MARKS, PLATFORMS, SENTINEL, assert_close, device_for, f32, glu_pair, offsets_of,
+                         on_cpu, on_device_for, platform_device, rand, run_into_sentinels, running_on, jax, jnp, mj)
 
 _HIGHEST = jax.lax.Precision.HIGHEST
 
@@ -396,24 +397,280 @@ def test_c04_tail_rows_of_grouped_gemm():
         assert (tail == 0).all() if zero_tail else (tail == SENTINEL).all()
 
 
-@on_device_for(*RAGGED_DOT_BACKWARD)
+def _f64(x):
+    """x in float64: a float64 NumPy array as it is (an oracle's intermediate), anything else through f32."""
+    return x if isinstance(x, np.ndarray) and x.dtype == np.float64 else np.asarray(f32(x), np.float64)
+
+
+def _ranges(sizes):
+    """(begin, end) rows of each group."""
+    ends = np.cumsum(sizes)
+    return list(zip((ends - sizes).tolist(), ends.tolist()))
+
+
+def _rows_ref64(lhs, rhs_kn, sizes):
+    """float64 oracle of ragged rows: out[rows_g] = lhs[rows_g] @ rhs_kn[g], zero past the groups."""
+    lhs, rhs_kn = _f64(lhs), _f64(rhs_kn)
+    out = np.zeros((lhs.shape[0], rhs_kn.shape[2]))
+    for g, (begin, end) in enumerate(_ranges(sizes)):
+        out[begin:end] = lhs[begin:end] @ rhs_kn[g]
+    return out
+
+
+def _wgrad_ref64(x, dy, sizes):
+    """float64 oracle of the weight gradient: W[g] = x[rows_g]^T @ dy[rows_g] (exact zeros for empty groups)."""
+    x, dy = _f64(x), _f64(dy)
+    return np.stack([x[begin:end].T @ dy[begin:end] for begin, end in _ranges(sizes)])
+
+
+def _expect_weight_gradient(w, ref, sizes, what):
+    """Empty groups' W exactly 0, the others against `ref` (_wgrad_ref64) at the spec's tolerances, expert by
+    expert (experts of few rows have smaller values: one scale for all would hide their errors)."""
+    w = f32(w)  # on the host once: slicing a jax.Array compiles a slice per expert
+    assert w.shape == ref.shape, (what, w.shape, ref.shape)
+    for g, s in enumerate(sizes):
+        if s == 0:
+            assert (w[g] == 0).all(), f"{what}: W of empty expert {g} not exactly 0"
+        else:
+            assert_close(w[g], ref[g], f"{what}: expert {g}")
+
+
+@on_device_for(*RAGGED_DOT_BACKWARD, *MOE_MLP_FORWARD, *MOE_MLP_BACKWARD)
 def test_c05_two_iterations_of_forward_and_backward_with_dirty_allocator():
+    """C05: M = 1000 rows, 8 experts of 93 rows (744 in groups), two jitted forward and backward steps with the
+    allocator dirtied (freed SENTINEL buffers of the outputs' sizes) before each, through ragged_dot and through
+    moe_mlp: both iterations bitwise equal, every result finite, tail rows of the output and of d x zero (and of
+    d prob: the documented zero tails), and the valid rows of the output and of every gradient against an
+    oracle (float64 NumPy for ragged_dot, jax.grad of the plain f32 MLP for moe_mlp) at the spec's tolerances,
+    so that a step that reads stale or poisoned memory is caught even where it does so in both iterations."""
     from jax_helpers import dirty_allocator
     rng = np.random.default_rng(6)
-    gs = jnp.asarray([93] * 8, jnp.int32)
+    sizes, end = np.array([93] * 8, np.int32), 744
+    gs = jnp.asarray(sizes)
+
+    def twice(step, args, dirty_specs):
+        """step(*args) twice, dirtying the allocator first; the results of both, on the host, bitwise equal."""
+        results = []
+        for _ in range(2):
+            dirty_allocator(dirty_specs)
+            results.append([np.asarray(r) for r in jax.tree_util.tree_leaves(step(*args))])
+        for a, b in zip(*results):
+            np.testing.assert_array_equal(a, b)
+        for r in results[0]:
+            assert np.isfinite(r.astype(np.float32)).all()
+        return results[0]
+
+    # ragged_dot, loss = sum(out^2): d out = 2 out.
     lhs, rhs = rand(rng, (1000, 64)), rand(rng, (8, 64, 32))
-    step = jax.jit(jax.value_and_grad(lambda l, r: (mj.ragged_dot(l, r, gs).astype(jnp.float32) ** 2).sum(),
-                                      (0, 1)))
-    results = []
-    for _ in range(2):
-        dirty_allocator([jax.ShapeDtypeStruct((1000, 64), jnp.bfloat16),
-                         jax.ShapeDtypeStruct((1000, 32), jnp.bfloat16)])
-        value, (dl, dr) = step(lhs, rhs)
-        assert np.isfinite(f32(dl)).all() and np.isfinite(f32(dr)).all()
-        assert (f32(dl)[744:] == 0).all()
-        results.append((np.asarray(value), np.asarray(dl), np.asarray(dr)))
-    for x, y in zip(*results):
-        np.testing.assert_array_equal(x, y)
+
+    def loss(l, r):
+        out = mj.ragged_dot(l, r, gs)
+        return (out.astype(jnp.float32) ** 2).sum(), out
+
+    step = jax.jit(jax.value_and_grad(loss, (0, 1), has_aux=True))
+    value, out, dl, dr = twice(step, (lhs, rhs), [jax.ShapeDtypeStruct((1000, 64), jnp.bfloat16),
+                                                   jax.ShapeDtypeStruct((1000, 32), jnp.bfloat16)])
+    assert (f32(out)[end:] == 0).all() and (f32(dl)[end:] == 0).all()
+    out64 = _rows_ref64(lhs, rhs, sizes)
+    dout64 = 2 * out64
+    np.testing.assert_allclose(float(value), (out64**2).sum(), rtol=1e-2)
+    assert_close(out[:end], out64[:end], "ragged_dot: out")
+    assert_close(dl[:end], _rows_ref64(dout64, np.swapaxes(_f64(rhs), 1, 2), sizes)[:end], "ragged_dot: d lhs")
+    assert_close(dr, _wgrad_ref64(lhs, dout64, sizes), "ragged_dot: d rhs")
+
+    # moe_mlp (swiglu, prob), loss = sum(y^2), against jax.grad of the plain f32 MLP on f32 casts.
+    h, i = 64, 32
+    x = rand(rng, (1000, h))
+    w_up, w_down = rand(rng, (8, h, 2 * i), scale=1.5 / np.sqrt(h)), rand(rng, (8, i, h), scale=1 / np.sqrt(i))
+    prob = jnp.asarray(rng.uniform(0.2, 1, 1000), jnp.float32)
+
+    def mlp_loss(x, wu, wd, p):
+        y = mj.moe_mlp(x, wu, wd, gs, prob=p)
+        return (y.astype(jnp.float32) ** 2).sum(), y
+
+    def ref_loss(x, wu, wd, p):
+        y = _moe_reference(x, wu, wd, sizes, p, "swiglu")
+        return (y**2).sum(), y
+
+    step = jax.jit(jax.value_and_grad(mlp_loss, (0, 1, 2, 3), has_aux=True))
+    value, y, dx, dw_up, dw_down, dprob = twice(step, (x, w_up, w_down, prob), [
+        jax.ShapeDtypeStruct((1000, 2 * i), jnp.bfloat16), jax.ShapeDtypeStruct((1000, i), jnp.bfloat16),
+        jax.ShapeDtypeStruct((1000, h), jnp.bfloat16), jax.ShapeDtypeStruct((1000,), jnp.float32)])
+    for name, tail in (("y", y), ("dx", dx), ("dprob", dprob)):
+        assert (tail.astype(np.float32)[end:] == 0).all(), f"moe_mlp: {name}: rows past the last group not zero"
+    with on_cpu():
+        f32_args = tuple(jnp.asarray(f32(a)) for a in (x, w_up, w_down, prob))
+        (ref_value, y_ref), ref_grads = jax.value_and_grad(ref_loss, (0, 1, 2, 3), has_aux=True)(*f32_args)
+    np.testing.assert_allclose(float(value), float(ref_value), rtol=1e-2)
+    assert_close(y[:end], np.asarray(y_ref)[:end], "moe_mlp: y")
+    for name, got, ref in zip(("dx", "dw_up", "dw_down", "dprob"), (dx, dw_up, dw_down, dprob), ref_grads):
+        rows = slice(0, end) if name in ("dx", "dprob") else slice(None)
+        assert_close(got[rows], np.asarray(ref)[rows], f"moe_mlp: {name}")
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_c01_wgrad_empty_experts_exactly_zero_in_a_nan_filled_output(platform):
+    """C01: grouped_gemm_wgrad over group sizes [162, 0, 2577, 446, 0, 83] (H = 2048, N = 768) written into a
+    donated NaN-filled output (run_into_sentinels, fill NaN: an op that scaled the old contents by 0, or added
+    to them, would leave NaN behind): experts 1 and 4 exactly 0, the others against the float64 oracle at the
+    spec's tolerances; the same product through ragged_dot_general's ragged contraction (f32 result)."""
+    sizes = np.array([162, 0, 2577, 446, 0, 83], np.int32)
+    m, h, n = int(sizes.sum()), 2048, 768
+    rng = np.random.default_rng(31)
+    with running_on(platform_device(platform)):
+        x, dy = rand(rng, (m, h)), rand(rng, (m, n))
+        spec = [jax.ShapeDtypeStruct((len(sizes), h, n), jnp.float32)]
+        w, landed = run_into_sentinels(lambda x, dy: mj.grouped_gemm_wgrad(x, dy, offsets_of(sizes)), spec, x, dy,
+                                       fill=np.nan)
+        dims = jax.lax.RaggedDotDimensionNumbers(dot_dimension_numbers=(([0], [0]), ([], [])),
+                                                 lhs_ragged_dimensions=[0], rhs_group_dimensions=[])
+        general = jax.jit(lambda x, dy: mj.ragged_dot_general(x, dy, jnp.asarray(sizes), dims,
+                                                              preferred_element_type=jnp.float32))(x, dy)
+    assert landed, "XLA did not place the output in the donated NaN buffer"
+    ref = _wgrad_ref64(x, dy, sizes)
+    _expect_weight_gradient(w, ref, sizes, "wgrad")
+    _expect_weight_gradient(general, ref, sizes, "ragged_dot_general")
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_c02_second_wgrad_call_on_the_same_buffers_leaves_no_stale_values(platform):
+    """C02: 32 rows split [0, 8, 8, 0, 16] over 5 experts (H = N = 16), by one jitted grouped_gemm_wgrad (the
+    offsets a traced argument) that first ran with sizes [8, 8, 8, 8, 0] on the same x and dy (every expert's W
+    then differs from the second call's) and whose second call is written into the first call's donated output:
+    experts 0 and 3 exactly 0, the others the float64 oracle of the new sizes, nothing left of the first call.
+    The same two calls through ragged_dot's rhs gradient (one jitted vjp, the group sizes a traced argument)."""
+    first, second = np.array([8, 8, 8, 8, 0], np.int32), np.array([0, 8, 8, 0, 16], np.int32)
+    rng = np.random.default_rng(32)
+    with running_on(platform_device(platform)):
+        x, dy = rand(rng, (32, 16)), rand(rng, (32, 16))
+        call = jax.jit(lambda prev, x, dy, off: mj.grouped_gemm_wgrad(x, dy, off), donate_argnums=0,
+                       keep_unused=True)
+        prev = jnp.full((5, 16, 16), SENTINEL, jnp.float32)
+        results = []
+        for sizes in (first, second):
+            pointer = prev.unsafe_buffer_pointer()
+            w = call(prev, x, dy, offsets_of(sizes))
+            assert w.unsafe_buffer_pointer() == pointer, "XLA did not place W in the donated buffer"
+            results.append(np.array(w, copy=True))  # a copy: a NumPy view of w would keep XLA from reusing it
+            prev = w
+        rhs = rand(rng, (5, 16, 16))
+        d_rhs = jax.jit(lambda l, r, gs, cot: jax.vjp(lambda r: mj.ragged_dot(l, r, gs), r)[1](cot)[0])
+        grads = [d_rhs(x, rhs, jnp.asarray(sizes), dy) for sizes in (first, second)]
+    refs = [_wgrad_ref64(x, dy, sizes) for sizes in (first, second)]
+    _expect_weight_gradient(results[0], refs[0], first, "wgrad, first call")
+    _expect_weight_gradient(results[1], refs[1], second, "wgrad, second call")
+    _expect_weight_gradient(grads[0], refs[0], first, "ragged_dot d rhs, first call")
+    _expect_weight_gradient(grads[1], refs[1], second, "ragged_dot d rhs, second call")
+
+
+def _c03_sizes(rng):
+    """256 experts, 240 empty; 16 of 1 to 40 rows (1 and 40 included), the first expert empty and the last not."""
+    sizes = np.zeros(256, np.int32)
+    rows = rng.integers(1, 41, 16)
+    rows[:2] = 1, 40
+    sizes[np.append(rng.choice(np.arange(1, 255), 15, replace=False), 255)] = rows
+    return sizes
+
+
+@pytest.mark.parametrize("groups", ["mostly_empty", "all_empty"])
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_c03_256_experts_mostly_or_all_empty(groups, platform):
+    """C03: 256 experts, 240 empty and 16 of 1..40 rows with 24 rows past the last group; then all 256 empty
+    (offsets all 0, M = 128). grouped_gemm into poisoned outputs (run_into_sentinels) writes exactly the rows
+    in groups, against the float64 oracle (none when all are empty: every row still holds SENTINEL), and
+    grouped_gemm_wgrad into poisoned outputs gives exact zeros for every empty expert; ragged_dot's value (zero
+    past the groups) and rhs gradient (exact zeros for empty groups) agree."""
+    k, n = 64, 48
+    rng = np.random.default_rng(33)
+    sizes = _c03_sizes(rng) if groups == "mostly_empty" else np.zeros(256, np.int32)
+    end = int(sizes.sum())
+    m = end + 24 if end else 128
+    assert (groups == "all_empty") == (end == 0) and (sizes > 0).sum() in (0, 16)
+    with running_on(platform_device(platform)):
+        a, b, dy = rand(rng, (m, k)), rand(rng, (256, k, n), scale=0.2), rand(rng, (m, n))
+        off = offsets_of(sizes)
+        d, landed_d = run_into_sentinels(lambda a, b: mj.grouped_gemm(a, b, off, b_layout="kn"),
+                                         [jax.ShapeDtypeStruct((m, n), jnp.bfloat16)], a, b)
+        w, landed_w = run_into_sentinels(lambda a, dy: mj.grouped_gemm_wgrad(a, dy, off),
+                                         [jax.ShapeDtypeStruct((256, k, n), jnp.float32)], a, dy)
+        out, vjp = jax.vjp(lambda r: mj.ragged_dot(a, r, jnp.asarray(sizes)), b)
+        (d_rhs,) = vjp(dy)
+    assert landed_d and landed_w, "XLA did not place the outputs in the donated sentinel buffers"
+    ref = _rows_ref64(a, b, sizes)
+    if end:
+        assert_close(d[:end], ref[:end], "grouped_gemm: rows in groups")
+        assert_close(out, ref, "ragged_dot")
+    assert (f32(d)[end:] == SENTINEL).all(), "grouped_gemm wrote rows past the last group"
+    assert (f32(out)[end:] == 0).all(), "ragged_dot: rows past the last group not zero"
+    w_ref = _wgrad_ref64(a, dy, sizes)
+    _expect_weight_gradient(w, w_ref, sizes, "wgrad")
+    _expect_weight_gradient(d_rhs, w_ref, sizes, "ragged_dot d rhs")
+
+
+@pytest.mark.parametrize("n", [128, 160, 200, 768])
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_c07_n_tails_of_grouped_gemm_and_ragged_dot(n, platform):
+    """C07: M = 512, K = 64, two experts of 256 rows, N in {128, 160, 200, 768} (tails of every common tile
+    width): grouped_gemm with either weight layout into a poisoned output (run_into_sentinels: every element
+    written, no SENTINEL left in a column tail) and ragged_dot, against the float64 oracle at the spec's
+    tolerances."""
+    sizes = np.array([256, 256], np.int32)
+    rng = np.random.default_rng(34 + n)
+    with running_on(platform_device(platform)):
+        a, b_kn = rand(rng, (512, 64)), rand(rng, (2, 64, n), scale=0.2)
+        b_nk = jnp.swapaxes(b_kn, 1, 2)
+        spec = [jax.ShapeDtypeStruct((512, n), jnp.bfloat16)]
+        outs = {layout: run_into_sentinels(lambda a, b: mj.grouped_gemm(a, b, offsets_of(sizes), b_layout=layout),
+                                           spec, a, b)
+                for layout, b in (("kn", b_kn), ("nk", b_nk))}
+        outs["ragged_dot"] = jax.jit(mj.ragged_dot)(a, b_kn, jnp.asarray(sizes)), True
+    ref = _rows_ref64(a, b_kn, sizes)
+    for name, (d, landed) in outs.items():
+        assert landed, f"{name}: XLA did not place the output in the donated sentinel buffer"
+        assert not (f32(d) == SENTINEL).any(), f"{name}: elements left unwritten"
+        assert_close(d, ref, f"{name}, N = {n}")
+
+
+def _c09_ends(rng, e, m):
+    """End rows of e non-empty experts over m rows: every offset before the last a multiple of 8 but not of 64."""
+    candidates = np.array([v for v in range(8, m, 8) if v % 64])
+    return np.append(np.sort(rng.choice(candidates, e - 1, replace=False)), m).astype(np.int32)
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_c09_wgrad_offsets_aligned_to_8_only(platform):
+    """C09: x (2560, 512), dy (2560, 1536) over 2, 7 and 12 experts whose offsets are multiples of 8 but not of 64
+    (nor 128): the f32 W of grouped_gemm_wgrad (and, for 7 experts, ragged_dot_general's ragged contraction, f32)
+    within 1e-3 relative error of the float64 oracle, expert by expert (Frobenius, and elementwise against the
+    expert's largest value). The full size on both platforms: about 0.3 s a call on a 2-core CPU."""
+    m, h, n = 2560, 512, 1536
+    rng = np.random.default_rng(35)
+    dims = jax.lax.RaggedDotDimensionNumbers(dot_dimension_numbers=(([0], [0]), ([], [])),
+                                             lhs_ragged_dimensions=[0], rhs_group_dimensions=[])
+    with running_on(platform_device(platform)):
+        x, dy = rand(rng, (m, h)), rand(rng, (m, n))
+        wgrad = jax.jit(mj.grouped_gemm_wgrad)
+        cases = []
+        for e in (2, 7, 12):
+            ends = _c09_ends(rng, e, m)
+            sizes = np.diff(ends, prepend=0)
+            results = {"wgrad": wgrad(x, dy, jnp.asarray(ends))}
+            if e == 7:
+                results["ragged_dot_general"] = jax.jit(lambda x, dy, gs: mj.ragged_dot_general(
+                    x, dy, gs, dims, preferred_element_type=jnp.float32))(x, dy, jnp.asarray(sizes))
+            cases.append((sizes, results))
+    x64, dy64 = _f64(x), _f64(dy)
+    for sizes, results in cases:
+        assert (sizes > 0).all() and not (np.cumsum(sizes)[:-1] % 64 == 0).any()
+        for name, w in results.items():
+            assert w.shape == (len(sizes), h, n) and w.dtype == jnp.float32, (name, w.shape, w.dtype)
+        results = {name: np.asarray(w) for name, w in results.items()}
+        for g, (begin, end) in enumerate(_ranges(sizes)):
+            ref = x64[begin:end].T @ dy64[begin:end]
+            for name, w in results.items():
+                got, what = w[g].astype(np.float64), f"{name}, {len(sizes)} experts, expert {g} ({begin}..{end})"
+                assert np.linalg.norm(got - ref) < 1e-3 * np.linalg.norm(ref), what
+                assert np.abs(got - ref).max() <= 1e-3 * np.abs(ref).max(), what
 
 
 def _gated(gate, up, activation, limit=7.0, act_alpha=1.702, linear_offset=1.0):
