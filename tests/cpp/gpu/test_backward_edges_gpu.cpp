@@ -408,6 +408,19 @@ TEST(BackwardGpu, ClampedHugeNegativeGateGivesZeroNotNan) {
   check_clamp_probes(kHuge, false, variant);
 }
 
+/// A dGLU call with dense weights and dprob over device buffers (dc may be c's buffer, to test the aliasing rule).
+GroupedGemmDgluArgs dglu_call(const DeviceTensor& dy, const DeviceTensor& w, const DeviceTensor& c,
+                              const DeviceTensor& offsets, const DeviceTensor& dc, const DeviceTensor& dprob) {
+  GroupedGemmDgluArgs args;
+  args.a = dy.view();
+  args.b.dense = w.view();
+  args.c = c.view();
+  args.offsets = offsets.view();
+  args.dc = dc.view();
+  args.dprob = dprob.view();
+  return args;
+}
+
 TEST(BackwardGpu, DgluOverItsSavedActivationIsRefusedBeforeLaunch) {
   // dC written over the saved pre-activation C (an in-place call to save memory) breaks the aliasing rule
   // (docs/ops.md §0.2, rule 9): the op raises invalid_argument naming dc and c before it launches, so C keeps
@@ -421,13 +434,7 @@ TEST(BackwardGpu, DgluOverItsSavedActivationIsRefusedBeforeLaunch) {
   const HostTensor offsets = offsets_from_sizes(sizes);
   HostTensor dprob = poisoned(DType::f32, {m});
   DeviceTensor ddy(dy), dw(w), dc(c), doff(offsets), ddprob(dprob);
-  GroupedGemmDgluArgs args;
-  args.a = ddy.view();
-  args.b.dense = dw.view();
-  args.c = dc.view();
-  args.offsets = doff.view();
-  args.dc = dc.view();
-  args.dprob = ddprob.view();
+  const GroupedGemmDgluArgs args = dglu_call(ddy, dw, dc, doff, dc, ddprob);
   try {
     call_op(grouped_gemm_dglu_workspace_bytes, grouped_gemm_dglu, args, true);
     ADD_FAILURE() << "grouped_gemm_dglu with dc == c did not raise";
@@ -456,13 +463,7 @@ TEST(BackwardGpu, TooSmallWorkspaceIsRefusedBeforeLaunch) {
   const HostTensor offsets = offsets_from_sizes({64, 0, 100, 28});
   const HostTensor dc_poison = poisoned(DType::bf16, {m, 2 * i}), dprob_poison = poisoned(DType::f32, {m});
   DeviceTensor ddy(dy), dw(w), dsaved(c), doff(offsets), ddc(dc_poison), ddprob(dprob_poison);
-  GroupedGemmDgluArgs args;
-  args.a = ddy.view();
-  args.b.dense = dw.view();
-  args.c = dsaved.view();
-  args.offsets = doff.view();
-  args.dc = ddc.view();
-  args.dprob = ddprob.view();
+  const GroupedGemmDgluArgs args = dglu_call(ddy, dw, dsaved, doff, ddc, ddprob);
   const std::size_t needed = grouped_gemm_dglu_workspace_bytes(args);
   ASSERT_GT(needed, 0u);
   Workspace ws(needed, nullptr);
