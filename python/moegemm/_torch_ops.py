@@ -13,6 +13,7 @@ import torch
 
 from ._native import library_path, load_failed
 from ._torch_errors import check_same_device, check_strided
+from ._torch_op_docs import OP_DOCS
 from ._torch_options import ACTIVATIONS as _ACTIVATIONS
 from ._torch_options import B_LAYOUTS as _B_LAYOUTS
 from ._torch_options import b_layouts_text as _b_layouts_text
@@ -269,3 +270,15 @@ if _JaggedTensor is not None:
     for _op in torch._C._dispatch_get_all_op_names():  # every op and overload the library registered
         if _op.startswith("moegemm::"):
             torch.library.register_torch_dispatch(_op, _JaggedTensor, _refuse_jagged)
+
+
+def _attach_docs() -> None:
+    """Each op's docstring (``_torch_op_docs``) on its overload packet and overloads, for ``help()``."""
+    for name, doc in OP_DOCS.items():
+        packet = getattr(torch.ops.moegemm, name)
+        packet.__doc__ = doc
+        for overload in packet.overloads():
+            getattr(packet, overload).__doc__ = doc
+
+
+_attach_docs()

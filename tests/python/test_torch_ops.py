@@ -155,6 +155,22 @@ def test_grouped_gemm_srelu_and_dsrelu_values():
     torch.testing.assert_close(amax.double(), ref_dc.abs().max().reshape(1), rtol=3e-2, atol=1e-3)
 
 
+def test_every_op_documents_its_arguments_and_outputs():
+    """help() of every op and overload prints a docstring (ops registered in C++ carry none) that names each
+    argument and each output of the overload's schema, so that a changed schema cannot leave its doc behind."""
+    ops = [name.split("::")[1] for name in torch._C._dispatch_get_all_op_names() if name.startswith("moegemm::")]
+    assert len({op.split(".")[0] for op in ops}) == 10, ops
+    for op in ops:
+        packet_name, _, overload_name = op.partition(".")
+        packet = getattr(torch.ops.moegemm, packet_name)
+        overload = getattr(packet, overload_name or "default")
+        assert packet.__doc__ and overload.__doc__ == packet.__doc__, op
+        schema = overload._schema
+        for name in [a.name for a in schema.arguments] + [r.name for r in schema.returns if r.name]:
+            assert re.search(rf"\b{name}\b", overload.__doc__), f"{op}: {name} is not in its docstring"
+        assert "Raises:" in overload.__doc__ and "docs/ops.md" in overload.__doc__, op
+
+
 @pytest.mark.parametrize("transpose", [False, True])
 @pytest.mark.parametrize("out_dtype", [None, torch.bfloat16])
 def test_grouped_gemm_wgrad_values(transpose, out_dtype):
