@@ -28,7 +28,8 @@ constexpr const char* kRunUsage = R"(  run     one MoE layer (up-projection with
             --oracle reference|spot  expected values from the CPU reference on the sampled rows (GPU default)
                                   or from double-precision math (CPU default)
 )";
-constexpr const char* kGemmUsage = R"(  gemm    one grouped_gemm (bf16) timed on the GPU, as JSON: time_us (median, us), tflops (2*M*N*K / time)
+constexpr const char* kGemmUsage = R"(  gemm    one grouped_gemm (bf16) timed on the GPU, as JSON: time_us (median, us), tflops (2*rows*N*K / time,
+            rows: the rows in groups, M unless --group-sizes sum to less)
             --m M --n N --k K --e E (E <= 1024) [--seed S] [--json PATH|-]
             [--group-sizes a,b,... (E sizes, their sum at most M) | --routing R]
             [--layout kn|nk (default kn)] [--iters N (default 30)] [--warmup N (default 5)]
