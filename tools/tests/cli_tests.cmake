@@ -56,7 +56,7 @@ moegemm_cli_test(help COMMAND ${_expect_0} ${_cli} --help
 moegemm_cli_test(run_help COMMAND ${_expect_0} ${_cli} run --model nope --help
                  REGEX "^usage: moegemm run \\[options\\]\n\n  run     one MoE layer[^\n]*\n([^\n]*\n)+[^\n]*\\(CPU default\\)\n\nexit codes")
 moegemm_cli_test(gemm_help COMMAND ${_expect_0} ${_cli} gemm -h
-                 REGEX "^usage: moegemm gemm \\[options\\]\n\n  gemm    one grouped_gemm[^\n]*\n[^\n]*--m M[^\n]*\n([^\n]*\n)*[^\n]*--layout[^\n]*\n\nexit codes")
+                 REGEX "^usage: moegemm gemm \\[options\\]\n\n  gemm    one grouped_gemm[^\n]*\n[^\n]*rows in groups[^\n]*\n[^\n]*--m M[^\n]*\n([^\n]*\n)*[^\n]*--layout[^\n]*\n\nexit codes")
 
 # Bad arguments: exit code 2 and a message naming the problem.
 set(_expect_1 ${CMAKE_COMMAND} -DEXPECT_CODE=1 -P ${CMAKE_CURRENT_SOURCE_DIR}/tests/expect_exit.cmake --)
