@@ -94,8 +94,8 @@ struct GroupedGemmArgs {
                        ///< (stride(0) == N, unsupported otherwise), as for every grouped op's bias
   TensorView d;        ///< out (M, N) bf16/f16/f32
   TensorView c;        ///< optional out (M, N) bf16/f16/f32: generate_c
-  bool zero_tail = false;
-  bool validate = false;  ///< host check of offsets first (synchronises for device offsets)
+  bool zero_tail = false;  ///< zeros to the rows at or past offsets[E-1] of every row-indexed output (every op's)
+  bool validate = false;  ///< host check of offsets first (synchronises for device offsets; every op's)
 };
 
 /// §2 grouped_gemm_glu. G as in §1 with N = 2I; D = prob * act(gate, up) (M, I); C = G (M, 2I).
@@ -136,12 +136,12 @@ struct GroupedGemmDgluArgs {
 
 /// §4 grouped_gemm_srelu. G as in §1; C = G; D = prob * relu(G)^2.
 struct GroupedGemmSreluArgs {
-  TensorView a;
-  ExpertWeights b;
-  TensorView offsets;
-  TensorView alpha;
-  TensorView prob;
-  TensorView bias;
+  TensorView a;        ///< (M, K)
+  ExpertWeights b;     ///< N columns
+  TensorView offsets;  ///< (E,) int32
+  TensorView alpha;    ///< optional (E,) f32
+  TensorView prob;     ///< optional (M,) f32; scales D only
+  TensorView bias;     ///< optional (E, N) bf16/f32, added before the activation
   TensorView d;        ///< out (M, N)
   TensorView c;        ///< optional out (M, N)
   bool zero_tail = false;
@@ -152,11 +152,11 @@ struct GroupedGemmSreluArgs {
 /// dprob = sum_cols relu(C)^2 dH; dbias = per-expert column sums of dC; amax = max|dC|.
 struct GroupedGemmDsreluArgs {
   TensorView a;        ///< (M, K) incoming gradient
-  ExpertWeights b;
-  TensorView c;        ///< (M, N) saved pre-activation
-  TensorView offsets;
-  TensorView alpha;
-  TensorView prob;
+  ExpertWeights b;     ///< N columns
+  TensorView c;        ///< (M, N) saved pre-activation, bf16/f16/f32
+  TensorView offsets;  ///< (E,) int32
+  TensorView alpha;    ///< optional (E,) f32
+  TensorView prob;     ///< optional (M,) f32
   TensorView dc;       ///< out (M, N)
   TensorView dprob;    ///< optional out (M,) f32
   TensorView dbias;    ///< optional out (E, N) f32/bf16
@@ -184,7 +184,7 @@ struct GemmSwigluArgs {
   TensorView a;        ///< (M, K)
   TensorView b;        ///< (N, K) for nk, (K, N) for kn
   BLayout b_layout = BLayout::nk;
-  float alpha = 1.0f;
+  float alpha = 1.0f;  ///< scales the GEMM term
   GluLayout layout = GluLayout::interleaved32_up_first;  ///< the default needs N % 64 == 0 (GluLayout)
   TensorView ab12;     ///< out (M, N) f32/bf16/f16
   TensorView c;        ///< out (M, N/2) bf16/f16/f32
@@ -192,20 +192,20 @@ struct GemmSwigluArgs {
 
 /// §6 gemm_amax. C = A @ B^T; amax = max |C| (written even for M = 0: then 0).
 struct GemmAmaxArgs {
-  TensorView a;
-  TensorView b;
+  TensorView a;        ///< (M, K)
+  TensorView b;        ///< (N, K) for nk, (K, N) for kn
   BLayout b_layout = BLayout::nk;
-  TensorView c;        ///< out (M, N)
+  TensorView c;        ///< out (M, N) bf16/f16/f32
   TensorView amax;     ///< out (1,) f32
 };
 
 /// §6 gemm_srelu: §4 forward with one group; alpha is a scalar.
 struct GemmSreluArgs {
-  TensorView a;
-  TensorView b;
+  TensorView a;        ///< (M, K)
+  TensorView b;        ///< (N, K) for nk, (K, N) for kn
   BLayout b_layout = BLayout::nk;
-  float alpha = 1.0f;
-  TensorView prob;     ///< optional (M,)
+  float alpha = 1.0f;  ///< scales the GEMM term
+  TensorView prob;     ///< optional (M,) f32
   TensorView d;        ///< out (M, N)
   TensorView c;        ///< optional out (M, N)
 };
@@ -213,26 +213,28 @@ struct GemmSreluArgs {
 /// §6 gemm_dsrelu: §4 backward with one group.
 struct GemmDsreluArgs {
   TensorView a;        ///< (M, K) incoming gradient
-  TensorView b;
+  TensorView b;        ///< (N, K) for nk, (K, N) for kn
   BLayout b_layout = BLayout::nk;
-  float alpha = 1.0f;
+  float alpha = 1.0f;  ///< scales the GEMM term
   TensorView c;        ///< (M, N) saved pre-activation
-  TensorView prob;     ///< optional (M,)
+  TensorView prob;     ///< optional (M,) f32
   TensorView dc;       ///< out (M, N)
   TensorView dprob;    ///< optional out (M,) f32
 };
 
 // Every op: `X_workspace_bytes(args)` gives the scratch the call needs, in bytes of device memory (0 for host
-// calls). It depends only on shapes, dtypes and options: it makes the contract checks but not the pointer rules,
-// nor the device check below. The workspace needs no initialisation.
+// calls). It depends only on shapes, dtypes and options (and on the tuning override MOEGEMM_TILE_ORDER where it
+// is set, docs/kernels.md): it makes the contract checks but not the pointer rules, nor the device check below.
+// The workspace needs no initialisation.
 // `X(args, workspace, workspace_bytes, stream)` checks the contract, then runs on the backend of its
 // tensors. Device calls are asynchronous on `stream` and never synchronise (unless validate).
 // Throws Error: invalid_argument for operands that break the contract (docs/ops.md §0.2), and for a device call
 // given less than X_workspace_bytes(args) (or a null workspace where that is > 0); unsupported for what the
-// backend lacks: f16/f32/f64 inputs on cuda tensors, 8-bit or FP4 inputs on either backend, on cuda an M, N, K
-// or H past 2147483647, a B stride of 2^40 bytes or more or a bias without contiguous rows, and a current device
+// backend lacks: f16/f32/f64 inputs on cuda tensors, 8-bit or FP4 inputs on either backend, on cuda an M, N, K,
+// H or the dGLU's 2I past 2147483647, a B stride of 2^40 bytes or more or a bias without contiguous rows, and a current device
 // that is not compute capability 9.0 (raised by X and X_check, not by the workspace query); cuda_error when a
-// CUDA call fails. An output that shares memory with another output or an input (w with accumulate is one
+// CUDA call fails; std::bad_alloc (not Error) where a host call cannot allocate its threads' scratch
+// (docs/cpp.md). An output that shares memory with another output or an input (w with accumulate is one
 // operand) is invalid_argument naming both (docs/ops.md §0.2, rule 9; pointer-table buffers and the workspace
 // are not checked).
 // `X_check(args, stream)` makes every check X(args, ...) makes before it launches, for a call whose outputs
