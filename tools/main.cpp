@@ -15,8 +15,8 @@ namespace {
 
 // Each command's lines of the usage; `moegemm <command> --help` prints its own, `moegemm --help` all of them.
 constexpr const char* kRunUsage = R"(  run     one MoE layer (up-projection with fused GLU, down-projection, and their backward ops) per model
-          preset: verified against the CPU reference on sampled rows, timed (median us, TFLOP/s) against a
-          dense cuBLAS GEMM
+          preset: verified on sampled rows (--oracle), timed (median us, TFLOP/s) against a dense cuBLAS GEMM;
+          the CPU backend runs hidden and intermediate divided by 8 (rounded up to a multiple of 8)
             --model NAME          one preset (default: every preset of the workloads file)
             --tokens N            tokens per batch, N > 0 (default: the preset's; 64 on the CPU backend)
             --routing uniform|zipf  how rows are routed to experts (default uniform)

@@ -231,10 +231,10 @@ struct GemmDsreluArgs {
 // Throws Error: invalid_argument for operands that break the contract (docs/ops.md §0.2), and for a device call
 // given less than X_workspace_bytes(args) (or a null workspace where that is > 0); unsupported for what the
 // backend lacks: f16/f32/f64 inputs on cuda tensors, 8-bit or FP4 inputs on either backend, on cuda an M, N, K,
-// H or the dGLU's 2I past 2147483647, a B stride of 2^40 bytes or more or a bias without contiguous rows, and a current device
-// that is not compute capability 9.0 (raised by X and X_check, not by the workspace query); cuda_error when a
-// CUDA call fails; std::bad_alloc (not Error) where a host call cannot allocate its threads' scratch
-// (docs/cpp.md). An output that shares memory with another output or an input (w with accumulate is one
+// H or the dGLU's 2I past 2147483647, a B stride of 2^40 bytes or more or a bias without contiguous rows, and a
+// current device that is not compute capability 9.0 (raised by X and X_check, not by the workspace query);
+// cuda_error when a CUDA call fails; std::bad_alloc (not Error) where a host call cannot allocate its threads'
+// scratch (docs/cpp.md). An output that shares memory with another output or an input (w with accumulate is one
 // operand) is invalid_argument naming both (docs/ops.md §0.2, rule 9; pointer-table buffers and the workspace
 // are not checked).
 // `X_check(args, stream)` makes every check X(args, ...) makes before it launches, for a call whose outputs

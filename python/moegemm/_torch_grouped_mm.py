@@ -448,7 +448,8 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
     layouts (sparse), strides, alignment (N and K multiples of 8 for 16-bit types), also with no groups;
     TypeError for an operand that is not a tensor and for a ``zero_tail`` or ``validate`` that is not a bool
     (Python or NumPy); NotImplementedError for f16, f32 or f64 inputs on CUDA, for 8-bit and FP4 inputs and for
-    an operand inside a torch.func transform.
+    an operand inside a torch.func transform that needs its gradient (``grad``, ``jacrev``; without grad,
+    ``vmap`` runs through torch's per-sample fallback, one call per sample).
     DTensor operands (torch.distributed.tensor; every tensor operand one, on one mesh) run on each rank's
     shards with the strategies of ``torch._grouped_mm``'s DTensor sharding rule, the result a DTensor
     (python/moegemm/_torch_dtensor.py, docs/torch.md); a plain tensor among them raises ValueError naming it.

@@ -404,6 +404,9 @@ class MoEMLP(torch.nn.Module):
     def __init__(self, num_experts: int, hidden: int, intermediate: int, *, activation: str = "swiglu",
                  glu_layout: str = "halves", zero_tail: bool = True, limit: float = 7.0, act_alpha: float = 1.702,
                  linear_offset: float = 1.0, device=None, dtype=None):
+        """E = ``num_experts`` experts of ``hidden`` (H) inputs and ``intermediate`` (I) gated columns:
+        parameters ``w_up`` (E, H, 2I) and ``w_down`` (E, I, H) of ``dtype`` on ``device``. The arguments, their
+        rules and the errors they raise are those of the class docstring (:class:`MoEMLP`)."""
         super().__init__()
         factory = {"device": device, "dtype": dtype}
         _check_config("MoEMLP", activation, glu_layout)

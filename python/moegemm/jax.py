@@ -183,7 +183,8 @@ def grouped_gemm(a, b, offsets, *, alpha=None, prob=None, bias=None, b_layout="n
       D (M, N), or (D, C) with generate_c.
     Raises:
       At trace time, naming the operand: ValueError for shapes, E, alignment and option values; TypeError for
-      dtypes, a non-array operand and a flag that is not a bool.
+      dtypes, a non-array operand and a flag that is not a bool. The op has no derivative rule: jax.grad or
+      jax.vjp through it raises ValueError (ragged_dot, ragged_dot_general and moe_mlp are differentiable).
     """
     return _grouped_forward("grouped_gemm", a, b, offsets, alpha, prob, bias, b_layout, generate_c,
                             d_dtype, c_dtype, zero_tail, None)
@@ -358,8 +359,8 @@ def gemm_swiglu(a, b, *, b_layout="nk", alpha=1.0, glu_layout="interleaved32_up_
     Args: a (M, K) bf16/f16; b (N, K) ("nk") or (K, N) ("kn"), a's dtype; K, N multiples of 8; N a multiple of
     64 for the interleaved layouts (the default included), N/2 of 8 for "halves" (of 4 where ab12 and c are
     f32); alpha: python float, not NaN (baked into the compiled call); ab12_dtype f32 (default)/bf16/f16;
-    c_dtype bf16/f16/f32 (default a.dtype). Returns (ab12, c). Raises as grouped_gemm, and ValueError for a NaN
-    alpha.
+    c_dtype bf16/f16/f32 (default a.dtype). Returns (ab12, c). Raises as grouped_gemm, ValueError for a NaN
+    alpha and TypeError for a traced one.
     """
     op = "gemm_swiglu"
     m = _activations(op, a)
@@ -396,7 +397,8 @@ def gemm_srelu(a, b, *, b_layout="nk", alpha=1.0, prob=None, generate_c=False, d
 
     Args: a (M, K) bf16/f16; b (N, K) / (K, N), a's dtype; K, N multiples of 8; alpha python float, not NaN;
     prob optional (M,) f32; generate_c returns C = G too; d_dtype, c_dtype bf16/f16/f32 (default a.dtype).
-    Returns D (M, N) or (D, C). Raises as grouped_gemm, and ValueError for a NaN alpha.
+    Returns D (M, N) or (D, C). Raises as grouped_gemm, ValueError for a NaN alpha and TypeError for a traced
+    one.
     """
     op = "gemm_srelu"
     generate_c = chk.static_bool(op, "generate_c", generate_c)
@@ -421,7 +423,7 @@ def gemm_dsrelu(dy, b, c, *, b_layout="nk", alpha=1.0, prob=None, compute_dprob=
     Args: dy (M, K) bf16/f16; b (N, K) / (K, N), dy's dtype; K, N multiples of 8; c (M, N) bf16/f16/f32 saved
     pre-activation; alpha python float, not NaN; prob optional (M,) f32; compute_dprob also returns dprob;
     dc_dtype bf16/f16/f32 (default c.dtype). Returns (dC (M, N), dprob (M,) f32 or None). Raises as
-    grouped_gemm, and ValueError for a NaN alpha.
+    grouped_gemm, ValueError for a NaN alpha and TypeError for a traced one.
     """
     op = "gemm_dsrelu"
     compute_dprob = chk.static_bool(op, "compute_dprob", compute_dprob)
