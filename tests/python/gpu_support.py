@@ -60,16 +60,29 @@ def has_gpu_kernel(*ops, dtypes=()) -> bool:
 
 
 @functools.lru_cache(maxsize=None)
-def jax_gpu_present() -> bool:
-    """JAX sees a GPU, and the moegemm JAX binding can run the sm_90a kernels in this process."""
+def jax_gpu_absence() -> str | None:
+    """Why JAX cannot run the sm_90a kernels in this process, or None where it can. Where the machine has an
+    sm_90 GPU that JAX does not use (a jax without its CUDA plugin, say), the reason says so, so that a GPU
+    machine set up wrong does not read as one without a GPU."""
     try:
         import jax
         if not any(d.platform == "gpu" for d in jax.devices()):
-            return False
-        import moegemm.jax as mj
-        return bool(mj.device_kernels_available())
-    except Exception:  # no jax, no backend, no binding: no GPU for these tests
-        return False
+            reason = "JAX has no GPU device"
+        else:
+            import moegemm.jax as mj
+            if mj.device_kernels_available():
+                return None
+            reason = "moegemm's JAX binding cannot run the sm_90a kernels on JAX's GPU"
+    except Exception as exc:  # no jax, no backend, no binding
+        reason = f"JAX or moegemm.jax failed to load ({type(exc).__name__}: {exc})"
+    if torch_gpu_present():
+        reason += "; torch sees an sm_90 GPU on this machine: install a jax with its CUDA plugin (a jax[cuda…] extra)"
+    return reason
+
+
+def jax_gpu_present() -> bool:
+    """JAX sees a GPU, and the moegemm JAX binding can run the sm_90a kernels in this process."""
+    return jax_gpu_absence() is None
 
 
 @functools.lru_cache(maxsize=None)

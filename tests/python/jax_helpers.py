@@ -13,7 +13,7 @@ import jax.numpy as jnp  # noqa: E402
 
 import moegemm.jax as mj  # noqa: E402
 
-from gpu_support import has_gpu_kernel, jax_gpu_present  # noqa: E402
+from gpu_support import has_gpu_kernel, jax_gpu_absence, jax_gpu_present  # noqa: E402
 
 SENTINEL = np.float32(-7168.0)  # exactly representable in bf16/f16/f32, far from any result here
 
@@ -23,7 +23,7 @@ def gpu_ready() -> bool:
     return jax_gpu_present()
 
 
-GPU_SKIP_REASON = "needs a GPU that runs the sm_90a kernels (JAX)"
+GPU_SKIP_REASON = f"needs a GPU that runs the sm_90a kernels (JAX): {jax_gpu_absence()}"
 
 # The platforms of a test that checks both backends (gpu_support's policy): "cpu" everywhere, "gpu" marked
 # gpu and skipped, with GPU_SKIP_REASON, where JAX has no GPU that runs the kernels.
