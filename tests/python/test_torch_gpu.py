@@ -318,14 +318,19 @@ def test_compile_fullgraph_matches_eager_cuda():
 
 
 def test_runs_on_the_current_stream():
+    """The op runs on the current stream: with the default stream held up by a sleep kernel (~0.5 s), a call
+    on a side stream is complete once the side stream is; a launch on the default stream would still be queued
+    behind the sleep, and d read on the side stream would not hold the product."""
     a, b = randn(256, 128, device="cuda"), randn(4, 64, 128, device="cuda", seed=1)
     offsets = offsets_of([64] * 4, "cuda")
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
+    torch.cuda._sleep(1 << 30)  # on the default stream, after the side stream's wait
     with torch.cuda.stream(side):
         d, _ = ops.grouped_gemm(a, b, offsets)
-    side.synchronize()
-    assert_close(d, ops.grouped_gemm(a.cpu(), b.cpu(), offsets.cpu())[0])
+        got = d.cpu()  # synchronises the side stream only
+    torch.cuda.synchronize()
+    assert_close(got, ops.grouped_gemm(a.cpu(), b.cpu(), offsets.cpu())[0])
 
 
 def _check_moe_mlp_against_the_cpu_backend(device):
