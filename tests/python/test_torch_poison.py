@@ -14,8 +14,8 @@ import pytest
 import torch
 
 import moegemm.torch as mt
-from torch_helpers import (DEVICES, PERTURB_FILL, assert_close, end_row, malloc_perturb, offsets_of, poison, randn,
-                           ranges, ref_linear)
+from torch_helpers import (DEVICES, PERTURB_FILL, activation, assert_close, end_row, expect_malloc_perturbed,
+                           glu_halves, malloc_perturb, offsets_of, poison, randn, ranges, ref_linear)
 
 ops = torch.ops.moegemm
 POISON_BYTE = {"cpu": PERTURB_FILL, "cuda": 0xFF}
@@ -33,14 +33,15 @@ def _poisoned_cpu_allocations(request):
 
 
 def _poisoned(nbytes, device):
-    """The next output of `nbytes` bytes starts poisoned: on CUDA a freed 0xFF block of that size is reused;
-    on CPU every allocation is (a probe of that size checks it)."""
+    """The next output of `nbytes` bytes (or the next outputs of a list of sizes, in allocation order) starts
+    poisoned: on CUDA freed 0xFF blocks of those sizes, side by side, are reused; on CPU every allocation is (a
+    probe of each size checks it)."""
+    sizes = [nbytes] if isinstance(nbytes, int) else list(nbytes)
     if device == "cuda":
-        poison([nbytes], device)
+        poison(sizes, device)
         return
-    probe = torch.empty(nbytes, dtype=torch.uint8)
-    if not (probe == PERTURB_FILL).all():
-        pytest.skip("malloc did not apply M_PERTURB to a block of this size; nothing to prove here")
+    for n in sizes:
+        expect_malloc_perturbed(n)
 
 
 def poisoned_rows(t: torch.Tensor) -> torch.Tensor:
@@ -134,16 +135,31 @@ def test_c03_many_empty_experts(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_glu_outputs_written_where_addressed(device):
+@pytest.mark.parametrize("zero_tail", [False, True])
+def test_glu_outputs_written_where_addressed(device, zero_tail):
+    """grouped_gemm_glu (swiglu, halves) with generate_c over a poisoned allocator, both outputs' sizes: every
+    element of the 89 addressed rows of h (M, I) and c (M, 2I) is written (the CPU poison is a finite 3.39e38,
+    so finiteness proves nothing) and matches the float64 reference, c = G and h = silu(gate) * up (docs/ops.md
+    section 2), at the spec's bf16 tolerance; the 11 tail rows of both keep the poison, or are 0 with zero_tail."""
     sizes = [30, 0, 50, 9]
     m, k, i = 100, 64, 64
     a, b = randn(m, k, device=device), randn(4, 2 * i, k, device=device, seed=12, scale=0.2)
     offsets = offsets_of(sizes, device)
-    _poisoned(m * i * 2, device)
-    h, c = ops.grouped_gemm_glu(a, b, offsets, generate_c=True)
-    assert not poisoned_rows(h[:89]).any() and torch.isfinite(h[:89]).all()
-    assert torch.isfinite(c[:89]).all()
-    assert poisoned_rows(h[89:]).all()
+    end = end_row(offsets, m)
+    assert end == 89
+    _poisoned([m * i * 2, m * 2 * i * 2], device)  # h, then c: the order the op allocates them
+    h, c = ops.grouped_gemm_glu(a, b, offsets, generate_c=True, zero_tail=zero_tail)
+    assert h.shape == (m, i) and c.shape == (m, 2 * i)
+    assert not poisoned_elements(h[:end]).any(), "elements of h left unwritten"
+    assert not poisoned_elements(c[:end]).any(), "elements of c left unwritten"
+    g = ref_linear(a, b, offsets)
+    gate, up = glu_halves(g, "halves")
+    assert_close(c, g, rows=slice(0, end))
+    assert_close(h, activation(gate, up, "swiglu"), rows=slice(0, end))
+    if zero_tail:
+        assert (h[end:] == 0).all() and (c[end:] == 0).all()
+    else:
+        assert poisoned_rows(h[end:]).all() and poisoned_rows(c[end:]).all(), "tail rows were written"
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -175,6 +175,30 @@ def malloc_perturb():
         libc.mallopt(M_PERTURB, 0)
 
 
+def expect_malloc_perturbed(nbytes):
+    """Under malloc_perturb(): skips the test unless a fresh CPU allocation of `nbytes` bytes reads back as
+    PERTURB_FILL bytes (the C library may not apply M_PERTURB to every block; then nothing is proven)."""
+    probe = torch.empty(nbytes, dtype=torch.uint8)
+    if not (probe == PERTURB_FILL).all():
+        pytest.skip("malloc did not apply M_PERTURB to a block of this size; nothing to prove here")
+
+
+@contextlib.contextmanager
+def poisoned_allocations(nbytes_list, device):
+    """While on, outputs of the given byte sizes (in the order the op allocates them) start poisoned, without
+    relying on the CPU heap handing a freed block back: on CPU every block malloc hands out starts as
+    PERTURB_FILL bytes (malloc_perturb(), 3.39e38 in bf16 and f32; a probe of each size checks it); on CUDA
+    the caching allocator reuses side-by-side freed NaN (0xFF) blocks of those sizes (poison())."""
+    if device == "cuda":
+        poison(nbytes_list, device)
+        yield
+        return
+    with malloc_perturb():
+        for n in nbytes_list:
+            expect_malloc_perturbed(n)
+        yield
+
+
 def _keep_freed_blocks_on_cpu():
     """Make glibc serve large CPU allocations from its heap (not fresh zeroed mmap pages), so that a
     freed block is handed to the next allocation of its size with its content intact."""
