@@ -842,16 +842,16 @@ def test_empty_batch_backward():
 def test_moe_mlp_zeroes_its_tail_by_default(device):
     """As moegemm.jax.moe_mlp does: the rows past offsets[-1] of y and of x's gradient are zero by default,
     written by the ops over a NaN-poisoned allocator, so that nothing unspecified flows into the layers around
-    the MLP; MoEMLP has the same default. (The CPU allocator may not hand the poisoned block back: CUDA's
-    caching allocator does, so the CUDA case is the one that proves the ops write the zeros.)"""
+    the MLP; MoEMLP has the same default. (On CUDA the caching allocator hands the NaN blocks back; on the CPU
+    every allocation starts poisoned, torch_helpers.poisoned_allocations.)"""
     sizes, m, h, i = [5, 0, 12], 24, 16, 16
     offsets = offsets_of(sizes, device)
     x = randn(m, h, seed=11, device=device).requires_grad_(True)
     w_up = randn(3, h, 2 * i, seed=12, scale=0.25, device=device)
     w_down = randn(3, i, h, seed=13, scale=0.25, device=device)
-    poison([m * h * 2, m * 2 * i * 2, m * i * 2], device)
-    y = mt.moe_mlp(x, w_up, w_down, offsets)
-    y.float().sum().backward()
+    with poisoned_allocations([m * h * 2, m * 2 * i * 2, m * i * 2], device):
+        y = mt.moe_mlp(x, w_up, w_down, offsets)
+        y.float().sum().backward()
     assert (y[17:] == 0).all() and (x.grad[17:] == 0).all()
     assert torch.isfinite(x.grad).all() and (x.grad[:17] != 0).any()
     assert mt.MoEMLP(3, h, i).zero_tail
@@ -864,9 +864,9 @@ def test_gradcheck_of_a_slice_of_moe_mlp_by_default():
     x = randn(20, 8, dtype=torch.float64, seed=14).requires_grad_(True)
     w_up = randn(3, 8, 16, dtype=torch.float64, seed=15, scale=0.5)
     w_down = randn(3, 8, 8, dtype=torch.float64, seed=16, scale=0.5)
-    poison([20 * 8 * 8, 20 * 16 * 8])  # dx (M, H) and dC (M, 2I) in float64: freed NaN blocks to reuse
-    assert torch.autograd.gradcheck(lambda x: mt.moe_mlp(x, w_up, w_down, offsets)[:17], (x,), eps=1e-6,
-                                    atol=1e-6, rtol=1e-4)
+    with poisoned_allocations([20 * 8 * 8, 20 * 16 * 8], "cpu"):  # dx (M, H) and dC (M, 2I) in float64
+        assert torch.autograd.gradcheck(lambda x: mt.moe_mlp(x, w_up, w_down, offsets)[:17], (x,), eps=1e-6,
+                                        atol=1e-6, rtol=1e-4)
 
 
 def _small_f64_layer(requires_grad=True):

@@ -324,8 +324,8 @@ def test_3d_2d_tail_columns(device):
     a = randn(G, M, K, device=device, seed=87).requires_grad_(True)
     b = randn(N * G, K, device=device, seed=88).t().detach().requires_grad_(True)  # (K, N*G), column-major
     offs = offsets_of([N, 0, N, N - 5], device)
-    poison([N * G * M * 2], device)
-    out = mt.grouped_mm(a, b, offs, zero_tail=True)
+    with poisoned_allocations([N * G * M * 2], device):
+        out = mt.grouped_mm(a, b, offs, zero_tail=True)
     end = int(offs[-1])
     assert (out[:, end:] == 0).all()
     ref = torch.cat([a[0] @ b[:, :N], a[2] @ b[:, N:2 * N], a[3] @ b[:, 2 * N:end]], dim=1)
@@ -578,8 +578,9 @@ def test_2d_2d_matches_torch(device, strided):
     b = randn(kt, N, device=device, seed=7)[:K * G]
     for sizes in RAGGED_K_SIZES:
         offs = offsets_of(sizes, device)
-        poison([G * M * N * 2], device)  # an empty group's (M, N) block reads NaN unless the op writes its zeros
-        out = mt.grouped_mm(a, b, offs)
+        # an empty group's (M, N) block keeps the poison unless the op writes its zeros
+        with poisoned_allocations([G * M * N * 2], device):
+            out = mt.grouped_mm(a, b, offs)
         assert out.shape == (G, M, N) and out.dtype == a.dtype and out.device.type == device
         start = 0
         for g, size in enumerate(sizes):
@@ -634,8 +635,8 @@ def test_2d_2d_backward_matches_float64_autograd(device, sizes, zero_tail):
     offs = offsets_of(sizes, device)
     dout = randn(G, M, N, device=device, seed=33)
     out = mt.grouped_mm(x.t(), dy, offs, zero_tail=zero_tail)
-    poison([t * M * 2, t * N * 2], device)
-    out.backward(dout)
+    with poisoned_allocations([t * M * 2, t * N * 2], device):
+        out.backward(dout)
     want_x, want_dy = _ragged_k_reference_grads(x, dy, sizes, dout)
     end = sum(sizes)
     assert x.grad.device.type == dy.grad.device.type == device
