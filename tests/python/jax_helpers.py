@@ -108,12 +108,13 @@ def expert_of_rows(sizes, m):
     return owner
 
 
-def grouped_matmul_ref(a, b, sizes, b_layout="nk"):
-    """f32 oracle of G = a @ B_g^T (nk) / a @ B_g (kn) with zero rows past the groups."""
-    a, b = f32(a), f32(b)
+def grouped_matmul_ref(a, b, sizes, b_layout="nk", dtype=np.float32):
+    """Oracle in ``dtype`` (f32, or f64 where a test asks more) of G = a @ B_g^T (nk) / a @ B_g (kn) with zero
+    rows past the groups; a NumPy array already in ``dtype`` (another oracle's result) is taken as it is."""
+    a, b = (x if isinstance(x, np.ndarray) and x.dtype == dtype else np.asarray(f32(x), dtype) for x in (a, b))
     if b_layout == "nk":
         b = np.swapaxes(b, 1, 2)
-    out = np.zeros((a.shape[0], b.shape[2]), np.float32)
+    out = np.zeros((a.shape[0], b.shape[2]), dtype)
     owner = expert_of_rows(sizes, a.shape[0])
     for g in range(b.shape[0]):
         rows = owner == g

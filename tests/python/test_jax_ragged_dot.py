@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 from gpu_support import MOE_MLP_BACKWARD, MOE_MLP_FORWARD, RAGGED_DOT_BACKWARD
-from jax_helpers import (GPU_MARKS, PLATFORMS, SENTINEL, assert_close, device_for, f32, glu_pair, offsets_of,
-                         on_cpu, on_device_for, platform_device, rand, run_into_sentinels, running_on, jax, jnp, mj)
+from jax_helpers import (GPU_MARKS, PLATFORMS, SENTINEL, assert_close, device_for, f32, glu_pair,
+                         grouped_matmul_ref, offsets_of, on_cpu, on_device_for, platform_device, rand,
+                         run_into_sentinels, running_on, jax, jnp, mj)
 
 _HIGHEST = jax.lax.Precision.HIGHEST
 
@@ -382,7 +383,6 @@ def test_c12_last_or_every_expert_empty(sizes, platform):
 
 @on_device_for("grouped_gemm")
 def test_c04_tail_rows_of_grouped_gemm():
-    from jax_helpers import SENTINEL, run_into_sentinels, grouped_matmul_ref
     rng = np.random.default_rng(5)
     sizes = [93] * 8  # offsets[-1] = 744 of M = 1000
     a, b = rand(rng, (1000, 64)), rand(rng, (8, 32, 64))
@@ -406,15 +406,6 @@ def _ranges(sizes):
     """(begin, end) rows of each group."""
     ends = np.cumsum(sizes)
     return list(zip((ends - sizes).tolist(), ends.tolist()))
-
-
-def _rows_ref64(lhs, rhs_kn, sizes):
-    """float64 oracle of ragged rows: out[rows_g] = lhs[rows_g] @ rhs_kn[g], zero past the groups."""
-    lhs, rhs_kn = _f64(lhs), _f64(rhs_kn)
-    out = np.zeros((lhs.shape[0], rhs_kn.shape[2]))
-    for g, (begin, end) in enumerate(_ranges(sizes)):
-        out[begin:end] = lhs[begin:end] @ rhs_kn[g]
-    return out
 
 
 def _wgrad_ref64(x, dy, sizes):
@@ -471,11 +462,11 @@ def test_c05_two_iterations_of_forward_and_backward_with_dirty_allocator():
     value, out, dl, dr = twice(step, (lhs, rhs), [jax.ShapeDtypeStruct((1000, 64), jnp.bfloat16),
                                                    jax.ShapeDtypeStruct((1000, 32), jnp.bfloat16)])
     assert (f32(out)[end:] == 0).all() and (f32(dl)[end:] == 0).all()
-    out64 = _rows_ref64(lhs, rhs, sizes)
+    out64 = grouped_matmul_ref(lhs, rhs, sizes, "kn", np.float64)
     dout64 = 2 * out64
     np.testing.assert_allclose(float(value), (out64**2).sum(), rtol=1e-2)
     assert_close(out[:end], out64[:end], "ragged_dot: out")
-    assert_close(dl[:end], _rows_ref64(dout64, np.swapaxes(_f64(rhs), 1, 2), sizes)[:end], "ragged_dot: d lhs")
+    assert_close(dl[:end], grouped_matmul_ref(dout64, rhs, sizes, "nk", np.float64)[:end], "ragged_dot: d lhs")
     assert_close(dr, _wgrad_ref64(lhs, dout64, sizes), "ragged_dot: d rhs")
 
     # moe_mlp (swiglu, prob), loss = sum(y^2), against jax.grad of the plain f32 MLP on f32 casts.
@@ -596,7 +587,7 @@ def test_c03_256_experts_mostly_or_all_empty(groups, platform):
         out, vjp = jax.vjp(lambda r: mj.ragged_dot(a, r, jnp.asarray(sizes)), b)
         (d_rhs,) = vjp(dy)
     assert landed_d and landed_w, "XLA did not place the outputs in the donated sentinel buffers"
-    ref = _rows_ref64(a, b, sizes)
+    ref = grouped_matmul_ref(a, b, sizes, "kn", np.float64)
     if end:
         assert_close(d[:end], ref[:end], "grouped_gemm: rows in groups")
         assert_close(out, ref, "ragged_dot")
@@ -624,7 +615,7 @@ def test_c07_n_tails_of_grouped_gemm_and_ragged_dot(n, platform):
                                            spec, a, b)
                 for layout, b in (("kn", b_kn), ("nk", b_nk))}
         outs["ragged_dot"] = jax.jit(mj.ragged_dot)(a, b_kn, jnp.asarray(sizes)), True
-    ref = _rows_ref64(a, b_kn, sizes)
+    ref = grouped_matmul_ref(a, b_kn, sizes, "kn", np.float64)
     for name, (d, landed) in outs.items():
         assert landed, f"{name}: XLA did not place the output in the donated sentinel buffer"
         assert not (f32(d) == SENTINEL).any(), f"{name}: elements left unwritten"
