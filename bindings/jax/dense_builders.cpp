@@ -37,6 +37,7 @@ GemmSreluArgs build_gemm_srelu(const Operands& ops, const Options& opt) {
   args.b_layout = parse_b_layout(opt.text("b_layout"));
   args.alpha = opt.real("alpha");
   args.prob = cur.input_if(opt.flag("has_prob"), "prob");
+  args.bias = cur.input_if(opt.flag("has_bias"), "bias");
   args.d = cur.output("d");
   args.c = cur.output_if(opt.flag("generate_c"), "c");
   cur.finish();
@@ -54,6 +55,8 @@ GemmDsreluArgs build_gemm_dsrelu(const Operands& ops, const Options& opt) {
   args.prob = cur.input_if(opt.flag("has_prob"), "prob");
   args.dc = cur.output("dc");
   args.dprob = cur.output_if(opt.flag("compute_dprob"), "dprob");
+  args.dbias = cur.output_if(opt.flag("compute_dbias"), "dbias");
+  args.amax = cur.output_if(opt.flag("compute_amax"), "amax");
   cur.finish();
   return args;
 }

@@ -15,6 +15,7 @@ namespace {
 
 using OptTensor = std::optional<at::Tensor>;
 using Pair = std::tuple<at::Tensor, at::Tensor>;
+using Quad = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
 
 // a (M, K) and b ((N, K) for nk, (K, N) for kn) on one device; returns N.
 int64_t check_matrices(const char* op, const at::Tensor& a, const at::Tensor& b, BLayout layout) {
@@ -67,16 +68,19 @@ Pair gemm_amax_op(const at::Tensor& a, const at::Tensor& b, c10::string_view b_l
 }
 
 Pair gemm_srelu_op(const at::Tensor& a, const at::Tensor& b, c10::string_view b_layout, double alpha,
-                   const OptTensor& prob, bool generate_c, std::optional<at::ScalarType> out_dtype) {
+                   const OptTensor& prob, const OptTensor& bias, bool generate_c,
+                   std::optional<at::ScalarType> out_dtype) {
   constexpr const char* op = "gemm_srelu";
   GemmSreluArgs args;
   args.b_layout = parse_b_layout(b_layout, op, /*grouped=*/false);
   const int64_t n = check_matrices(op, a, b, args.b_layout);
   expect_device(a, "a", prob, op, "prob");
+  expect_device(a, "a", bias, op, "bias");
   args.a = view_of(a, op, "a");
   args.b = view_of(b, op, "b");
   args.alpha = static_cast<float>(alpha);
   args.prob = view_of(prob, op, "prob");
+  args.bias = view_of(bias, op, "bias");
   DeviceContext context(a);
   const at::ScalarType type = out_dtype_or(out_dtype, a.scalar_type(), op, "out_dtype");
   args.d = planned_view(args.a, type, {a.size(0), n}, op, "out_dtype");
@@ -88,9 +92,10 @@ Pair gemm_srelu_op(const at::Tensor& a, const at::Tensor& b, c10::string_view b_
   return {d, c};
 }
 
-Pair gemm_dsrelu_op(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c, c10::string_view b_layout,
-                    double alpha, const OptTensor& prob, bool compute_dprob,
-                    std::optional<at::ScalarType> out_dtype) {
+Quad gemm_dsrelu_op(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c, c10::string_view b_layout,
+                    double alpha, const OptTensor& prob, bool compute_dprob, bool compute_dbias,
+                    bool compute_amax, std::optional<at::ScalarType> out_dtype,
+                    std::optional<at::ScalarType> dbias_dtype) {
   constexpr const char* op = "gemm_dsrelu";
   GemmDsreluArgs args;
   args.b_layout = parse_b_layout(b_layout, op, /*grouped=*/false);
@@ -107,11 +112,16 @@ Pair gemm_dsrelu_op(const at::Tensor& a, const at::Tensor& b, const at::Tensor& 
   const auto dtype = out_dtype_or(out_dtype, c.scalar_type(), op, "out_dtype");
   args.dc = planned_view(args.a, dtype, {a.size(0), n}, op, "out_dtype");
   if (compute_dprob) args.dprob = planned_view(args.a, at::kFloat, {a.size(0)}, op, "dprob");
+  // dbias (N,) and amax (1,) when requested, else empty (0,) placeholders, as for grouped_gemm_dsrelu.
+  if (compute_dbias) args.dbias = planned_view(args.a, dbias_dtype_or_f32(dbias_dtype, op), {n}, op, "dbias_dtype");
+  if (compute_amax) args.amax = planned_view(args.a, at::kFloat, {1}, op, "amax");
   const std::size_t bytes = check_before_allocation(context, args, gemm_dsrelu_check);
   at::Tensor dc = allocate(args.dc, a, op, "dc");
   at::Tensor dprob = compute_dprob ? allocate(args.dprob, a, op, "dprob") : not_requested(dc);
+  at::Tensor dbias = compute_dbias ? allocate(args.dbias, a, op, "dbias") : not_requested(dc);
+  at::Tensor amax = compute_amax ? allocate(args.amax, a, op, "amax") : not_requested(dc);
   launch(context, a, args, bytes, gemm_dsrelu);
-  return {dc, dprob};
+  return {dc, dprob, dbias, amax};
 }
 
 }  // namespace

@@ -116,10 +116,12 @@ TORCH_LIBRARY(moegemm, m) {
         "-> (Tensor c, Tensor amax)",
         kTags);
   m.def("gemm_srelu(Tensor a, Tensor b, *, str b_layout=\"nk\", float alpha=1.0, Tensor? prob=None, "
-        "bool generate_c=False, ScalarType? out_dtype=None) -> (Tensor d, Tensor c)",
+        "Tensor? bias=None, bool generate_c=False, ScalarType? out_dtype=None) -> (Tensor d, Tensor c)",
         kTags);
   m.def("gemm_dsrelu(Tensor a, Tensor b, Tensor c, *, str b_layout=\"nk\", float alpha=1.0, "
-        "Tensor? prob=None, bool compute_dprob=False, ScalarType? out_dtype=None) -> (Tensor dc, Tensor dprob)",
+        "Tensor? prob=None, bool compute_dprob=False, bool compute_dbias=False, bool compute_amax=False, "
+        "ScalarType? out_dtype=None, ScalarType? dbias_dtype=None) "
+        "-> (Tensor dc, Tensor dprob, Tensor dbias, Tensor amax)",
         kTags);
 }
 

@@ -205,7 +205,8 @@ struct GemmSreluArgs {
   TensorView b;        ///< (N, K) for nk, (K, N) for kn
   BLayout b_layout = BLayout::nk;
   float alpha = 1.0f;  ///< scales the GEMM term
-  TensorView prob;     ///< optional (M,) f32
+  TensorView prob;     ///< optional (M,) f32; scales D only
+  TensorView bias;     ///< optional (N,) bf16/f32, added before the activation
   TensorView d;        ///< out (M, N)
   TensorView c;        ///< optional out (M, N)
 };
@@ -220,6 +221,8 @@ struct GemmDsreluArgs {
   TensorView prob;     ///< optional (M,) f32
   TensorView dc;       ///< out (M, N)
   TensorView dprob;    ///< optional out (M,) f32
+  TensorView dbias;    ///< optional out (N,) f32/bf16: the column sums of dC
+  TensorView amax;     ///< optional out (1,) f32: max|dC|
 };
 
 // Every op: `X_workspace_bytes(args)` gives the scratch the call needs, in bytes of device memory (0 for host

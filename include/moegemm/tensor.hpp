@@ -81,6 +81,16 @@ struct TensorView {
     return rank == 2 && shape[0] > 1 && shape[1] > 1 && strides[0] == 1 && strides[1] != 1;
   }
   template <class T> T* ptr() const { return static_cast<T*>(data); }
+  /// A vector (n,) as the one row of a (1, n) matrix: the one-group form of a per-expert (E, n) operand, which
+  /// the dense ops pass to the grouped code. An absent view stays absent.
+  TensorView as_row() const {
+    if (rank != 1) return *this;
+    TensorView v = *this;
+    v.rank = 2;
+    v.shape = {1, shape[0], 0, 0};
+    v.strides = {detail::saturating_mul(shape[0], strides[0]), strides[0], 0, 0};
+    return v;
+  }
 
   /// A dense row-major view. A shape longer than kMaxRank keeps its rank, so that every op rejects the view
   /// by name ("expected a tensor of rank 1 to 4"); only its first kMaxRank extents are stored.

@@ -68,7 +68,7 @@ def device_kernels_available() -> bool:
 
 
 class GroupedBackward(NamedTuple):
-    """Outputs of grouped_gemm_dglu / grouped_gemm_dsrelu; fields not requested are None."""
+    """Outputs of grouped_gemm_dglu, grouped_gemm_dsrelu and gemm_dsrelu; fields not requested are None."""
     dc: jax.Array
     dprob: Optional[jax.Array]
     dbias: Optional[jax.Array]
@@ -391,12 +391,14 @@ def gemm_amax(a, b, *, b_layout="nk", c_dtype=None):
     return c, amax.reshape(())
 
 
-def gemm_srelu(a, b, *, b_layout="nk", alpha=1.0, prob=None, generate_c=False, d_dtype=None,
+def gemm_srelu(a, b, *, b_layout="nk", alpha=1.0, prob=None, bias=None, generate_c=False, d_dtype=None,
                c_dtype=None):
-    """Dense GEMM + squared ReLU (docs/ops.md §6/§4): ``G = alpha * a @ B^T``, ``D = prob * relu(G)^2``.
+    """Dense GEMM + squared ReLU (docs/ops.md §6/§4): ``G = alpha * a @ B^T + bias``,
+    ``D = prob * relu(G)^2``.
 
     Args: a (M, K) bf16/f16; b (N, K) / (K, N), a's dtype; K, N multiples of 8; alpha python float, not NaN;
-    prob optional (M,) f32; generate_c returns C = G too; d_dtype, c_dtype bf16/f16/f32 (default a.dtype).
+    prob optional (M,) f32; bias optional (N,) bf16/f32; generate_c returns C = G too; d_dtype, c_dtype
+    bf16/f16/f32 (default a.dtype).
     Returns D (M, N) or (D, C). Raises as grouped_gemm, ValueError for a NaN alpha and TypeError for a traced
     one.
     """
@@ -405,28 +407,34 @@ def gemm_srelu(a, b, *, b_layout="nk", alpha=1.0, prob=None, generate_c=False, d
     m = _activations(op, a)
     n, _ = _dense_weights(op, a, b, b_layout)
     _optional_vector(op, "prob", prob, m, "M")
+    _optional_vector(op, "bias", bias, n, "N", (jnp.bfloat16, jnp.float32))
     c_dt = chk.output_dtype(op, "c_dtype", c_dtype, a.dtype)  # checked also without generate_c
     outputs = [_spec((m, n), chk.output_dtype(op, "d_dtype", d_dtype, a.dtype))]
     if generate_c:
         outputs.append(_spec((m, n), c_dt))
-    inputs, roles = _operands((a, part.ROWS), (b, part.WHOLE), (prob, part.ROWS))
+    inputs, roles = _operands((a, part.ROWS), (b, part.WHOLE), (prob, part.ROWS), (bias, part.WHOLE))
     attrs = dict(b_layout=b_layout, alpha=chk.dense_alpha(op, alpha), has_prob=prob is not None,
-                 generate_c=generate_c)
+                 has_bias=bias is not None, generate_c=generate_c)
     out = native.call(op, inputs, outputs, attrs, roles, [part.ROWS] * len(outputs))
     return (out[0], out[1]) if generate_c else out[0]
 
 
-def gemm_dsrelu(dy, b, c, *, b_layout="nk", alpha=1.0, prob=None, compute_dprob=False, dc_dtype=None):
+def gemm_dsrelu(dy, b, c, *, b_layout="nk", alpha=1.0, prob=None, compute_dprob=False, compute_dbias=False,
+                compute_amax=False, dc_dtype=None, dbias_dtype=jnp.float32):
     """Backward of gemm_srelu (docs/ops.md §6/§4): ``dH = alpha * dy @ B^T``; ``dC = 2 relu(c) dH prob``;
-    ``dprob = sum_cols relu(c)^2 dH``.
+    ``dprob = sum_cols relu(c)^2 dH``; dbias = the column sums of dC; amax = max|dC| (returned as a scalar).
 
     Args: dy (M, K) bf16/f16; b (N, K) / (K, N), dy's dtype; K, N multiples of 8; c (M, N) bf16/f16/f32 saved
-    pre-activation; alpha python float, not NaN; prob optional (M,) f32; compute_dprob also returns dprob;
-    dc_dtype bf16/f16/f32 (default c.dtype). Returns (dC (M, N), dprob (M,) f32 or None). Raises as
-    grouped_gemm, ValueError for a NaN alpha and TypeError for a traced one.
+    pre-activation; alpha python float, not NaN; prob optional (M,) f32; compute_dprob (dprob (M,) f32),
+    compute_dbias (dbias (N,), dbias_dtype f32/bf16), compute_amax (amax () f32); dc_dtype bf16/f16/f32
+    (default c.dtype). Returns GroupedBackward(dc, dprob, dbias, amax), None for what was not asked for.
+    Raises as grouped_gemm, ValueError for a NaN alpha and TypeError for a traced one.
     """
     op = "gemm_dsrelu"
-    compute_dprob = chk.static_bool(op, "compute_dprob", compute_dprob)
+    compute_dprob, compute_dbias, compute_amax = (
+        chk.static_bool(op, name, flag) for name, flag in (("compute_dprob", compute_dprob),
+                                                           ("compute_dbias", compute_dbias),
+                                                           ("compute_amax", compute_amax)))
     m = _activations(op, dy, "dy")
     n, _ = _dense_weights(op, dy, b, b_layout, a_name="dy")
     chk.check_rank(op, "c", c, 2, "(M, N)")
@@ -434,14 +442,26 @@ def gemm_dsrelu(dy, b, c, *, b_layout="nk", alpha=1.0, prob=None, compute_dprob=
     chk.check_extent(op, "c", c, 0, m, "M from dy")
     chk.check_extent(op, "c", c, 1, n, "N from b")
     _optional_vector(op, "prob", prob, m, "M")
+    dbias_dt = chk.output_dtype(op, "dbias_dtype", dbias_dtype, jnp.float32,  # checked also without dbias
+                                (jnp.float32, jnp.bfloat16))
     outputs = [_spec((m, n), chk.output_dtype(op, "dc_dtype", dc_dtype, c.dtype))]
     if compute_dprob:
         outputs.append(_spec((m,), jnp.float32))
+    if compute_dbias:
+        outputs.append(_spec((n,), dbias_dt))
+    if compute_amax:
+        outputs.append(_spec((1,), jnp.float32))
     inputs, roles = _operands((dy, part.ROWS), (b, part.WHOLE), (c, part.ROWS), (prob, part.ROWS))
+    output_roles = ([part.ROWS] + [part.ROWS] * compute_dprob + [part.SUM] * compute_dbias
+                    + [part.MAX] * compute_amax)
     attrs = dict(b_layout=b_layout, alpha=chk.dense_alpha(op, alpha), has_prob=prob is not None,
-                 compute_dprob=compute_dprob)
-    out = native.call(op, inputs, outputs, attrs, roles, [part.ROWS] * len(outputs))
-    return out[0], (out[1] if compute_dprob else None)
+                 compute_dprob=compute_dprob, compute_dbias=compute_dbias, compute_amax=compute_amax)
+    out = iter(native.call(op, inputs, outputs, attrs, roles, output_roles))
+    dc = next(out)
+    dprob = next(out) if compute_dprob else None
+    dbias = next(out) if compute_dbias else None
+    amax = next(out).reshape(()) if compute_amax else None
+    return GroupedBackward(dc, dprob, dbias, amax)
 
 
 from moegemm._jax_ragged_dot import ragged_dot, ragged_dot_general  # noqa: E402

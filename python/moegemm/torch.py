@@ -18,7 +18,7 @@ backward; bf16 inputs):
 - ``grouped_gemm_wgrad(x, dy, offsets, *, transpose_output, out_dtype, validate) -> w`` and
   ``grouped_gemm_wgrad.accumulate(x, dy, offsets, w, ...)`` (adds into ``w`` in place)
 - ``gemm_swiglu -> (ab12, c)``, ``gemm_amax -> (c, amax)``, ``gemm_srelu -> (d, c)``,
-  ``gemm_dsrelu -> (dc, dprob)``
+  ``gemm_dsrelu -> (dc, dprob, dbias, amax)``
 
 Conventions: ``b_layout="nk"`` means weights stored (E, N, K) with K contiguous, ``"kn"`` (E, K, N) with
 N contiguous. An optional output is requested with its flag (``generate_c``, ``compute_dprob``, ...);

@@ -148,6 +148,22 @@ void check_bias(Rules& r, const TensorView& bias, const Problem& p) {
   r.contiguous_rows_on_device("bias", bias, "N");
 }
 
+/// The dense ops' (N,) bias: one expert's row of check_bias.
+void check_dense_bias(Rules& r, const TensorView& bias, const Problem& p) {
+  if (!bias.defined()) return;
+  r.shape("bias", bias, {{"N", p.N, "b"}});
+  r.bias_dtype("bias", bias.dtype);
+  r.vector("bias", bias);
+}
+
+/// The dense ops' (N,) dbias: one expert's row of check_dbias.
+void check_dense_dbias(Rules& r, const TensorView& dbias, const Problem& p) {
+  if (!dbias.defined()) return;
+  r.shape("dbias", dbias, {{"N", p.N, "b"}});
+  r.dtype_in("dbias", dbias.dtype, DType::f32, DType::bf16);
+  r.vector("dbias", dbias);
+}
+
 /// A row-indexed (M, cols) output or saved activation; `symbol` names cols ("N", "I", "2I").
 void check_rows(Rules& r, const char* name, const TensorView& t, const Problem& p, const char* symbol,
                 int64_t cols) {
@@ -422,12 +438,14 @@ Device check(const GemmAmaxArgs& x, Pointers pointers) {
 
 Device check(const GemmSreluArgs& x, Pointers pointers) {
   Rules r("gemm_srelu", pointers);
-  r.place({{"a", &x.a, kIn}, {"b", &x.b, kIn}, {"prob", &x.prob, kIn}, {"d", &x.d, kOut}, {"c", &x.c, kOut}});
+  r.place({{"a", &x.a, kIn}, {"b", &x.b, kIn}, {"prob", &x.prob, kIn}, {"bias", &x.bias, kIn}, {"d", &x.d, kOut},
+           {"c", &x.c, kOut}});
   r.settle();
   Problem p;
   check_a(r, x.a, p);
   check_dense_b(r, x.b, x.b_layout, p);
   check_per_row(r, "prob", x.prob, p);
+  check_dense_bias(r, x.bias, p);
   check_rows(r, "d", x.d, p, "N", p.N);
   if (x.c.defined()) check_rows(r, "c", x.c, p, "N", p.N);
   r.disjoint();
@@ -437,7 +455,7 @@ Device check(const GemmSreluArgs& x, Pointers pointers) {
 Device check(const GemmDsreluArgs& x, Pointers pointers) {
   Rules r("gemm_dsrelu", pointers);
   r.place({{"a", &x.a, kIn}, {"b", &x.b, kIn}, {"c", &x.c, kIn}, {"prob", &x.prob, kIn}, {"dc", &x.dc, kOut},
-           {"dprob", &x.dprob, kOut}});
+           {"dprob", &x.dprob, kOut}, {"dbias", &x.dbias, kOut}, {"amax", &x.amax, kOut}});
   r.settle();
   Problem p;
   check_a(r, x.a, p);
@@ -446,6 +464,8 @@ Device check(const GemmDsreluArgs& x, Pointers pointers) {
   check_rows(r, "c", x.c, p, "N", p.N);
   check_rows(r, "dc", x.dc, p, "N", p.N);
   check_per_row(r, "dprob", x.dprob, p);
+  check_dense_dbias(r, x.dbias, p);
+  check_amax(r, x.amax, 1);
   r.disjoint();
   return r.backend();
 }

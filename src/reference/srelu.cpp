@@ -100,13 +100,13 @@ void run_grouped_dsrelu(const GroupedGemmDsreluArgs& a) {
 template <class T>
 void run_dense_srelu(const GemmSreluArgs& a) {
   const int64_t M = a.a.shape[0];
-  srelu_forward<T>({a.a, kAbsent, a.prob, kAbsent, a.d, a.c, a.alpha, false}, ExpertRows{{0}, {M}, M},
+  srelu_forward<T>({a.a, kAbsent, a.prob, a.bias.as_row(), a.d, a.c, a.alpha, false}, ExpertRows{{0}, {M}, M},
                    [&](int64_t) { return dense_b(a.b, a.b_layout); });
 }
 template <class T>
 void run_dense_dsrelu(const GemmDsreluArgs& a) {
   const int64_t M = a.a.shape[0];
-  srelu_backward<T>({a.a, a.c, kAbsent, a.prob, a.dc, a.dprob, kAbsent, kAbsent, a.alpha, false},
+  srelu_backward<T>({a.a, a.c, kAbsent, a.prob, a.dc, a.dprob, a.dbias.as_row(), a.amax, a.alpha, false},
                     ExpertRows{{0}, {M}, M}, [&](int64_t) { return dense_b(a.b, a.b_layout); });
 }
 

@@ -186,6 +186,10 @@ std::size_t workspace_bytes(const GemmSreluArgs&) { return 0; }
 void run(const GemmSreluArgs& args, void*, std::size_t, cudaStream_t stream) {
   ForwardProblem f = dense_problem("gemm_srelu", args.a, args.b, args.b_layout, args.alpha);
   f.prob = args.prob.defined() ? args.prob.template ptr<const float>() : nullptr;
+  if (args.bias.defined()) {  // the (N,) bias is the one expert's row
+    f.bias = args.bias.data;
+    f.bias_f32 = args.bias.dtype == DType::f32;
+  }
   f.d = args.d;
   f.c = args.c;
   f.epilogue = EpilogueKind::srelu;
@@ -198,6 +202,8 @@ ForwardProblem dense_dsrelu_problem(const GemmDsreluArgs& args) {
   f.preact = args.c;
   f.d = args.dc;
   f.dprob = args.dprob;
+  f.dbias = args.dbias.as_row();  // (1, N): the one expert's row
+  f.amax = args.amax;
   f.epilogue = EpilogueKind::dsrelu;
   return f;
 }

@@ -161,12 +161,24 @@ def test_dense_ops_values(b_layout):
     d, c2 = mj.gemm_srelu(a, b, b_layout=b_layout, alpha=2.0, prob=prob, generate_c=True)
     assert_close(c2, 2 * g, "gemm_srelu c")
     assert_close(d, f32(prob)[:, None] * np.maximum(2 * g, 0) ** 2, "gemm_srelu d")
+    bias = jnp.asarray(rng.standard_normal(g.shape[1]), jnp.float32)
+    d_bias, c_bias = mj.gemm_srelu(a, b, b_layout=b_layout, alpha=2.0, prob=prob, bias=bias, generate_c=True)
+    assert_close(c_bias, 2 * g + f32(bias), "gemm_srelu c with bias")
+    assert_close(d_bias, f32(prob)[:, None] * np.maximum(2 * g + f32(bias), 0) ** 2, "gemm_srelu d with bias")
     dy = rand(rng, (M, K))
-    dc, dprob = mj.gemm_dsrelu(dy, b, c2, b_layout=b_layout, prob=prob, compute_dprob=True,
-                               dc_dtype=jnp.float32)
+    dc, dprob, dbias, amax = mj.gemm_dsrelu(dy, b, c2, b_layout=b_layout, prob=prob, compute_dprob=True,
+                                            dc_dtype=jnp.float32)
+    assert dbias is None and amax is None
     dh = f32(dy) @ (f32(b).T if b_layout == "nk" else f32(b))
-    assert_close(dc, 2 * np.maximum(f32(c2), 0) * dh * f32(prob)[:, None], "gemm_dsrelu dc", f32_tolerance=True)
+    dc_ref = 2 * np.maximum(f32(c2), 0) * dh * f32(prob)[:, None]
+    assert_close(dc, dc_ref, "gemm_dsrelu dc", f32_tolerance=True)
     assert_close(dprob, (np.maximum(f32(c2), 0) ** 2 * dh).sum(1), "gemm_dsrelu dprob", f32_tolerance=True)
+    for dbias_dtype in (jnp.float32, jnp.bfloat16):
+        out = mj.gemm_dsrelu(dy, b, c2, b_layout=b_layout, prob=prob, compute_dbias=True, compute_amax=True,
+                             dc_dtype=jnp.float32, dbias_dtype=dbias_dtype)
+        assert out.dprob is None and out.dbias.shape == (g.shape[1],) and out.dbias.dtype == dbias_dtype
+        assert_close(out.dbias, dc_ref.sum(0), "gemm_dsrelu dbias", f32_tolerance=dbias_dtype == jnp.float32)
+        assert out.amax.shape == () and float(out.amax) == np.abs(f32(out.dc)).max()
 
 
 def _every_op(rng, dtype=jnp.bfloat16):
@@ -189,7 +201,7 @@ def _every_op(rng, dtype=jnp.bfloat16):
         "gemm_swiglu": lambda: mj.gemm_swiglu(a, dense),
         "gemm_amax": lambda: mj.gemm_amax(a, dense),
         "gemm_srelu": lambda: mj.gemm_srelu(a, dense, generate_c=True),
-        "gemm_dsrelu": lambda: mj.gemm_dsrelu(dy, dense, c128),
+        "gemm_dsrelu": lambda: mj.gemm_dsrelu(dy, dense, c128, compute_dbias=True, compute_amax=True),
     }
 
 

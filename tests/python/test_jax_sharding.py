@@ -343,6 +343,17 @@ same(got[1], want[1], "gemm_amax amax")
 with_nan = lhs.at[37, 5].set(jnp.nan)
 got = jax.jit(f)(jax.device_put(with_nan, rows4))[1]
 assert np.isnan(float(got)) and np.isnan(float(f(with_nan)[1])), float(got)
+# gemm_dsrelu's dbias (the column sums) is summed over the shards, its amax the maximum of theirs.
+c_dense = bf16((m, n))
+for dbias_dtype in (jnp.float32, jnp.bfloat16):
+    f = lambda d, cc: mj.gemm_dsrelu(d, w_dense.T, cc, b_layout="kn", compute_dprob=True, compute_dbias=True,
+                                     compute_amax=True, dbias_dtype=dbias_dtype)
+    got, want = jax.jit(f)(lhs4, jax.device_put(c_dense, rows4)), f(lhs, c_dense)
+    same(got.dc, want.dc, "gemm_dsrelu dc")
+    same(got.dprob, want.dprob, "gemm_dsrelu dprob")
+    same(got.amax, want.amax, "gemm_dsrelu amax")
+    assert got.dbias.dtype == dbias_dtype and got.dbias.shape == (n,)
+    assert_close(got.dbias, want.dbias, "gemm_dsrelu dbias")
 
 # What the rule does not shard is gathered, as without it: M not divisible by the shards, weights sharded
 # by expert, K sharded, and vmap.

@@ -47,7 +47,10 @@ def op_samples():
     yield ops.gemm_swiglu.default, (a, dense_b), dict(alpha=0.5)
     yield ops.gemm_amax.default, (a, dense_b), dict()
     yield ops.gemm_srelu.default, (a, dense_b), dict(prob=prob, generate_c=True)
+    yield ops.gemm_srelu.default, (a, dense_b), dict(bias=randn(128, dtype=torch.float32, seed=14))
     yield ops.gemm_dsrelu.default, (a, dense_b, randn(m, 128, seed=13)), dict(prob=prob, compute_dprob=True)
+    yield ops.gemm_dsrelu.default, (a, dense_b, randn(m, 128, seed=13)), dict(
+        compute_dbias=True, compute_amax=True, dbias_dtype=torch.bfloat16)
 
 
 SAMPLES = list(op_samples())

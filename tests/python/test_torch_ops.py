@@ -372,7 +372,8 @@ def _expanded_rows(m, k, device, seed):
     lambda a, b, c, offs: ops.gemm_swiglu(a, b[0], b_layout="kn"),
     lambda a, b, c, offs: ops.gemm_amax(a, b[0], b_layout="kn"),
     lambda a, b, c, offs: ops.gemm_srelu(a, b[0], b_layout="kn", generate_c=True),
-    lambda a, b, c, offs: ops.gemm_dsrelu(a, b[0], c, b_layout="kn", compute_dprob=True),
+    lambda a, b, c, offs: ops.gemm_dsrelu(a, b[0], c, b_layout="kn", compute_dprob=True, compute_dbias=True,
+                                          compute_amax=True),
 ], ids=["grouped_gemm", "grouped_gemm_glu", "grouped_gemm_srelu", "grouped_gemm_dglu", "grouped_gemm_dsrelu",
         "gemm_swiglu", "gemm_amax", "gemm_srelu", "gemm_dsrelu"])
 @pytest.mark.parametrize("device", DEVICES)
@@ -463,11 +464,25 @@ def test_dense_ops_values(b_layout):
     d, c2 = ops.gemm_srelu(a, b, b_layout=b_layout, alpha=2.0, prob=prob, generate_c=True)
     assert_close(c2, 2 * g)
     assert_close(d, prob.double()[:, None] * (2 * g).relu() ** 2)
+    bias = randn(n, dtype=torch.float32, seed=21)
+    d_bias, c_bias = ops.gemm_srelu(a, b, b_layout=b_layout, alpha=2.0, prob=prob, bias=bias, generate_c=True)
+    assert_close(c_bias, 2 * g + bias.double())
+    assert_close(d_bias, prob.double()[:, None] * (2 * g + bias.double()).relu() ** 2)
     dy = randn(m, k, seed=20)  # any (M, K) operand whose GEMM with b gives dH of C's shape (M, N)
-    dc, dprob = ops.gemm_dsrelu(dy, b, c2, b_layout=b_layout, prob=prob, compute_dprob=True)
+    dc, dprob, dbias, amax = ops.gemm_dsrelu(dy, b, c2, b_layout=b_layout, prob=prob, compute_dprob=True)
+    assert dbias.shape == (0,) and amax.shape == (0,)  # not requested
     dh = dy.double() @ bmat
-    assert_close(dc, 2 * c2.double().relu() * dh * prob.double()[:, None])
+    dc_ref = 2 * c2.double().relu() * dh * prob.double()[:, None]
+    assert_close(dc, dc_ref)
     assert_close(dprob, (c2.double().relu() ** 2 * dh).sum(1))
+    for dbias_dtype in (None, torch.bfloat16):
+        dc, _, dbias, amax = ops.gemm_dsrelu(dy, b, c2, b_layout=b_layout, prob=prob, compute_dbias=True,
+                                             compute_amax=True, dbias_dtype=dbias_dtype, out_dtype=torch.float32)
+        assert dbias.shape == (n,) and dbias.dtype == (dbias_dtype or torch.float32)
+        assert_close(dbias, dc_ref.sum(0))  # the column sums of the f32 dC, before rounding
+        assert amax.shape == (1,) and amax.dtype == torch.float32
+        torch.testing.assert_close(amax.double(), dc_ref.abs().max().reshape(1), rtol=1e-2, atol=1e-3)
+        assert amax.item() == dc.abs().max().item()  # max |dC| of the values dC holds (f32 here)
 
 
 def test_f32_outputs_default_to_f32():

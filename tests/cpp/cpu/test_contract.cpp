@@ -1639,6 +1639,36 @@ TEST(Contract, DenseRowVectorsAreChecked) {
   gs.d = m.t(DType::bf16, {kM, kN});
   gs.prob = m.t(DType::f32, {kM + 1});
   expect_error([&] { contract::check(gs); }, ErrorCode::invalid_argument, {"gemm_srelu: prob: expected", "(97"});
+  gs.prob = TensorView{};
+  // The dense ops' bias and dbias are one expert's row, (N,); amax is (1,).
+  gs.bias = m.t(DType::f32, {1, kN});
+  expect_error([&] { contract::check(gs); }, ErrorCode::invalid_argument,
+               {"gemm_srelu: bias: expected shape (N=128", "got (1, 128)"});
+  gs.bias = m.t(DType::f32, {kN - 8});
+  expect_error([&] { contract::check(gs); }, ErrorCode::invalid_argument,
+               {"gemm_srelu: bias: expected shape (N=128", "got (120"});
+  gs.bias = m.t(DType::f16, {kN});
+  expect_error([&] { contract::check(gs); }, ErrorCode::invalid_argument, {"gemm_srelu: bias: expected dtype", "got f16"});
+  gs.bias = TensorView::strided(m.memory(2 * kN * 4), DType::f32, {kN}, {2}, Device::cuda);
+  expect_error([&] { contract::check(gs); }, ErrorCode::invalid_argument,
+               {"gemm_srelu: bias: expected a contiguous vector", "got stride(0)=2"});
+  gs.bias = m.t(DType::bf16, {kN});
+  EXPECT_EQ(contract::check(gs), Device::cuda);
+  gd.dprob = TensorView{};
+  gd.dbias = m.t(DType::f32, {1, kN});
+  expect_error([&] { contract::check(gd); }, ErrorCode::invalid_argument,
+               {"gemm_dsrelu: dbias: expected shape (N=128", "got (1, 128)"});
+  gd.dbias = m.t(DType::f16, {kN});
+  expect_error([&] { contract::check(gd); }, ErrorCode::invalid_argument, {"gemm_dsrelu: dbias: expected dtype", "got f16"});
+  gd.dbias = m.t(DType::bf16, {kN});
+  gd.amax = m.t(DType::f32, {2});
+  expect_error([&] { contract::check(gd); }, ErrorCode::invalid_argument, {"gemm_dsrelu: amax: expected shape (1,)", "got (2,)"});
+  gd.amax = m.t(DType::f32, {1});
+  EXPECT_EQ(contract::check(gd), Device::cuda);
+  gd.amax = gd.dbias;  // an output inside another
+  gd.amax.dtype = DType::f32;
+  gd.amax.shape[0] = 1;
+  expect_error([&] { contract::check(gd); }, ErrorCode::invalid_argument, {"gemm_dsrelu: dbias: expected memory that no other operand of the call uses", "overlapping amax"});
 }
 
 // Two experts: vectors and rows of two elements are held to the same rules as longer ones.

@@ -1,7 +1,9 @@
 // Squared-ReLU references (docs/ops.md §4, §6) and gemm_amax against double-precision loops.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "common/expected.hpp"
 #include "common/naive.hpp"
@@ -196,8 +198,10 @@ TEST(SreluReference, DenseForwardAndBackward) {
     auto bt = [&](int64_t n, int64_t k) { return layout == BLayout::nk ? b(n, k) : b(k, n); };
     HostTensor prob = random_tensor(DType::f32, {M}, 93, 0.0, 1.0);
     HostTensor saved = random_tensor(DType::f16, {M, N}, 94, -1.0, 1.0);
+    HostTensor bias = random_tensor(DType::f32, {N}, 95, -1.0, 1.0);
     HostTensor d(DType::f16, {M, N}), c(DType::f32, {M, N}), dc(DType::f16, {M, N}), dprob(DType::f32, {M});
-    for (HostTensor* t : {&d, &c, &dc, &dprob}) poison(*t);
+    HostTensor dbias(DType::f32, {N}), amax(DType::f32, {1});
+    for (HostTensor* t : {&d, &c, &dc, &dprob, &dbias, &amax}) poison(*t);
 
     GemmSreluArgs fw;
     fw.a = a.view();
@@ -205,6 +209,7 @@ TEST(SreluReference, DenseForwardAndBackward) {
     fw.b_layout = layout;
     fw.alpha = 1.25f;
     fw.prob = prob.view();
+    fw.bias = bias.view();
     fw.d = d.view();
     fw.c = c.view();
     reference::run(fw);
@@ -217,26 +222,38 @@ TEST(SreluReference, DenseForwardAndBackward) {
     bw.prob = prob.view();
     bw.dc = dc.view();
     bw.dprob = dprob.view();
+    bw.dbias = dbias.view();
+    bw.amax = amax.view();
     reference::run(bw);
 
-    Expected want_d({M, N}), want_c({M, N}), want_dc({M, N}), want_dprob({M});
+    Expected want_d({M, N}), want_c({M, N}), want_dc({M, N}), want_dprob({M}), want_dbias({N}), want_amax({1});
+    std::vector<double> col_sums(static_cast<std::size_t>(N), 0.0);
+    double max_abs = 0;
     for (int64_t r = 0; r < M; ++r) {
       double dp = 0;
       for (int64_t n = 0; n < N; ++n) {
         double s = 0;
         for (int64_t k = 0; k < K; ++k) s += a(r, k) * bt(n, k);
-        const double pre = 1.25 * s, sr = naive::relu(saved(r, n));
+        // The forward adds the bias; the backward's GEMM gives dH = alpha dY B^T, with no bias.
+        const double pre = 1.25 * s + bias(n), dh = 1.25 * s, sr = naive::relu(saved(r, n));
         want_c.close({r, n}, pre);
         want_d.close({r, n}, prob(r) * naive::relu(pre) * naive::relu(pre));
-        want_dc.close({r, n}, 2 * sr * pre * prob(r));
-        dp += sr * sr * pre;
+        const double g = 2 * sr * dh * prob(r);
+        want_dc.close({r, n}, g);
+        col_sums[static_cast<std::size_t>(n)] += g;
+        max_abs = std::max(max_abs, std::abs(g));
+        dp += sr * sr * dh;
       }
       want_dprob.close({r}, dp);
     }
+    for (int64_t n = 0; n < N; ++n) want_dbias.close({n}, col_sums[static_cast<std::size_t>(n)]);
+    want_amax.close({0}, max_abs);
     EXPECT_TRUE(matches(d, want_d));
     EXPECT_TRUE(matches(c, want_c));
     EXPECT_TRUE(matches(dc, want_dc));
     EXPECT_TRUE(matches(dprob, want_dprob, Tolerance{1e-3, 1e-3, 1e-4}));
+    EXPECT_TRUE(matches(dbias, want_dbias, Tolerance{1e-3, 1e-3, 1e-4}));
+    EXPECT_TRUE(matches(amax, want_amax));
   }
 }
 

@@ -257,13 +257,16 @@ struct Dense {
   BLayout layout = BLayout::nk;
   float alpha = 1.0f;
   bool prob = false, c_out = false, dprob = false;
+  bool bias = false;            ///< srelu: an (N,) bias, f32 or bf16 by seed
+  int dbias = 0;                ///< dsrelu: none, f32, bf16 (N,) column sums of dC
+  bool dsrelu_amax = false;     ///< dsrelu: amax (1,)
   DType out = DType::bf16;      ///< amax: C; srelu: D; dsrelu: dC
   DType c_dtype = DType::bf16;  ///< srelu: output C; dsrelu: the saved pre-activation C
   uint64_t seed = 1;
 };
 
 struct DenseInputs {
-  Operand a, b, prob, c;
+  Operand a, b, prob, c, bias;
   explicit DenseInputs(const Dense& p) {
     a = Operand(random_tensor(DType::bf16, {p.m, p.k}, p.seed));
     const double scale = 1.0 / std::sqrt(static_cast<double>(p.k));
@@ -272,11 +275,12 @@ struct DenseInputs {
                               p.seed + 1, -scale, scale));
     if (p.prob) prob = Operand(random_tensor(DType::f32, {p.m}, p.seed + 2, 0.0, 1.0));
     if (p.op == DenseOp::dsrelu) c = Operand(random_tensor(p.c_dtype, {p.m, p.n}, p.seed + 3, -2.0, 2.0));
+    if (p.bias) bias = Operand(random_tensor(p.seed % 2 ? DType::bf16 : DType::f32, {p.n}, p.seed + 4, -1.0, 1.0));
   }
 };
 
 struct DenseOutputs {
-  HostTensor main, c, dprob, amax;  ///< main: C of gemm_amax, D of gemm_srelu, dC of gemm_dsrelu
+  HostTensor main, c, dprob, amax, dbias;  ///< main: C of gemm_amax, D of gemm_srelu, dC of gemm_dsrelu
 };
 
 DenseOutputs run_dense(const Dense& p, const DenseInputs& in, bool device) {
@@ -285,7 +289,10 @@ DenseOutputs run_dense(const Dense& p, const DenseInputs& in, bool device) {
   if (p.op == DenseOp::amax) o.amax = poisoned(DType::f32, {1});
   if (p.op == DenseOp::srelu && p.c_out) o.c = poisoned(p.c_dtype, {p.m, p.n});
   if (p.op == DenseOp::dsrelu && p.dprob) o.dprob = poisoned(DType::f32, {p.m});
-  OutputBuffer main(o.main, device), c(o.c, device), dprob(o.dprob, device), amax(o.amax, device);
+  if (p.op == DenseOp::dsrelu && p.dbias) o.dbias = poisoned(p.dbias == 1 ? DType::f32 : DType::bf16, {p.n});
+  if (p.op == DenseOp::dsrelu && p.dsrelu_amax) o.amax = poisoned(DType::f32, {1});
+  OutputBuffer main(o.main, device), c(o.c, device), dprob(o.dprob, device), amax(o.amax, device),
+      dbias(o.dbias, device);
   switch (p.op) {
     case DenseOp::amax: {
       GemmAmaxArgs args;
@@ -304,6 +311,7 @@ DenseOutputs run_dense(const Dense& p, const DenseInputs& in, bool device) {
       args.b_layout = p.layout;
       args.alpha = p.alpha;
       args.prob = in.prob.view(device);
+      args.bias = in.bias.view(device);
       args.d = main.view();
       args.c = c.view();
       call_op(gemm_srelu_workspace_bytes, gemm_srelu, args, device);
@@ -319,11 +327,13 @@ DenseOutputs run_dense(const Dense& p, const DenseInputs& in, bool device) {
       args.prob = in.prob.view(device);
       args.dc = main.view();
       args.dprob = dprob.view();
+      args.dbias = dbias.view();
+      args.amax = amax.view();
       call_op(gemm_dsrelu_workspace_bytes, gemm_dsrelu, args, device);
       break;
     }
   }
-  fetch_all({&main, &c, &dprob, &amax});
+  fetch_all({&main, &c, &dprob, &amax, &dbias});
   return o;
 }
 
@@ -339,9 +349,12 @@ void check_dense(const Dense& p) {
   if (ref.dprob.rank() > 0) {
     EXPECT_TRUE(matches(got.dprob, expect_rows(ref.dprob, p.m, false))) << "output dprob";
   }
-  // amax is written even for M = 0, then exactly 0.
+  // amax and dbias are written even for M = 0, then exactly 0.
   if (ref.amax.rank() > 0) {
     EXPECT_TRUE(matches(got.amax, expect_reduction(ref.amax, p.m > 0))) << "output amax";
+  }
+  if (ref.dbias.rank() > 0) {
+    EXPECT_TRUE(matches(got.dbias, expect_reduction(ref.dbias, p.m > 0))) << "output dbias";
   }
 }
 
@@ -373,7 +386,7 @@ TEST(BackwardGpu, GemmSreluAndDsrelu) {
     for (DenseOp op : {DenseOp::srelu, DenseOp::dsrelu}) {
       Dense p;
       p.op = op;
-      p.m = v % 4 == 3 ? 1 : 517;
+      p.m = v == 7 ? 0 : v % 4 == 3 ? 1 : 517;
       p.n = v % 2 ? 264 : 96;
       p.k = v % 3 == 0 ? 24 : 136;
       p.layout = (v / 2) % 2 ? BLayout::kn : BLayout::nk;
@@ -381,6 +394,9 @@ TEST(BackwardGpu, GemmSreluAndDsrelu) {
       p.prob = v & 1;
       p.c_out = v % 3 != 2;
       p.dprob = (v & 4) != 0;
+      p.bias = v % 3 != 1;
+      p.dbias = v % 3;  // none, f32, bf16
+      p.dsrelu_amax = v % 2 == 0 || v == 7;
       if (op == DenseOp::srelu) {  // forward outputs: bf16, f16 or f32
         p.out = types[v % 3];
         p.c_dtype = types[(v + 1) % 3];
