@@ -38,13 +38,16 @@ KERNEL_CHOICE_VARS=(MOEGEMM_BLOCK_N MOEGEMM_GLU_SCHEDULE MOEGEMM_DGLU_SCHEDULE M
                     MOEGEMM_WGRAD_SCHEDULE MOEGEMM_MAX_CTAS MOEGEMM_TILE_ORDER MOEGEMM_PAIRS)
 note() { printf '\n=== %s\n' "$*" | tee -a "$REPORT/summary.txt"; }
 # sanitize LOG LABEL TOOL FILTER [VAR=value ...]: compute-sanitizer TOOL over the GPU tests FILTER with the
-# variables set, its log in $REPORT/LOG.log, its summary line in summary.txt.
+# variables set, its log in $REPORT/LOG.log, its summary line in summary.txt. A non-zero exit (a sanitizer
+# error, a failed test, a crash) fails the script.
 sanitize() {
-  local log=$1 label=$2 tool=$3 filter=$4
+  local log=$1 label=$2 tool=$3 filter=$4 rc
   shift 4
   env "$@" compute-sanitizer --tool "$tool" --error-exitcode 9 "$BUILD"/tests/cpp/moegemm_gpu_tests \
     --gtest_filter="$filter" > "$REPORT/$log.log" 2>&1
-  echo "$label exit $? : $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$REPORT/$log.log" | tail -1)" | tee -a "$REPORT/summary.txt"
+  rc=$?
+  [ "$rc" -ne 0 ] && status=1
+  echo "$label exit $rc : $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$REPORT/$log.log" | tail -1)" | tee -a "$REPORT/summary.txt"
 }
 
 for stage in "${stages[@]}"; do
