@@ -6,7 +6,9 @@
 // and the shared case list: test_backward_edges_gpu.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -83,7 +85,10 @@ TEST(BackwardGpu, DgluActivationsAndLayouts) {
 TEST(BackwardGpu, DgluOptions) {
   REQUIRE_GPU();
   // Every combination of alpha, beta, prob and zero_tail; the other options rotate through all their values.
-  for (int v = 0; v < 16; ++v) {
+  // (C, dC): all four of bf16/f32 over the first 16 variants; then f16 dC over each C dtype, and f16 C.
+  const DType f16_c[] = {DType::bf16, DType::f16, DType::f32, DType::f16};
+  const DType f16_dc[] = {DType::f16, DType::f16, DType::f16, DType::bf16};
+  for (int v = 0; v < 24; ++v) {
     Grouped p;
     p.op = GroupedOp::dglu;
     p.glu.activation = kActivations[v % 3];
@@ -96,8 +101,8 @@ TEST(BackwardGpu, DgluOptions) {
     p.dprob = v % 5 != 2;
     p.dbias = v % 3;  // none, f32, bf16
     p.amax = v % 2 == 0 || v == 15;
-    p.c_dtype = v % 4 < 2 ? DType::bf16 : DType::f32;  // (C, dC): all four of bf16/f32
-    p.out = (v % 4 == 0 || v % 4 == 3) ? DType::bf16 : DType::f32;
+    p.c_dtype = v >= 16 ? f16_c[v % 4] : v % 4 < 2 ? DType::bf16 : DType::f32;
+    p.out = v >= 16 ? f16_dc[v % 4] : (v % 4 == 0 || v % 4 == 3) ? DType::bf16 : DType::f32;
     p.layout = v % 2 ? BLayout::kn : BLayout::nk;
     p.ptrs = v % 3 == 2;
     p.row_pad = v % 7 == 3 ? 8 : 0;
@@ -222,7 +227,10 @@ TEST(BackwardGpu, GroupedSreluForward) {
 
 TEST(BackwardGpu, GroupedDsreluOptions) {
   REQUIRE_GPU();
-  for (int v = 0; v < 16; ++v) {
+  // (C, dC): all four of bf16/f32 over the first 16 variants; then f16 dC over each C dtype, and f16 C.
+  const DType f16_c[] = {DType::bf16, DType::f16, DType::f32, DType::f16};
+  const DType f16_dc[] = {DType::f16, DType::f16, DType::f16, DType::bf16};
+  for (int v = 0; v < 24; ++v) {
     Grouped p;
     p.op = GroupedOp::dsrelu;
     p.n = v % 3 == 0 ? 96 : v % 3 == 1 ? 264 : 1024;
@@ -233,8 +241,8 @@ TEST(BackwardGpu, GroupedDsreluOptions) {
     p.dprob = v & 8;
     p.dbias = v % 3;  // none, f32, bf16
     p.amax = v % 2 == 0 || v == 15;
-    p.c_dtype = v % 4 < 2 ? DType::bf16 : DType::f32;  // (C, dC): all four of bf16/f32
-    p.out = (v % 4 == 0 || v % 4 == 3) ? DType::bf16 : DType::f32;
+    p.c_dtype = v >= 16 ? f16_c[v % 4] : v % 4 < 2 ? DType::bf16 : DType::f32;
+    p.out = v >= 16 ? f16_dc[v % 4] : (v % 4 == 0 || v % 4 == 3) ? DType::bf16 : DType::f32;
     p.layout = (v / 2) % 2 ? BLayout::kn : BLayout::nk;
     p.ptrs = v % 5 == 3;
     p.row_pad = v == 9 ? 8 : 0;
@@ -242,6 +250,41 @@ TEST(BackwardGpu, GroupedDsreluOptions) {
     p.name = "dsrelu variant " + std::to_string(v) + " N=" + std::to_string(p.n) + " C " + dtype_str(p.c_dtype) +
              " dC " + dtype_str(p.out);
     check_grouped(p);
+  }
+}
+
+// 1 to 1024 experts (kMaxExperts), a fifth of them empty, through dglu, srelu and dsrelu with every
+// per-expert operand (alpha, beta, bias, pointer weights) and per-expert output (dbias) the op has.
+TEST(BackwardGpu, ExpertCounts) {
+  REQUIRE_GPU();
+  int variant = 0;
+  for (int64_t e : {1, 7, 64, 256, 1024}) {
+    for (GroupedOp op : {GroupedOp::dglu, GroupedOp::srelu, GroupedOp::dsrelu}) {
+      Grouped p;
+      p.op = op;
+      p.m = std::max<int64_t>(1500, 3 * e);
+      p.n = op == GroupedOp::dglu ? 128 : 264;
+      p.k = 136;
+      p.sizes = random_group_sizes(e, p.m - 37, 17 + e, e == 1 ? 0.0 : 0.2);  // the one expert is never empty
+      ASSERT_GT(std::accumulate(p.sizes.begin(), p.sizes.end(), int64_t{0}), 0);
+      p.glu.layout = kPairings[variant % 3];
+      p.glu.activation = kActivations[(variant / 3) % 3];
+      clamp_inside_range(p.glu);
+      p.layout = variant % 2 ? BLayout::kn : BLayout::nk;
+      p.ptrs = e == 1024 && op != GroupedOp::srelu;
+      p.alpha = true;
+      p.beta = op == GroupedOp::dglu;
+      p.prob = true;
+      p.bias = op == GroupedOp::srelu ? 1 + variant % 2 : 0;
+      p.c_out = true;
+      p.dprob = true;
+      p.dbias = op == GroupedOp::srelu ? 0 : 1 + variant % 2;
+      p.amax = true;
+      p.zero_tail = variant % 2 == 1;
+      p.seed = 9000 + 10 * variant++;
+      p.name = "E=" + std::to_string(e) + (p.ptrs ? ", pointer weights" : "");
+      check_grouped(p);
+    }
   }
 }
 
@@ -382,7 +425,10 @@ TEST(BackwardGpu, GemmAmax) {
 TEST(BackwardGpu, GemmSreluAndDsrelu) {
   REQUIRE_GPU();
   const DType types[] = {DType::bf16, DType::f32, DType::f16};
-  for (int v = 0; v < 8; ++v) {
+  // gemm_dsrelu from variant 8 on: f16 dC over each C dtype, and f16 C.
+  const DType f16_c[] = {DType::bf16, DType::f16, DType::f32, DType::f16};
+  const DType f16_dc[] = {DType::f16, DType::f16, DType::f16, DType::bf16};
+  for (int v = 0; v < 12; ++v) {
     for (DenseOp op : {DenseOp::srelu, DenseOp::dsrelu}) {
       Dense p;
       p.op = op;
@@ -400,12 +446,16 @@ TEST(BackwardGpu, GemmSreluAndDsrelu) {
       if (op == DenseOp::srelu) {  // forward outputs: bf16, f16 or f32
         p.out = types[v % 3];
         p.c_dtype = types[(v + 1) % 3];
-      } else {  // the saved C and dC of the backward: bf16 or f32
+      } else if (v < 8) {  // the saved C and dC of the backward: all four of bf16/f32
         p.out = v % 2 ? DType::f32 : DType::bf16;
         p.c_dtype = (v / 2) % 2 ? DType::f32 : DType::bf16;
+      } else {
+        p.out = f16_dc[v % 4];
+        p.c_dtype = f16_c[v % 4];
       }
       p.seed = 8000 + 10 * v + (op == DenseOp::dsrelu);
-      p.name = std::string(op == DenseOp::srelu ? "gemm_srelu" : "gemm_dsrelu") + " variant " + std::to_string(v);
+      p.name = std::string(op == DenseOp::srelu ? "gemm_srelu" : "gemm_dsrelu") + " variant " + std::to_string(v) +
+               " out " + dtype_str(p.out) + " C " + dtype_str(p.c_dtype);
       check_dense(p);
     }
   }

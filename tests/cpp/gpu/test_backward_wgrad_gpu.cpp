@@ -17,7 +17,7 @@ namespace {
 
 std::string describe(const Wgrad& p) {
   return std::string(p.ptrs ? "w_ptrs" : "dense w") + (p.transpose ? " transposed" : "") +
-         (p.out == DType::f32 ? " f32" : " bf16") + (p.accumulate ? " accumulate" : "") + " H=" +
+         (p.out == DType::f32 ? " f32" : p.out == DType::f16 ? " f16" : " bf16") + (p.accumulate ? " accumulate" : "") + " H=" +
          std::to_string(p.h) + " N=" + std::to_string(p.n);
 }
 
@@ -26,7 +26,7 @@ TEST(BackwardGpu, WgradOutputModes) {
   int variant = 0;
   for (bool ptrs : {false, true}) {
     for (bool transpose : {false, true}) {
-      for (DType out : {DType::f32, DType::bf16}) {
+      for (DType out : {DType::f32, DType::bf16, DType::f16}) {
         for (bool accumulate : {false, true}) {
           Wgrad p;  // sizes 1, 63, 65, 129, 1000, 0, 200 of 1500 rows
           p.ptrs = ptrs;

@@ -209,15 +209,26 @@ TEST(ForwardGpu, GroupSizeEdgeCases) {
 
 TEST(ForwardGpu, ExpertCounts) {
   REQUIRE_GPU();
-  for (int64_t e : {1, 7, 64, 256, 1024}) {
-    Forward f;
-    f.name = "E=" + std::to_string(e);
-    f.m = std::max<int64_t>(1500, 3 * e);
-    f.n = 256;
-    f.k = 136;
-    f.sizes = random_group_sizes(e, f.m - 37, 11 + e, e == 1 ? 0.0 : 0.2);  // the one expert is never empty
-    ASSERT_GT(std::accumulate(f.sizes.begin(), f.sizes.end(), int64_t{0}), 0) << f.name;
-    check_forward(f);
+  for (bool glu : {false, true}) {
+    for (int64_t e : {1, 7, 64, 256, 1024}) {
+      Forward f;
+      f.name = std::string(glu ? "glu" : "grouped_gemm") + " E=" + std::to_string(e);
+      f.glu = glu;
+      f.m = std::max<int64_t>(1500, 3 * e);
+      f.n = 256;
+      f.k = 136;
+      f.sizes = random_group_sizes(e, f.m - 37, 11 + e, e == 1 ? 0.0 : 0.2);  // the one expert is never empty
+      ASSERT_GT(std::accumulate(f.sizes.begin(), f.sizes.end(), int64_t{0}), 0) << f.name;
+      if (glu) {  // every GLU option that reads per-expert data, and C
+        f.glu_params.layout = e % 2 ? GluLayout::interleaved32 : GluLayout::halves;
+        f.alpha = true;
+        f.prob = true;
+        f.bias = e % 2 ? 1 : 2;
+        f.generate_c = true;
+        f.seed = 40 + e;
+      }
+      check_forward(f);
+    }
   }
 }
 
@@ -655,6 +666,29 @@ TEST(ForwardGpu, GarbageOffsetsClampLikeTheReference) {
     f.raw_offsets = raw;
     f.generate_c = true;
     f.zero_tail = i % 2 == 0;
+    check_forward(f);
+  }
+  // The GLU kernel, with the options that read per-expert and per-row data (alpha, bias, prob) at the
+  // clamped ranges; each activation and pairing in turn.
+  const Activation activations[] = {Activation::swiglu, Activation::geglu, Activation::swiglu_clamped};
+  const GluLayout pairings[] = {GluLayout::halves, GluLayout::interleaved32, GluLayout::interleaved32_up_first};
+  i = 0;
+  for (const auto& raw : garbage) {
+    Forward f;
+    f.name = "glu, garbage offsets " + std::to_string(i);
+    f.glu = true;
+    f.glu_params.activation = activations[i % 3];
+    f.glu_params.layout = pairings[(i + 1) % 3];
+    f.m = 800;
+    f.n = 256;
+    f.k = 64;
+    f.raw_offsets = raw;
+    f.alpha = true;
+    f.prob = true;
+    f.bias = 1 + i % 2;
+    f.generate_c = true;
+    f.zero_tail = i % 2 == 1;
+    f.seed = 60 + i++;
     check_forward(f);
   }
 }
