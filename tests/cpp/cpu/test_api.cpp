@@ -267,6 +267,164 @@ TEST(CheckBeforeAllocation, ValidateReadsTheOffsets) {
                {"grouped_gemm: offsets:", "got offsets[1] = 3 < offsets[0] = 5"});
 }
 
+/// Every grouped op that takes `validate`, on the host with f32 operands (M = 20 rows, K = N = I = 8,
+/// E = 3): the call with the offsets given, and its check before allocation (every output still to come).
+struct GroupedValidateCall {
+  static constexpr int64_t M = 20, K = 8, N = 8, E = 3;
+  std::string op;
+  std::vector<float> a, b, c, alpha, beta, prob, bias;
+  std::vector<float> out1, out2, out3, out4;  // the outputs, poisoned (accumulate: w's values, as read)
+  std::vector<int32_t> ends;
+  std::function<void(bool validate, bool planned)> run;  ///< planned: X_check with null output data
+
+  GroupedValidateCall(std::string name, std::vector<int32_t> offsets) : op(std::move(name)), ends(std::move(offsets)) {
+    std::mt19937 rng(77);
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    auto random = [&](std::size_t n) {
+      std::vector<float> v(n);
+      for (float& x : v) x = uniform(rng);
+      return v;
+    };
+    const bool glu = op == "grouped_gemm_glu", dglu = op == "grouped_gemm_dglu";
+    const bool wgrad = op.rfind("grouped_gemm_wgrad", 0) == 0, accumulate = op == "grouped_gemm_wgrad.accumulate";
+    const int64_t gemm_n = glu ? 2 * N : N;  // the GEMM's columns: 2I for the GLU
+    const int64_t c_cols = dglu ? 2 * N : N;   // the saved pre-activation's: 2I for the dGLU
+    a = random(M * K);
+    b = random(E * gemm_n * K);
+    c = random(M * c_cols);
+    alpha = random(E);
+    beta = random(E);
+    prob = random(M);
+    bias = random(E * gemm_n);
+    const auto view = [](std::vector<float>& v, std::initializer_list<int64_t> shape, bool planned = false) {
+      return TensorView::contiguous(planned ? nullptr : v.data(), DType::f32, shape);
+    };
+    const auto weights = [this, view](int64_t n) {
+      ExpertWeights w;
+      w.dense = view(b, {E, n, K});
+      return w;
+    };
+    if (wgrad) {
+      out1 = accumulate ? random(E * K * N) : poisoned(E * K * N);
+      run = [this, view, accumulate](bool validate, bool planned) {
+        GroupedGemmWgradArgs x;
+        x.x = view(a, {M, K});
+        x.dy = view(c, {M, N});
+        x.offsets = offsets_view(ends);
+        x.w = view(out1, {E, K, N}, planned && !accumulate);  // accumulate reads w: it is always given
+        x.accumulate = accumulate;
+        x.validate = validate;
+        if (planned) grouped_gemm_wgrad_check(x, nullptr);
+        else grouped_gemm_wgrad(x, nullptr, 0, nullptr);
+      };
+    } else if (dglu || op == "grouped_gemm_dsrelu") {
+      out1 = poisoned(M * c_cols);
+      out2 = poisoned(M);
+      out3 = poisoned(E * c_cols);
+      out4 = poisoned(dglu ? 2 : 1);
+      run = [this, view, weights, dglu, c_cols](bool validate, bool planned) {
+        auto fill = [&](auto& x) {
+          x.a = view(a, {M, K});
+          x.b = weights(N);
+          x.c = view(c, {M, c_cols});
+          x.offsets = offsets_view(ends);
+          x.alpha = view(alpha, {E});
+          x.prob = view(prob, {M});
+          x.dc = view(out1, {M, c_cols}, planned);
+          x.dprob = view(out2, {M}, planned);
+          x.dbias = view(out3, {E, c_cols}, planned);
+          x.amax = view(out4, {dglu ? 2 : 1}, planned);
+          x.validate = validate;
+        };
+        if (dglu) {
+          GroupedGemmDgluArgs x;
+          fill(x);
+          x.beta = view(beta, {E});
+          if (planned) grouped_gemm_dglu_check(x, nullptr);
+          else grouped_gemm_dglu(x, nullptr, 0, nullptr);
+        } else {
+          GroupedGemmDsreluArgs x;
+          fill(x);
+          if (planned) grouped_gemm_dsrelu_check(x, nullptr);
+          else grouped_gemm_dsrelu(x, nullptr, 0, nullptr);
+        }
+      };
+    } else {
+      out1 = poisoned(M * (glu ? N : gemm_n));
+      out2 = poisoned(M * gemm_n);
+      run = [this, view, weights, glu, gemm_n](bool validate, bool planned) {
+        auto fill = [&](auto& x) {
+          x.a = view(a, {M, K});
+          x.b = weights(gemm_n);
+          x.offsets = offsets_view(ends);
+          x.alpha = view(alpha, {E});
+          x.prob = view(prob, {M});
+          x.bias = view(bias, {E, gemm_n});
+          x.d = view(out1, {M, glu ? N : gemm_n}, planned);
+          x.c = view(out2, {M, gemm_n}, planned);
+          x.validate = validate;
+        };
+        if (glu) {
+          GroupedGemmGluArgs x;
+          fill(x);
+          if (planned) grouped_gemm_glu_check(x, nullptr);
+          else grouped_gemm_glu(x, nullptr, 0, nullptr);
+        } else if (op == "grouped_gemm_srelu") {
+          GroupedGemmSreluArgs x;
+          fill(x);
+          if (planned) grouped_gemm_srelu_check(x, nullptr);
+          else grouped_gemm_srelu(x, nullptr, 0, nullptr);
+        } else {
+          GroupedGemmArgs x;
+          fill(x);
+          if (planned) grouped_gemm_check(x, nullptr);
+          else grouped_gemm(x, nullptr, 0, nullptr);
+        }
+      };
+    }
+  }
+
+  /// Every output holds the bytes it held before the call.
+  bool outputs_unchanged(const std::vector<std::vector<float>>& before) const {
+    const std::vector<float>* now[] = {&out1, &out2, &out3, &out4};
+    for (std::size_t i = 0; i < before.size(); ++i)
+      if (!before[i].empty() && std::memcmp(before[i].data(), now[i]->data(), before[i].size() * sizeof(float)) != 0)
+        return false;
+    return true;
+  }
+};
+
+// validate = true reports bad offsets (negative, decreasing, past M) of every grouped op, forward and backward,
+// naming the op and the first bad index, before anything is written; so does the op's check before allocation.
+// The same offsets without validate are clamped (docs/ops.md §0.1), and the call goes through.
+TEST(Dispatch, ValidateRejectsBadOffsetsOfEveryGroupedOp) {
+  const std::pair<std::vector<int32_t>, std::string> bad[] = {
+      {{5, 3, 17}, "got offsets[1] = 3 < offsets[0] = 5"},
+      {{-1, 5, 17}, "got offsets[0] = -1"},
+      {{5, 9, 21}, "got offsets[2] = 21"},
+  };
+  for (const char* op : {"grouped_gemm", "grouped_gemm_glu", "grouped_gemm_dglu", "grouped_gemm_srelu",
+                         "grouped_gemm_dsrelu", "grouped_gemm_wgrad", "grouped_gemm_wgrad.accumulate"}) {
+    const std::string name = std::string(op).substr(0, std::string(op).find('.'));
+    for (const auto& [ends, got] : bad) {
+      SCOPED_TRACE(std::string(op) + ", " + got);
+      GroupedValidateCall call(op, ends);
+      const std::vector<std::vector<float>> before = {call.out1, call.out2, call.out3, call.out4};
+      for (bool planned : {false, true}) {
+        expect_error([&] { call.run(true, planned); }, ErrorCode::invalid_argument,
+                     {name + ": offsets: expected non-decreasing expert end rows in [0, M=20]", got});
+      }
+      EXPECT_TRUE(call.outputs_unchanged(before)) << "a rejected call wrote an output";
+      EXPECT_NO_THROW(call.run(false, true));
+      EXPECT_NO_THROW(call.run(false, false));
+      EXPECT_FALSE(call.outputs_unchanged(before)) << "the call without validate wrote nothing";
+    }
+    GroupedValidateCall good(op, {5, 5, 17});
+    EXPECT_NO_THROW(good.run(true, true)) << op;
+    EXPECT_NO_THROW(good.run(true, false)) << op;
+  }
+}
+
 // A device call where the current device cannot run the sm_90a kernels (no GPU, or not compute capability
 // 9.0) names the op and what it needs, as `unsupported`, before the offsets check reads the device.
 TEST(Api, DeviceCallWithoutAnSm90GpuNamesTheOp) {
