@@ -185,6 +185,35 @@ def check_dtype(op: str, name: str, x, allowed: Iterable) -> None:
                         f"got {np.dtype(x.dtype).name}")
 
 
+# Why the contract refuses 8-bit and FP4 inputs (docs/ops.md §0.2 rule 2, §8), in the C++ API's words
+# (src/contract/rules.cpp), which the torch ops pass on.
+EIGHT_BIT_REASON = "8-bit inputs are not supported yet: the FP8 path with per-block scales is a later milestone"
+FP4_REASON = "FP4 has no tensor-core path on sm_90: Hopper has no block-scaled or 4-bit MMA"
+
+
+def unsupported_input_reason(dtype) -> str | None:
+    """The contract's reason for refusing ``dtype`` as a GEMM input: 8-bit floats (float8_*) and FP4
+    (float4_*); None for any other dtype."""
+    name = np.dtype(dtype).name
+    if name.startswith("float8"):
+        return EIGHT_BIT_REASON
+    if name.startswith("float4"):
+        return FP4_REASON
+    return None
+
+
+def check_input_dtype(op: str, name: str, x, allowed: Iterable = SIXTEEN_BIT) -> None:
+    """check_dtype for an input of the GEMM (a, b, dy, x, lhs, rhs): an 8-bit or FP4 dtype is refused with
+    the reason the C++ API and the torch ops give, after the dtypes taken."""
+    check_array(op, name, x)
+    allowed = tuple(np.dtype(d) for d in allowed)
+    got = np.dtype(x.dtype)
+    if got not in allowed:
+        reason = unsupported_input_reason(got)
+        raise TypeError(f"moegemm.jax.{op}: {name}: expected dtype {dtype_names(allowed)}, got {got.name}"
+                        + (f" ({reason})" if reason else ""))
+
+
 def check_output_dtype(op: str, name: str, dtype, allowed: Iterable = OUTPUT_FLOATS):
     """The numpy dtype of an output-dtype option; TypeError when it is not allowed."""
     allowed = tuple(np.dtype(d) for d in allowed)

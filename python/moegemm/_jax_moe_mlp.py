@@ -136,11 +136,11 @@ def moe_mlp(x, w_up, w_down, group_sizes=None, offsets=None, prob=None, activati
         raise ValueError(f"moegemm.jax.moe_mlp: group_sizes, offsets: expected exactly one of group_sizes and "
                          f"offsets, got {got}")
     chk.check_rank(_OP, "x", x, 2, "(M, H)")
-    chk.check_dtype(_OP, "x", x, chk.SIXTEEN_BIT)
+    chk.check_input_dtype(_OP, "x", x)
     chk.check_rank(_OP, "w_up", w_up, 3, "(E, H, 2I)")
     chk.check_rank(_OP, "w_down", w_down, 3, "(E, I, H)")
-    chk.check_dtype(_OP, "w_up", w_up, (x.dtype,))
-    chk.check_dtype(_OP, "w_down", w_down, (x.dtype,))
+    chk.check_input_dtype(_OP, "w_up", w_up, (x.dtype,))
+    chk.check_input_dtype(_OP, "w_down", w_down, (x.dtype,))
     e, h = w_up.shape[0], x.shape[1]
     if h == 0:
         raise ValueError(f"moegemm.jax.moe_mlp: x: expected H > 0 (its last dim), got shape {tuple(x.shape)}")

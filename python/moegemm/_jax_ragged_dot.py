@@ -156,8 +156,8 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
         raise NotImplementedError("moegemm.jax.ragged_dot: group_offset is not supported")
     chk.check_rank(_OP, "lhs", lhs, 2, "(M, K)")
     chk.check_rank(_OP, "rhs", rhs, 3, "(G, K, N)")
-    chk.check_dtype(_OP, "lhs", lhs, chk.SIXTEEN_BIT)
-    chk.check_dtype(_OP, "rhs", rhs, (lhs.dtype,))
+    chk.check_input_dtype(_OP, "lhs", lhs)
+    chk.check_input_dtype(_OP, "rhs", rhs, (lhs.dtype,))
     chk.check_extent(_OP, "rhs", rhs, 1, lhs.shape[1], "K from lhs")
     chk.check_group_sizes(_OP, group_sizes, rhs.shape[0], "G from rhs", "lhs", lhs)
     if rhs.shape[0] > chk.MAX_EXPERTS:
@@ -284,8 +284,8 @@ def ragged_dot_general(lhs, rhs, group_sizes, ragged_dot_dimension_numbers, prec
     for name, x in (("lhs", lhs), ("rhs", rhs), ("group_sizes", group_sizes)):
         chk.check_array(op, name, x)
     contracting, lhs_k, rhs_k, rhs_g = _general_dims(lhs, rhs, group_sizes, ragged_dot_dimension_numbers)
-    chk.check_dtype(op, "lhs", lhs, chk.SIXTEEN_BIT)
-    chk.check_dtype(op, "rhs", rhs, (lhs.dtype,))
+    chk.check_input_dtype(op, "lhs", lhs)
+    chk.check_input_dtype(op, "rhs", rhs, (lhs.dtype,))
     lhs_free, rhs_free = 1 - lhs_k, (1 - rhs_k if contracting else 3 - rhs_g - rhs_k)
     out_dtype = chk.output_dtype(op, "preferred_element_type", preferred_element_type, lhs.dtype)
     # group_sizes is (G,), rhs's group dim in mode 1: jax.lax's shape rule has checked both.

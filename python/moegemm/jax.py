@@ -85,7 +85,7 @@ def _weights(op, a, b, b_layout, e, a_name="a", n_name="N"):
     differs). ``n_name``: what the op's docstring calls b's N (I for the dGLU)."""
     chk.check_choice(op, "b_layout", b_layout, ("nk", "kn"))
     chk.check_rank(op, "b", b, 3, f"(E, {n_name}, K)" if b_layout == "nk" else f"(E, K, {n_name})")
-    chk.check_dtype(op, "b", b, (a.dtype,))
+    chk.check_input_dtype(op, "b", b, (a.dtype,))
     chk.check_extent(op, "b", b, 0, e, "E from offsets")
     n, k = (b.shape[1], b.shape[2]) if b_layout == "nk" else (b.shape[2], b.shape[1])
     chk.check_extent(op, "b", b, 2 if b_layout == "nk" else 1, a.shape[1], f"K from {a_name}")
@@ -98,7 +98,7 @@ def _dense_weights(op, a, b, b_layout, a_name="a"):
     """(N, K) of a single (N, K) / (K, N) weight matrix after checking it against a (M, K)."""
     chk.check_choice(op, "b_layout", b_layout, ("nk", "kn"))
     chk.check_rank(op, "b", b, 2, "(N, K)" if b_layout == "nk" else "(K, N)")
-    chk.check_dtype(op, "b", b, (a.dtype,))
+    chk.check_input_dtype(op, "b", b, (a.dtype,))
     n = b.shape[0] if b_layout == "nk" else b.shape[1]
     chk.check_extent(op, "b", b, 1 if b_layout == "nk" else 0, a.shape[1], f"K from {a_name}")
     chk.check_aligned(op, a_name, a, 1, "K")
@@ -108,7 +108,7 @@ def _dense_weights(op, a, b, b_layout, a_name="a"):
 
 def _activations(op, a, name="a"):
     chk.check_rank(op, name, a, 2, "(M, K)")
-    chk.check_dtype(op, name, a, chk.SIXTEEN_BIT)
+    chk.check_input_dtype(op, name, a)
     return a.shape[0]
 
 
@@ -336,7 +336,7 @@ def grouped_gemm_wgrad(x, dy, offsets, *, transpose_output=False, w_dtype=jnp.fl
     transpose_output = chk.static_bool(op, "transpose_output", transpose_output)
     m = _activations(op, x, "x")
     chk.check_rank(op, "dy", dy, 2, "(M, N)")
-    chk.check_dtype(op, "dy", dy, (x.dtype,))
+    chk.check_input_dtype(op, "dy", dy, (x.dtype,))
     chk.check_extent(op, "dy", dy, 0, m, "M from x")
     chk.check_aligned(op, "x", x, 1, "H")
     chk.check_aligned(op, "dy", dy, 1, "N")

@@ -132,6 +132,15 @@ def glu_pair(g, layout):
     return (first, second) if layout == "interleaved32" else (second, first)
 
 
+def glu_join(gate, up, layout):
+    """Inverse of glu_pair: the (M, 2I) columns of a moegemm GLU layout from (gate, up)."""
+    if layout == "halves":
+        return np.concatenate([gate, up], axis=1)
+    first, second = (gate, up) if layout == "interleaved32" else (up, gate)
+    m, i = gate.shape
+    return np.stack([first.reshape(m, i // 32, 32), second.reshape(m, i // 32, 32)], axis=2).reshape(m, 2 * i)
+
+
 def silu(x):
     return x / (1 + np.exp(-x))
 

@@ -6,12 +6,13 @@ for bf16 inputs, gpu_support), the CPU backend otherwise. jit vs eager runs on b
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import numpy as np
 import pytest
 
-from jax_helpers import (PLATFORMS, assert_close, expert_of_rows, f32, glu_pair, grouped_matmul_ref,
+from jax_helpers import (PLATFORMS, assert_close, expert_of_rows, f32, glu_join, glu_pair, grouped_matmul_ref,
                          offsets_of, on_cpu, on_device_for, platform_device, rand, running_on, silu, jax, jnp, mj)
 
 SIZES = [37, 0, 80, 5, 0, 61]  # empty middle experts, sizes not multiples of any tile; tail rows below
@@ -114,6 +115,157 @@ def test_grouped_gemm_dsrelu_values():
     assert_close(out.dc, dc_ref, "dc", f32_tolerance=True)
     assert_close(out.dprob, (np.maximum(f32(c), 0) ** 2 * dh).sum(1), "dprob", f32_tolerance=True)
     assert_close(out.amax, np.abs(dc_ref).max(), "amax", f32_tolerance=True)
+
+
+# swiglu_clamped with options other than the defaults (limit 7, act_alpha 1.702, linear_offset 1): a limit that the
+# unit-variance pre-activations cross often, on both sides of both bounds.
+CLAMP_OPTIONS = [dict(limit=1.25, act_alpha=0.8, linear_offset=-0.5), dict(limit=2.5, act_alpha=2.25, linear_offset=0.375)]
+
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _clamped_swiglu(gate, up, limit, act_alpha, linear_offset):
+    """h and its partial derivatives in float64 (docs/ops.md §2, §3): g' = min(gate, limit), u' = clip(up, -limit,
+    limit), h = (u' + linear_offset) g' sigmoid(act_alpha g'); the gradient passes each clamp where it is inactive,
+    inclusive at the bound."""
+    g = np.minimum(gate, limit)
+    u = np.clip(up, -limit, limit)
+    s = _sigmoid(act_alpha * g)
+    h = (u + linear_offset) * g * s
+    dh_dgate = np.where(gate <= limit, (u + linear_offset) * (s + act_alpha * g * s * (1 - s)), 0.0)
+    dh_dup = np.where(np.abs(up) <= limit, g * s, 0.0)
+    return h, dh_dgate, dh_dup
+
+
+@pytest.mark.parametrize("options", CLAMP_OPTIONS, ids=["limit1.25", "limit2.5"])
+@pytest.mark.parametrize("glu_layout", ["halves", "interleaved32"])
+@on_device_for("grouped_gemm_glu")
+def test_grouped_gemm_glu_clamp_options_against_a_float64_oracle(glu_layout, options):
+    """grouped_gemm_glu with swiglu_clamped's limit, act_alpha and linear_offset given (and alpha, prob): D (f32)
+    and C against the float64 formula of docs/ops.md §2 at f32's tolerance."""
+    rng = np.random.default_rng(21)
+    a, b, off = _inputs(rng, "kn", n=128)
+    alpha = jnp.asarray(rng.uniform(0.5, 1.5, E), jnp.float32)
+    prob = jnp.asarray(rng.uniform(0, 1, M), jnp.float32)
+    d, c = mj.grouped_gemm_glu(a, b, off, alpha=alpha, prob=prob, b_layout="kn", activation="swiglu_clamped",
+                               glu_layout=glu_layout, generate_c=True, d_dtype=jnp.float32,
+                               c_dtype=jnp.float32, zero_tail=True, **options)
+    owner = expert_of_rows(SIZES, M)
+    g = grouped_matmul_ref(a, b, SIZES, "kn", dtype=np.float64) * np.asarray(alpha, np.float64)[owner][:, None]
+    gate, up = glu_pair(g, glu_layout)
+    limit = options["limit"]
+    assert (gate > limit).mean() > 0.01 and (np.abs(up) > limit).mean() > 0.01  # both clamps act
+    h, _, _ = _clamped_swiglu(gate, up, **options)
+    assert_close(c, g, "c", f32_tolerance=True)
+    assert_close(d, np.asarray(prob, np.float64)[:, None] * h, "d", f32_tolerance=True)
+
+
+@pytest.mark.parametrize("options", CLAMP_OPTIONS, ids=["limit1.25", "limit2.5"])
+@pytest.mark.parametrize("glu_layout", ["halves", "interleaved32_up_first"])
+@on_device_for("grouped_gemm_dglu")
+def test_grouped_gemm_dglu_clamp_options_against_a_float64_oracle(glu_layout, options):
+    """grouped_gemm_dglu with swiglu_clamped's options, alpha, beta and prob: dC (f32), dprob, dbias and amax
+    against the float64 derivatives of docs/ops.md §3 at the saved C scaled by beta, dH = alpha dY B^T."""
+    rng = np.random.default_rng(22)
+    i = 64
+    dy = rand(rng, (M, K))
+    w = rand(rng, (E, i, K), scale=0.2)
+    c = rand(rng, (M, 2 * i), scale=1.5)
+    alpha = jnp.asarray(rng.uniform(0.5, 1.5, E), jnp.float32)
+    beta = jnp.asarray(rng.uniform(0.5, 1.5, E), jnp.float32)
+    prob = jnp.asarray(rng.uniform(0, 1, M), jnp.float32)
+    out = mj.grouped_gemm_dglu(dy, w, c, offsets_of(SIZES), alpha=alpha, beta=beta, prob=prob,
+                               activation="swiglu_clamped", glu_layout=glu_layout, compute_dprob=True,
+                               compute_dbias=True, compute_amax=True, dc_dtype=jnp.float32, zero_tail=True,
+                               **options)
+    owner = expert_of_rows(SIZES, M)
+    dh = grouped_matmul_ref(dy, w, SIZES, "nk", dtype=np.float64) * np.asarray(alpha, np.float64)[owner][:, None]
+    scaled = np.asarray(f32(c), np.float64) * np.asarray(beta, np.float64)[owner][:, None]
+    gate, up = glu_pair(scaled, glu_layout)
+    limit = options["limit"]
+    assert (gate > limit).mean() > 0.01 and (np.abs(up) > limit).mean() > 0.01  # both clamps act
+    h, dh_dgate, dh_dup = _clamped_swiglu(gate, up, **options)
+    p = np.asarray(prob, np.float64)[:, None]
+    d_gate, d_up = dh * p * dh_dgate, dh * p * dh_dup
+    dc_ref = glu_join(d_gate, d_up, glu_layout)
+    assert_close(out.dc, dc_ref, "dc", f32_tolerance=True)
+    assert_close(out.dprob, (h * dh).sum(1), "dprob", f32_tolerance=True)
+    assert_close(out.dbias, np.stack([dc_ref[owner == g].sum(0) for g in range(E)]), "dbias", f32_tolerance=True)
+    assert_close(out.amax, [np.abs(d_gate).max(), np.abs(d_up).max()], "amax", f32_tolerance=True)
+
+
+def _unsupported_input_dtypes():
+    """(dtype name, the contract's reason) of the 8-bit and FP4 dtypes this jax has (docs/ops.md §0.2 rule 2)."""
+    eight = "8-bit inputs are not supported yet: the FP8 path with per-block scales is a later milestone"
+    four = "FP4 has no tensor-core path on sm_90: Hopper has no block-scaled or 4-bit MMA"
+    names = [("float8_e4m3fn", eight), ("float8_e5m2", eight), ("float8_e4m3fnuz", eight), ("float4_e2m1fn", four)]
+    return [pytest.param(n, r, id=n) for n, r in names if hasattr(jnp, n)]
+
+
+@pytest.mark.parametrize("dtype_name,reason", _unsupported_input_dtypes())
+def test_8bit_and_fp4_inputs_are_refused_with_the_contracts_reason(dtype_name, reason):
+    """An 8-bit or FP4 input of any op, of ragged_dot, ragged_dot_general and moe_mlp, is refused at trace time with
+    the reason the C++ API and the torch ops give: first operand (a, dy, x, lhs) or second (b, rhs, w_up) in
+    that dtype. Other wrong dtypes keep the plain message."""
+    low = getattr(jnp, dtype_name)
+    rng = np.random.default_rng(23)
+    a, b, off = _inputs(rng)
+    dy, c128, c48, dense = rand(rng, (M, K)), rand(rng, (M, 128)), rand(rng, (M, N)), rand(rng, (128, K), scale=0.2)
+    w64 = rand(rng, (E, 64, K), scale=0.2)
+    w_up, w_down = rand(rng, (E, K, 128), scale=0.2), rand(rng, (E, 64, K), scale=0.2)
+    sizes = jnp.asarray(SIZES, jnp.int32)
+    dims = jax.lax.RaggedDotDimensionNumbers(dot_dimension_numbers=(([1], [1]), ([], [])),
+                                             lhs_ragged_dimensions=[0], rhs_group_dimensions=[0])
+    q = lambda x: x.astype(low)  # noqa: E731
+    # (op, the operand in low precision, call with the first operand low, call with the second operand low)
+    calls = [
+        ("grouped_gemm", ("a", "b"), lambda x, y: mj.grouped_gemm(x, y, off)),
+        ("grouped_gemm_glu", ("a", "b"), lambda x, y: mj.grouped_gemm_glu(x, y, off), (a, rand(rng, (E, 128, K)))),
+        ("grouped_gemm_dglu", ("dy", "b"), lambda x, y: mj.grouped_gemm_dglu(x, y, c128, off), (dy, w64)),
+        ("grouped_gemm_srelu", ("a", "b"), lambda x, y: mj.grouped_gemm_srelu(x, y, off)),
+        ("grouped_gemm_dsrelu", ("dy", "b"), lambda x, y: mj.grouped_gemm_dsrelu(x, y, c48, off), (dy, b)),
+        ("grouped_gemm_wgrad", ("x", "dy"), lambda x, y: mj.grouped_gemm_wgrad(x, y, off), (a, c48)),
+        ("gemm_swiglu", ("a", "b"), lambda x, y: mj.gemm_swiglu(x, y), (a, dense)),
+        ("gemm_amax", ("a", "b"), lambda x, y: mj.gemm_amax(x, y), (a, dense)),
+        ("gemm_srelu", ("a", "b"), lambda x, y: mj.gemm_srelu(x, y), (a, dense)),
+        ("gemm_dsrelu", ("dy", "b"), lambda x, y: mj.gemm_dsrelu(x, y, c128), (dy, dense)),
+        ("ragged_dot", ("lhs", "rhs"), lambda x, y: mj.ragged_dot(x, y, sizes), (a, b.transpose(0, 2, 1))),
+        ("ragged_dot_general", ("lhs", "rhs"), lambda x, y: mj.ragged_dot_general(x, y, sizes, dims),
+         (a, b.transpose(0, 2, 1))),
+        ("moe_mlp", ("x", "w_up"), lambda x, y: mj.moe_mlp(x, y, w_down, group_sizes=sizes), (a, w_up)),
+    ]
+    for op, names, call, *operands in calls:
+        x, y = operands[0] if operands else (a, b)
+        for index, name in enumerate(names):
+            allowed = "bfloat16, float16" if index == 0 else "bfloat16"
+            pattern = (rf"^moegemm\.jax\.{op}: {name}: expected dtype {allowed}, got {dtype_name} "
+                       rf"\({re.escape(reason)}\)$")
+            with pytest.raises(TypeError, match=pattern):
+                call(q(x), y) if index == 0 else call(x, q(y))
+    # Another dtype that the ops refuse is named without a reason of its own.
+    with pytest.raises(TypeError, match=r"^moegemm\.jax\.grouped_gemm: a: expected dtype bfloat16, float16, "
+                                        r"got float32$"):
+        mj.grouped_gemm(a.astype(jnp.float32), b.astype(jnp.float32), off)
+
+
+def test_the_8bit_reason_is_the_torch_ops_reason():
+    """The JAX front end gives the reason the library gives, as the torch ops pass it on (the C++ contract's text)."""
+    torch = pytest.importorskip("torch")
+    if not hasattr(torch, "float8_e4m3fn"):
+        pytest.skip("this torch has no float8_e4m3fn")
+    mt = pytest.importorskip("moegemm.torch")
+    a8 = torch.ones(16, 32).to(torch.float8_e4m3fn)
+    with pytest.raises(NotImplementedError) as torch_error:
+        mt.ops.grouped_gemm(a8, torch.ones(2, 16, 32).to(torch.float8_e4m3fn), torch.tensor([8, 16], dtype=torch.int32),
+                            out_dtype=torch.bfloat16)
+    with pytest.raises(TypeError) as jax_error:
+        mj.grouped_gemm(jnp.ones((16, 32), jnp.float8_e4m3fn), jnp.ones((2, 16, 32), jnp.float8_e4m3fn),
+                        offsets_of([8, 8]))
+    reason = re.search(r"\(8-bit inputs[^)]*\)", str(torch_error.value))
+    assert reason, str(torch_error.value)
+    assert str(jax_error.value).endswith(reason.group(0)), (str(jax_error.value), reason.group(0))
 
 
 @pytest.mark.parametrize("transpose_output", [False, True])
