@@ -789,6 +789,108 @@ def test_validate_reports_bad_offsets():
         ops.grouped_gemm(a, b, torch.tensor([3, 9], dtype=torch.int32), validate=True)
 
 
+def _validate_calls(device):
+    """Every op with a validate flag (name as its errors give it -> call(offsets, validate)), on random inputs of
+    M = 24 rows, K = 32, N = I = 16, E = 3; the accumulate overload adds into `w` (returned last)."""
+    m, k, n = 24, 32, 16
+    a = randn(m, k, device=device, seed=30)
+    b = weights(3, k, n, "nk", seed=31).to(device)
+    b_glu = weights(3, k, 2 * n, "nk", seed=32).to(device)
+    c_dglu, c_dsrelu = randn(m, 2 * n, device=device, seed=33), randn(m, n, device=device, seed=34)
+    dy = randn(m, n, device=device, seed=35)
+    w = randn(3, k, n, dtype=torch.float32, device=device, seed=36)
+    reductions = dict(compute_dprob=True, compute_dbias=True, compute_amax=True)
+    return w, {
+        "grouped_gemm": lambda o, v: ops.grouped_gemm(a, b, o, generate_c=True, validate=v),
+        "grouped_gemm_glu": lambda o, v: ops.grouped_gemm_glu(a, b_glu, o, generate_c=True, validate=v),
+        "grouped_gemm_dglu": lambda o, v: ops.grouped_gemm_dglu(a, b, c_dglu, o, **reductions, validate=v),
+        "grouped_gemm_srelu": lambda o, v: ops.grouped_gemm_srelu(a, b, o, generate_c=True, validate=v),
+        "grouped_gemm_dsrelu": lambda o, v: ops.grouped_gemm_dsrelu(a, b, c_dsrelu, o, **reductions, validate=v),
+        "grouped_gemm_wgrad": lambda o, v: ops.grouped_gemm_wgrad(a, dy, o, validate=v),
+        "grouped_gemm_wgrad.accumulate": lambda o, v: ops.grouped_gemm_wgrad.accumulate(a, dy, o, w, validate=v),
+    }
+
+
+_BAD_OFFSETS = [([5, 3, 17], r">= the one before it, got offsets\[1\] = 3 < offsets\[0\] = 5"),
+                ([-1, 5, 17], r">= 0, got offsets\[0\] = -1"),
+                ([5, 9, 25], r"<= M, got offsets\[2\] = 25")]
+
+
+@pytest.mark.parametrize("op", list(_validate_calls("cpu")[1]))
+@pytest.mark.parametrize("device", DEVICES)
+def test_validate_reports_bad_offsets_of_every_op(op, device):
+    """validate=True reports negative, decreasing and past-M offsets of every op that takes it (forward and
+    backward, and wgrad's accumulate overload), naming the op and the first bad index, and leaves an
+    accumulated w as it was; the same offsets without validate are clamped and the call goes through.
+    Good offsets give the same outputs with validate as without."""
+    w, calls = _validate_calls(device)
+    call = calls[op]
+    w_before = w.clone()
+    for offs, got in _BAD_OFFSETS:
+        offsets = torch.tensor(offs, dtype=torch.int32, device=device)
+        w.copy_(w_before)
+        with pytest.raises(ValueError, match=rf"^{re.escape(op)}: offsets: expected non-decreasing expert end rows in "
+                                             rf"\[0, M=24\], each {got}$"):
+            call(offsets, True)
+        assert torch.equal(w, w_before), "a refused call wrote w"
+        call(offsets, False)
+    good = offsets_of([5, 0, 19], device)
+    if op.endswith(".accumulate"):
+        w.copy_(w_before)
+        call(good, True)
+        validated = w.clone()
+        w.copy_(w_before)
+        call(good, False)
+        assert not torch.equal(validated, w_before) and torch.equal(validated, w)
+        return
+    validated, plain = call(good, True), call(good, False)
+    for x, y in zip(validated if isinstance(validated, tuple) else (validated,),
+                    plain if isinstance(plain, tuple) else (plain,)):
+        assert torch.equal(x, y)
+
+
+@pytest.mark.parametrize("act", ["swiglu", "geglu", "swiglu_clamped"])
+@pytest.mark.parametrize("layout", ["halves", "interleaved32"])
+@pytest.mark.parametrize("device", DEVICES)
+def test_grouped_gemm_dglu_alpha_beta_and_options_against_float64(act, layout, device):
+    """grouped_gemm_dglu with alpha, beta and prob (and, for swiglu_clamped, limit, act_alpha and linear_offset other
+    than the defaults): gate and up are read from beta[g] * C and dC is the gradient with respect to that scaled
+    pre-activation, with no further factor of beta; dH = alpha[g] * dY @ B_g^T, alpha applied once (docs/ops.md
+    section 3). dC (f32), dprob, dbias and amax against torch autograd of the float64 activation."""
+    sizes = [7, 0, 20, 5]
+    m, k, i = sum(sizes) + 2, 32, 64
+    offsets = offsets_of(sizes, device)
+    dy = randn(m, k, seed=40, device=device)
+    w_down = weights(len(sizes), k, i, "nk", seed=41).to(device)  # (E, I, K): dH = dy @ w_down[g]^T
+    c = randn(m, 2 * i, seed=42, scale=1.5, device=device)
+    alpha = randn(len(sizes), dtype=torch.float32, seed=43, device=device).abs() + 0.5
+    beta = randn(len(sizes), dtype=torch.float32, seed=44, device=device).abs() + 0.5
+    prob = randn(m, dtype=torch.float32, seed=45, device=device).abs()
+    options = dict(limit=1.25, act_alpha=0.8, linear_offset=-0.5) if act == "swiglu_clamped" else {}
+    dc, dprob, dbias, amax = ops.grouped_gemm_dglu(dy, w_down, c, offsets, alpha=alpha, beta=beta, prob=prob,
+                                                   activation=act, glu_layout=layout, compute_dprob=True,
+                                                   compute_dbias=True, compute_amax=True, dc_dtype=torch.float32,
+                                                   **options)
+    e_rows = ranges(offsets, m)
+    end = end_row(offsets, m)
+    dh = ref_linear(dy, w_down, offsets, "nk", alpha=alpha.cpu())[:end]
+    row_beta = torch.cat([beta[g].double().cpu().expand(e - s) for g, s, e in e_rows])
+    scaled = (c[:end].double().cpu() * row_beta[:, None]).requires_grad_(True)
+    gate, up = glu_halves(scaled, layout)
+    if options:
+        assert (gate > options["limit"]).any() and (up.abs() > options["limit"]).any()  # the clamps act
+    h = activation(gate, up, act, **options)
+    p = prob[:end].double().cpu()
+    (p[:, None] * h * dh).sum().backward()
+    ref_dc = scaled.grad
+    assert dc.dtype == torch.float32
+    assert_close(dc[:end], ref_dc, bf16=False)
+    assert_close(dprob[:end], (h * dh).sum(1).detach(), bf16=False)
+    assert_close(dbias, torch.stack([ref_dc[s:e].sum(0) for _, s, e in e_rows]), bf16=False)
+    d_gate, d_up = glu_halves(ref_dc, layout)
+    assert_close(amax, torch.stack([d_gate.abs().max(), d_up.abs().max()]), bf16=False)
+
+
 @pytest.mark.parametrize("zero_tail", [False, True])
 def test_garbage_offsets_without_validate_stay_in_bounds(zero_tail):
     """Decreasing, negative and past-M offsets without validate: the op clamps each end into [previous end, M]
