@@ -1,5 +1,6 @@
 """No needless fills: outputs come from a poisoned allocator; addressed elements are written, tail rows
-keep the poison unless zero_tail, wgrad of empty experts is exactly zero. Cases C01-C04, C07, C09, C12.
+keep the poison unless zero_tail, wgrad of empty experts is exactly zero. Cases C01-C04, C07, C09, C12; every
+output of the GLU, dGLU, squared-ReLU forward and backward and the dense ops.
 
 On CPU the allocator is glibc malloc behind torch's CPU allocator. During each CPU test glibc's M_PERTURB
 option is on: every block malloc hands out, the ops' at::empty outputs included, starts filled with 0x7F
@@ -160,6 +161,134 @@ def test_glu_outputs_written_where_addressed(device, zero_tail):
         assert (h[end:] == 0).all() and (c[end:] == 0).all()
     else:
         assert poisoned_rows(h[end:]).all() and poisoned_rows(c[end:]).all(), "tail rows were written"
+
+
+def _check_row_output(name, t, ref, end, zero_tail, bf16=True):
+    """A row-indexed output over a poisoned allocator: its `end` addressed rows all written and close to the
+    float64 reference (rows [0, end) of `ref`); the rows past them still poisoned, or exactly 0 with zero_tail."""
+    assert not poisoned_elements(t[:end]).any(), f"elements of {name} left unwritten"
+    assert_close(t[:end], ref[:end], bf16)
+    if zero_tail:
+        assert (t[end:] == 0).all(), f"{name}: tail rows are not 0"
+    else:
+        assert poisoned_rows(t[end:]).all(), f"{name}: tail rows were written"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("zero_tail", [False, True])
+def test_dglu_outputs_written_where_addressed(device, zero_tail):
+    """grouped_gemm_dglu (swiglu_clamped, interleaved32) with dprob, dbias and amax over a poisoned allocator, the
+    four outputs' sizes in the order the op allocates them: every element of dC and dprob in the 89 addressed rows
+    is written and matches torch autograd of the float64 activation at the saved C; the 11 tail rows keep the
+    poison (0 with zero_tail); dbias is written for every expert (exactly 0 for the empty one) and amax whole."""
+    sizes = [30, 0, 50, 9]
+    m, k, i = 100, 64, 64
+    offsets = offsets_of(sizes, device)
+    end = end_row(offsets, m)
+    dy = randn(m, k, device=device, seed=70)
+    w_down = randn(4, i, k, device=device, seed=71, scale=0.2)  # (E, I, K): dH = dy @ w_down[g]^T
+    c = randn(m, 2 * i, device=device, seed=72, scale=4.0)  # many gates and ups past the clamp limit of 7
+    c = torch.where(c.abs() == 7, c / 2, c)  # none at +-7, where torch's clamp gradient (0) and the op's differ
+    prob = randn(m, dtype=torch.float32, device=device, seed=73).abs()
+    _poisoned([m * 2 * i * 2, m * 4, 4 * 2 * i * 4, 2 * 4], device)  # dc, dprob, dbias, amax
+    dc, dprob, dbias, amax = ops.grouped_gemm_dglu(dy, w_down, c, offsets, prob=prob, activation="swiglu_clamped",
+                                                   glu_layout="interleaved32", compute_dprob=True,
+                                                   compute_dbias=True, compute_amax=True, zero_tail=zero_tail)
+    dh = ref_linear(dy, w_down, offsets).nan_to_num()
+    cg = c.double().cpu().requires_grad_(True)
+    gate, up = glu_halves(cg, "interleaved32")
+    h = activation(gate, up, "swiglu_clamped")
+    (prob.double().cpu()[:, None] * h * dh).sum().backward()
+    _check_row_output("dc", dc, cg.grad, end, zero_tail)
+    _check_row_output("dprob", dprob, (h * dh).sum(1).detach(), end, zero_tail)
+    assert not poisoned_elements(dbias).any() and not poisoned_elements(amax).any()
+    assert (dbias[1] == 0).all(), "the empty expert's dbias is not exactly 0"
+    assert_close(dbias, torch.stack([cg.grad[s:e].sum(0) for _, s, e in ranges(offsets, m)]))
+    d_gate, d_up = glu_halves(cg.grad[:end], "interleaved32")
+    torch.testing.assert_close(amax.double().cpu(), torch.stack([d_gate.abs().max(), d_up.abs().max()]),
+                               rtol=3e-2, atol=1e-3)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("zero_tail", [False, True])
+def test_srelu_and_dsrelu_outputs_written_where_addressed(device, zero_tail):
+    """grouped_gemm_srelu (d, c) and grouped_gemm_dsrelu (dc, dprob, dbias, amax) over a poisoned allocator: every
+    element of the addressed rows written and equal to the float64 reference (c = G, d = prob relu(G)^2; dc = 2
+    relu(C) dH prob, dprob = sum relu(C)^2 dH); tail rows poisoned (0 with zero_tail); dbias of every expert
+    written (0 for the empty one), amax written."""
+    sizes = [30, 0, 50, 9]
+    m, k, n = 100, 64, 64
+    offsets = offsets_of(sizes, device)
+    end = end_row(offsets, m)
+    a = randn(m, k, device=device, seed=74)
+    b = randn(4, n, k, device=device, seed=75, scale=0.2)
+    bias = randn(4, n, dtype=torch.float32, device=device, seed=76, scale=0.5)
+    prob = randn(m, dtype=torch.float32, device=device, seed=77).abs()
+    _poisoned([m * n * 2, m * n * 2], device)  # d, c
+    d, c = ops.grouped_gemm_srelu(a, b, offsets, prob=prob, bias=bias, generate_c=True, zero_tail=zero_tail)
+    g = ref_linear(a, b, offsets, bias=bias.cpu())
+    p = prob.double().cpu()[:, None]
+    _check_row_output("srelu c", c, g, end, zero_tail)
+    _check_row_output("srelu d", d, p * g.relu() ** 2, end, zero_tail)
+
+    dy = randn(m, k, device=device, seed=78)
+    saved = randn(m, n, device=device, seed=79)
+    _poisoned([m * n * 2, m * 4, 4 * n * 4, 4], device)  # dc, dprob, dbias, amax
+    dc, dprob, dbias, amax = ops.grouped_gemm_dsrelu(dy, b, saved, offsets, prob=prob, compute_dprob=True,
+                                                     compute_dbias=True, compute_amax=True, zero_tail=zero_tail)
+    dh = ref_linear(dy, b, offsets).nan_to_num()
+    relu_c = saved.double().cpu().relu()
+    ref_dc = 2 * relu_c * dh * p
+    _check_row_output("dsrelu dc", dc, ref_dc, end, zero_tail)
+    _check_row_output("dsrelu dprob", dprob, (relu_c ** 2 * dh).sum(1), end, zero_tail)
+    assert not poisoned_elements(dbias).any() and not poisoned_elements(amax).any()
+    assert (dbias[1] == 0).all(), "the empty expert's dbias is not exactly 0"
+    assert_close(dbias, torch.stack([ref_dc[s:e].sum(0) for _, s, e in ranges(offsets, m)]))
+    torch.testing.assert_close(amax.double().cpu(), ref_dc[:end].abs().max().reshape(1), rtol=3e-2, atol=1e-3)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_dense_ops_write_every_element(device):
+    """gemm_swiglu (ab12, c), gemm_amax (c, amax), gemm_srelu (d, c) and gemm_dsrelu (dc, dprob) over a poisoned
+    allocator, each op's outputs' sizes in the order it allocates them: every element written (every row is
+    addressed) and equal to the float64 reference."""
+    m, k, n = 100, 64, 128
+    a = randn(m, k, device=device, seed=80)
+    b = randn(n, k, device=device, seed=81, scale=0.2)  # (N, K)
+    prob = randn(m, dtype=torch.float32, device=device, seed=82).abs()
+    g = a.double().cpu() @ b.double().cpu().t()
+    p = prob.double().cpu()[:, None]
+
+    _poisoned([m * n * 4, m * n // 2 * 2], device)  # ab12 (f32), c
+    ab12, c = ops.gemm_swiglu(a, b, alpha=0.5)
+    gate, up = glu_halves(0.5 * g, "interleaved32_up_first")
+    for name, t, ref, bf16 in (("gemm_swiglu ab12", ab12, 0.5 * g, False),
+                               ("gemm_swiglu c", c, activation(gate, up), True)):
+        assert not poisoned_elements(t).any(), f"elements of {name} left unwritten"
+        assert_close(t, ref, bf16)
+
+    _poisoned([m * n * 2, 4], device)  # c, amax
+    c, amax = ops.gemm_amax(a, b)
+    assert not poisoned_elements(c).any() and not poisoned_elements(amax).any()
+    assert_close(c, g)
+    torch.testing.assert_close(amax.double().cpu(), g.abs().max().reshape(1), rtol=1e-2, atol=1e-3)
+
+    _poisoned([m * n * 2, m * n * 2], device)  # d, c
+    d, c = ops.gemm_srelu(a, b, alpha=2.0, prob=prob, generate_c=True)
+    for name, t, ref in (("gemm_srelu d", d, p * (2 * g).relu() ** 2), ("gemm_srelu c", c, 2 * g)):
+        assert not poisoned_elements(t).any(), f"elements of {name} left unwritten"
+        assert_close(t, ref)
+
+    dy = randn(m, k, device=device, seed=83)
+    saved = randn(m, n, device=device, seed=84)
+    _poisoned([m * n * 2, m * 4], device)  # dc, dprob
+    dc, dprob = ops.gemm_dsrelu(dy, b, saved, alpha=0.75, prob=prob, compute_dprob=True)
+    dh = 0.75 * dy.double().cpu() @ b.double().cpu().t()
+    relu_c = saved.double().cpu().relu()
+    for name, t, ref in (("gemm_dsrelu dc", dc, 2 * relu_c * dh * p), ("gemm_dsrelu dprob", dprob,
+                                                                       (relu_c ** 2 * dh).sum(1))):
+        assert not poisoned_elements(t).any(), f"elements of {name} left unwritten"
+        assert_close(t, ref)
 
 
 @pytest.mark.parametrize("device", DEVICES)
