@@ -109,6 +109,37 @@ def test_compile_fullgraph_matches_eager():
         assert torch.equal(e, c)
 
 
+@pytest.mark.parametrize("sample", SAMPLES, ids=IDS)
+def test_compile_fullgraph_of_every_op_matches_eager(sample):
+    """Each op on its own (every sample above: every op, forward and backward, and wgrad's accumulate overload)
+    compiled with fullgraph=True gives eager's outputs bitwise, with eager's dtypes, shapes and strides; the
+    accumulate overload adds into its w as eagerly."""
+    op, args, kwargs = sample
+    torch._dynamo.reset()
+    if op._overloadname == "accumulate":
+        def accumulate(x, dy, offsets, w):
+            op(x, dy, offsets, w, **kwargs)
+            return w
+
+        w_eager, w_compiled = args[3].clone(), args[3].clone()
+        accumulate(*args[:3], w_eager)
+        torch.compile(accumulate, fullgraph=True)(*args[:3], w_compiled)
+        assert not torch.equal(w_eager, args[3]) and torch.equal(w_eager, w_compiled)
+        return
+
+    def call(*tensors):
+        return op(*tensors, **kwargs)
+
+    eager = _outputs(call(*args))
+    compiled = _outputs(torch.compile(call, fullgraph=True)(*args))
+    assert len(eager) == len(compiled)
+    for n, (e, c) in enumerate(zip(eager, compiled)):
+        assert e.dtype == c.dtype and e.shape == c.shape, n
+        assert torch.equal(e, c), f"output {n}"
+        if e.numel():
+            assert e.stride() == c.stride(), n
+
+
 def test_compile_fullgraph_moe_mlp_forward_and_backward():
     m, k, i = 16, 32, 64
     offsets = offsets_of([5, 0, 9, 2])

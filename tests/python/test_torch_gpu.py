@@ -196,8 +196,9 @@ def _capture(fn, warmups=2, before_each=None):
 
 
 def test_cuda_graph_replay_equals_eager():
-    """Forward and backward ops in one captured graph (dglu's workspace and outputs come from the graph's
-    pool): three replays bitwise equal to the eager calls."""
+    """Every op in one captured graph, forward and backward (dglu's and dsrelu's workspaces and every output come
+    from the graph's pool; wgrad's accumulate overload adds into a tensor from outside, reset by a copy in the
+    graph): the captured outputs are poisoned (NaN), then three replays are bitwise equal to the eager calls."""
     sizes = [100, 0, 300, 57]  # 457 of 512 rows
     m, h, i = 512, 256, 256
     offsets = offsets_of(sizes, "cuda")
@@ -206,6 +207,23 @@ def test_cuda_graph_replay_equals_eager():
     w_down = randn(4, i, h, device="cuda", seed=2, scale=0.05)
     dy = randn(m, h, device="cuda", seed=3)
     prob = randn(m, dtype=torch.float32, device="cuda", seed=4).abs()
+    w_srelu = randn(4, 128, h, device="cuda", seed=5, scale=0.05)  # (E, N, K)
+    bias = randn(4, 128, dtype=torch.float32, device="cuda", seed=6, scale=0.1)
+    dense = randn(256, h, device="cuda", seed=7, scale=0.05)  # (N, K)
+    w_init = randn(4, h, h, dtype=torch.float32, device="cuda", seed=8)
+    w_acc = torch.empty_like(w_init)
+
+    def other_ops():
+        sd, sc = ops.grouped_gemm_srelu(x, w_srelu, offsets, prob=prob, bias=bias, generate_c=True, zero_tail=True)
+        sdc, sdprob, sdbias, samax = ops.grouped_gemm_dsrelu(dy, w_srelu, sc, offsets, prob=prob, compute_dprob=True,
+                                                             compute_dbias=True, compute_amax=True, zero_tail=True)
+        ab12, swc = ops.gemm_swiglu(x, dense, alpha=0.5)
+        ac, amax = ops.gemm_amax(x, dense)
+        gd, gc = ops.gemm_srelu(x, dense, alpha=0.75, prob=prob, generate_c=True)
+        gdc, gdprob = ops.gemm_dsrelu(dy, dense, gc, alpha=0.75, prob=prob, compute_dprob=True)
+        w_acc.copy_(w_init)
+        ops.grouped_gemm_wgrad.accumulate(x, dy, offsets, w_acc)
+        return sd, sc, sdc, sdprob, sdbias, samax, ab12, swc, ac, amax, gd, gc, gdc, gdprob, w_acc
 
     def layer():
         hh, c = ops.grouped_gemm_glu(x, w_up, offsets, b_layout="kn", prob=prob, generate_c=True, zero_tail=True)
@@ -218,18 +236,24 @@ def test_cuda_graph_replay_equals_eager():
         dw_up = ops.grouped_gemm_wgrad(x, dc, offsets)
         dw_down = ops.grouped_gemm_wgrad(hh, dy, offsets, transpose_output=True, out_dtype=torch.bfloat16)
         ragged_k = mt.grouped_mm(x.t(), dy, offsets)  # 2-D x 2-D: grouped_gemm_wgrad in bf16
-        return hh, c, y, z, dc, dprob, dbias, amax, dx, dw_up, dw_down, ragged_k
+        return (hh, c, y, z, dc, dprob, dbias, amax, dx, dw_up, dw_down, ragged_k) + other_ops()
 
     eager = [t.clone() for t in layer()]
     graph, captured = _capture(layer)
+    assert len(eager) == len(captured) == 27
+    for t in captured:
+        t.fill_(float("nan"))
     for _ in range(3):
         graph.replay()
     torch.cuda.synchronize()
-    assert len(eager) == len(captured)
     for n, (e, c) in enumerate(zip(eager, captured)):
         assert torch.equal(e, c), f"output {n}"
     assert (eager[2][457:] == 0).all() and (eager[5][457:] == 0).all() and (eager[8][457:] == 0).all()
     assert (eager[9][1] == 0).all() and (eager[10][1] == 0).all() and (eager[11][1] == 0).all()
+    # srelu's d and c, dsrelu's dc and dprob: zero tails; dsrelu's dbias: 0 for the empty expert
+    assert all((eager[n][457:] == 0).all() for n in (12, 13, 14, 15)) and (eager[16][1] == 0).all()
+    assert torch.equal(eager[26][1], w_init[1]) and not torch.equal(eager[26][0], w_init[0])  # accumulate
+    assert not torch.equal(eager[26], w_init)
 
 
 def test_cuda_graph_moe_mlp_forward_and_backward_equals_eager():
