@@ -124,13 +124,16 @@ def _dense_cases(m, b_layout):
     b = rand(rng, (512, H) if b_layout == "nk" else (H, 512), scale=0.1)
     c = rand(rng, (m, 512), scale=2.0)
     prob = jnp.asarray(rng.uniform(0, 1, m), jnp.float32)
+    bias = jnp.asarray(rng.uniform(-1, 1, 512), jnp.float32)
     return {
         "gemm_swiglu": (lambda a, b: mj.gemm_swiglu(a, b, b_layout=b_layout, alpha=0.5), (a, b)),
         "gemm_amax": (lambda a, b: mj.gemm_amax(a, b, b_layout=b_layout, c_dtype=jnp.float32), (a, b)),
-        "gemm_srelu": (lambda a, b, p: mj.gemm_srelu(a, b, b_layout=b_layout, alpha=2.0, prob=p, generate_c=True),
-                       (a, b, prob)),
+        "gemm_srelu": (lambda a, b, p, bias: mj.gemm_srelu(a, b, b_layout=b_layout, alpha=2.0, prob=p, bias=bias,
+                                                           generate_c=True),
+                       (a, b, prob, bias)),
         "gemm_dsrelu": (lambda d, b, c, p: mj.gemm_dsrelu(d, b, c, b_layout=b_layout, alpha=0.5, prob=p,
-                                                          compute_dprob=True, dc_dtype=jnp.float32),
+                                                          compute_dprob=True, compute_dbias=True,
+                                                          compute_amax=True, dc_dtype=jnp.float32),
                         (dy, b, c, prob)),
     }
 

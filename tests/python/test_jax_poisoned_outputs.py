@@ -42,7 +42,8 @@ def _cases(rng, zero_tail):
         "gemm_swiglu": (lambda a, b: mj.gemm_swiglu(a, b), (a, dense)),
         "gemm_amax": (lambda a, b: mj.gemm_amax(a, b, c_dtype=jnp.float32), (a, dense)),
         "gemm_srelu": (lambda a, b: mj.gemm_srelu(a, b, prob=prob, generate_c=True), (a, dense)),
-        "gemm_dsrelu": (lambda d, b, c: mj.gemm_dsrelu(d, b, c, prob=prob, compute_dprob=True),
+        "gemm_dsrelu": (lambda d, b, c: mj.gemm_dsrelu(d, b, c, prob=prob, compute_dprob=True, compute_dbias=True,
+                                                       compute_amax=True),
                         (dy, dense, c128)),
     }
     return grouped, whole

@@ -210,6 +210,7 @@ def test_cuda_graph_replay_equals_eager():
     w_srelu = randn(4, 128, h, device="cuda", seed=5, scale=0.05)  # (E, N, K)
     bias = randn(4, 128, dtype=torch.float32, device="cuda", seed=6, scale=0.1)
     dense = randn(256, h, device="cuda", seed=7, scale=0.05)  # (N, K)
+    dense_bias = randn(256, dtype=torch.float32, device="cuda", seed=9, scale=0.1)
     w_init = randn(4, h, h, dtype=torch.float32, device="cuda", seed=8)
     w_acc = torch.empty_like(w_init)
 
@@ -219,11 +220,12 @@ def test_cuda_graph_replay_equals_eager():
                                                              compute_dbias=True, compute_amax=True, zero_tail=True)
         ab12, swc = ops.gemm_swiglu(x, dense, alpha=0.5)
         ac, amax = ops.gemm_amax(x, dense)
-        gd, gc = ops.gemm_srelu(x, dense, alpha=0.75, prob=prob, generate_c=True)
-        gdc, gdprob = ops.gemm_dsrelu(dy, dense, gc, alpha=0.75, prob=prob, compute_dprob=True)
+        gd, gc = ops.gemm_srelu(x, dense, alpha=0.75, prob=prob, bias=dense_bias, generate_c=True)
+        gdc, gdprob, gdbias, gamax = ops.gemm_dsrelu(dy, dense, gc, alpha=0.75, prob=prob, compute_dprob=True,
+                                                     compute_dbias=True, compute_amax=True)
         w_acc.copy_(w_init)
         ops.grouped_gemm_wgrad.accumulate(x, dy, offsets, w_acc)
-        return sd, sc, sdc, sdprob, sdbias, samax, ab12, swc, ac, amax, gd, gc, gdc, gdprob, w_acc
+        return sd, sc, sdc, sdprob, sdbias, samax, ab12, swc, ac, amax, gd, gc, gdc, gdprob, gdbias, gamax, w_acc
 
     def layer():
         hh, c = ops.grouped_gemm_glu(x, w_up, offsets, b_layout="kn", prob=prob, generate_c=True, zero_tail=True)

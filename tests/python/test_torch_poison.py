@@ -249,7 +249,7 @@ def test_srelu_and_dsrelu_outputs_written_where_addressed(device, zero_tail):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_dense_ops_write_every_element(device):
-    """gemm_swiglu (ab12, c), gemm_amax (c, amax), gemm_srelu (d, c) and gemm_dsrelu (dc, dprob) over a poisoned
+    """gemm_swiglu (ab12, c), gemm_amax (c, amax), gemm_srelu (d, c) and gemm_dsrelu (dc, dprob, dbias, amax) over a poisoned
     allocator, each op's outputs' sizes in the order it allocates them: every element written (every row is
     addressed) and equal to the float64 reference."""
     m, k, n = 100, 64, 128
@@ -281,14 +281,18 @@ def test_dense_ops_write_every_element(device):
 
     dy = randn(m, k, device=device, seed=83)
     saved = randn(m, n, device=device, seed=84)
-    _poisoned([m * n * 2, m * 4], device)  # dc, dprob
-    dc, dprob = ops.gemm_dsrelu(dy, b, saved, alpha=0.75, prob=prob, compute_dprob=True)
+    _poisoned([m * n * 2, m * 4, n * 4, 4], device)  # dc, dprob, dbias, amax
+    dc, dprob, dbias, amax = ops.gemm_dsrelu(dy, b, saved, alpha=0.75, prob=prob, compute_dprob=True,
+                                             compute_dbias=True, compute_amax=True)
     dh = 0.75 * dy.double().cpu() @ b.double().cpu().t()
     relu_c = saved.double().cpu().relu()
-    for name, t, ref in (("gemm_dsrelu dc", dc, 2 * relu_c * dh * p), ("gemm_dsrelu dprob", dprob,
-                                                                       (relu_c ** 2 * dh).sum(1))):
+    dc_ref = 2 * relu_c * dh * p
+    for name, t, ref in (("gemm_dsrelu dc", dc, dc_ref), ("gemm_dsrelu dprob", dprob, (relu_c ** 2 * dh).sum(1)),
+                         ("gemm_dsrelu dbias", dbias, dc_ref.sum(0))):
         assert not poisoned_elements(t).any(), f"elements of {name} left unwritten"
         assert_close(t, ref)
+    assert not poisoned_elements(amax).any()
+    torch.testing.assert_close(amax.double().cpu(), dc_ref.abs().max().reshape(1), rtol=1e-2, atol=1e-3)
 
 
 @pytest.mark.parametrize("device", DEVICES)
