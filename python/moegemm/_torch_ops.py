@@ -252,9 +252,8 @@ def _gemm_dsrelu_fake(a, b, c, *, b_layout="nk", alpha=1.0, prob=None, compute_d
     check_same_device("gemm_dsrelu", a=a, b=b, c=c, prob=prob)
     n = _weights_n("gemm_dsrelu", a, b, b_layout)
     _saved("gemm_dsrelu", a, c, n, "N")
-    dc, dprob, dbias, amax = _backward_outputs("gemm_dsrelu", a, c, None, n, 1, compute_dprob, compute_dbias,
-                                               compute_amax, out_dtype, dbias_dtype, dc_dtype_name="out_dtype")
-    return dc, dprob, dbias, amax
+    return _backward_outputs("gemm_dsrelu", a, c, None, n, 1, compute_dprob, compute_dbias, compute_amax,
+                             out_dtype, dbias_dtype, dc_dtype_name="out_dtype")
 
 
 def _refuse_jagged(_subclass, func, _types, args, kwargs):
