@@ -51,10 +51,18 @@ GroupedGemmWgradArgs build_grouped_gemm_wgrad(const Operands& ops, const Options
   args.x = cur.input("x");
   args.dy = cur.input("dy");
   args.offsets = cur.input("offsets");
+  args.accumulate = opt.flag("accumulate");
+  // With accumulate, input w is aliased into output w (the call's input_output_aliases): one buffer, which
+  // XLA has filled with the gradient to add into, and which the op reads and writes.
+  const TensorView w_in = cur.input_if(args.accumulate, "w");
   args.w = cur.output("w");
   args.w_dtype = args.w.dtype;
   args.transpose_output = opt.flag("transpose_output");
   cur.finish();
+  if (args.accumulate && w_in.data != nullptr && w_in.data != args.w.data) {
+    throw Error(ErrorCode::invalid_argument,
+                "grouped_gemm_wgrad: w: expected input w aliased to output w (one buffer), got two buffers");
+  }
   return args;
 }
 

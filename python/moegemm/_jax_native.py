@@ -150,18 +150,25 @@ def _ffi_attr(value):
 
 
 class _Emit(NamedTuple):
-    """Emits op's custom call with these attributes (hashable: it keys the partitioned calls' cache)."""
+    """Emits op's custom call with these attributes and aliases (hashable: it keys the partitioned calls'
+    cache)."""
     op: str
     attrs: tuple
+    aliases: tuple = ()
 
     def __call__(self, inputs, outputs):
-        return _emit(self.op, inputs, outputs, dict(self.attrs))
+        return _emit(self.op, inputs, outputs, dict(self.attrs), self.aliases)
+
+    def unaccumulated(self) -> "_Emit":
+        """The same call without its accumulator inputs (the aliased ones, which come last): the op's
+        ``accumulate`` attribute off, nothing aliased."""
+        return _Emit(self.op, tuple((k, False if k == "accumulate" else v) for k, v in self.attrs))
 
 
-def _emit(op, inputs, outputs, attrs):
+def _emit(op, inputs, outputs, attrs, aliases=()):
     ws = workspace_bytes(op, inputs, outputs, attrs)
     results = list(outputs) + [jax.ShapeDtypeStruct((ws,), jnp.uint8)]
-    fn = jax.ffi.ffi_call(target_name(op), results, vmap_method=VMAP_METHOD)
+    fn = jax.ffi.ffi_call(target_name(op), results, vmap_method=VMAP_METHOD, input_output_aliases=dict(aliases))
     axes = vma.union(inputs)  # inside shard_map: the call's operands and results vary along these mesh axes
     out = fn(*vma.cast_all(inputs, axes), **{k: _ffi_attr(v) for k, v in attrs.items()})
     return vma.cast_all(out[:-1], axes)
@@ -174,12 +181,18 @@ class _Call(NamedTuple):
     outputs: tuple  # (shape, dtype name) of each result
     roles: tuple | None
     output_roles: tuple | None
+    aliases: tuple
 
 
 def call(op: str, inputs: Sequence, outputs: Sequence[jax.ShapeDtypeStruct],
-         attrs: Mapping[str, object], roles: Sequence[str], output_roles: Sequence[str]) -> list:
+         attrs: Mapping[str, object], roles: Sequence[str], output_roles: Sequence[str],
+         aliases: Sequence[tuple[int, int]] = ()) -> list:
     """Emit the custom call of ``op``: its outputs come from XLA uninitialised, plus one u8 workspace
-    output sized by ``workspace_bytes`` (dropped here). Nothing is aliased into an output.
+    output sized by ``workspace_bytes`` (dropped here). The one exception is ``aliases``, pairs (input
+    index, output index) passed as ``input_output_aliases``: that output is the input's buffer, which the op
+    reads and adds into (grouped_gemm_wgrad's ``w``; its role is ACCUMULATOR, it comes after every other
+    input and the op takes an ``accumulate`` attribute). XLA copies the input into the output's buffer
+    unless the input is dead after the call (a donated argument of the enclosing jit, say).
 
     ``attrs`` values: bool, float (passed as float32) or str. ``roles`` and ``output_roles`` (the
     moegemm._jax_partition roles of each input and output) shard the call along the activation rows under
@@ -192,7 +205,8 @@ def call(op: str, inputs: Sequence, outputs: Sequence[jax.ShapeDtypeStruct],
     if not partition.enabled():
         roles = output_roles = None
     config = _Call(op, tuple(attrs.items()), tuple((tuple(s.shape), np.dtype(s.dtype).name) for s in outputs),
-                   None if roles is None else tuple(roles), None if output_roles is None else tuple(output_roles))
+                   None if roles is None else tuple(roles), None if output_roles is None else tuple(output_roles),
+                   tuple(tuple(pair) for pair in aliases))
     return list(_call_jit(config, *inputs))
 
 
@@ -218,7 +232,7 @@ def _call_traced(config: _Call, *inputs):
     outputs = [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in config.outputs]
     attrs = dict(config.attrs)
     if config.roles is None:
-        return tuple(_emit(config.op, inputs, outputs, attrs))
+        return tuple(_emit(config.op, inputs, outputs, attrs, config.aliases))
     described = [partition.Output(role, shape[1:] if role == partition.ROWS else shape, dtype)
                  for role, (shape, dtype) in zip(config.output_roles, config.outputs)]
-    return tuple(partition.call(_Emit(config.op, config.attrs), inputs, config.roles, described))
+    return tuple(partition.call(_Emit(config.op, config.attrs, config.aliases), inputs, config.roles, described))

@@ -10,7 +10,8 @@ runs the op on its own rows, with the offsets (cumulative expert ends over all M
 
 - outputs with an M dimension stay sharded the same way (``D``, ``C``, ``dC``, ``dprob``, dense ops' outputs);
 - per-expert sums over rows (the weight gradient, ``dbias``) are each device's partial sum, summed over the
-  row axes (``psum``), in f32 (a 16-bit output is rounded once, after the sum);
+  row axes (``psum``), in f32 (a 16-bit output is rounded once, after the sum); a weight gradient that adds
+  into an accumulator (``grouped_gemm_wgrad``'s ``w``) adds it once, after the sum;
 - ``amax`` is the maximum over the row axes (``pmax``), NaN where a shard's is NaN.
 
 Anything else (K or N sharded, sharded weights, M not divisible) is gathered, as without the rule. On one
@@ -44,6 +45,7 @@ from moegemm import _jax_vma as vma
 ROWS = "rows"        # dim 0 is M
 OFFSETS = "offsets"  # (E,) cumulative expert ends over M
 WHOLE = "whole"      # replicated (weights, per-expert vectors)
+ACCUMULATOR = "accumulator"  # replicated, aliased into a SUM output that the op adds into (last inputs only)
 # Output roles: ROWS, or
 SUM = "sum"          # a sum over the M rows (per expert or per column): psum over the row axes
 MAX = "max"          # a maximum over the M rows: pmax over the row axes
@@ -148,13 +150,20 @@ class _Shard(NamedTuple):
         start = jax.lax.axis_index(axes) * m
         local = []
         for role, x in zip(rule.roles, inputs):
+            if role == ACCUMULATOR:  # added once, after the sum over the shards
+                continue
             if role == OFFSETS:
                 x = (jnp.clip(x, start.astype(x.dtype), (start + m).astype(x.dtype)) - start).astype(x.dtype)
             local.append(x)
-        out = list(rule.emit(local, rule.specs(m, f32_sums=True)))
+        emit = rule.emit.unaccumulated() if ACCUMULATOR in rule.roles else rule.emit
+        out = list(emit(local, rule.specs(m, f32_sums=True)))
+        into = {o: inputs[i] for i, o in getattr(rule.emit, "aliases", ())}
         for i, o in enumerate(rule.outputs):
             if o.role == SUM:
-                out[i] = jax.lax.psum(out[i], axes).astype(np.dtype(o.dtype))
+                total = jax.lax.psum(out[i], axes)
+                if i in into:
+                    total = total + into[i].astype(np.float32)
+                out[i] = total.astype(np.dtype(o.dtype))
             elif o.role == MAX:
                 # pmax drops NaN (an all-reduce max is not NaN-propagating); amax keeps it (docs/ops.md §0).
                 nan = jax.lax.pmax(jnp.isnan(out[i]).astype(jnp.int32), axes) > 0

@@ -319,18 +319,27 @@ def grouped_gemm_dsrelu(dy, b, c, offsets, *, alpha=None, prob=None, b_layout="n
     return GroupedBackward(dc, dprob, dbias, None if amax is None else amax.reshape(()))
 
 
-def grouped_gemm_wgrad(x, dy, offsets, *, transpose_output=False, w_dtype=jnp.float32):
-    """Per-expert weight gradient (docs/ops.md §5): ``W_g = x[rows_g]^T @ dy[rows_g]``.
+def grouped_gemm_wgrad(x, dy, offsets, *, transpose_output=False, w_dtype=None, w=None):
+    """Per-expert weight gradient (docs/ops.md §5): ``W_g = x[rows_g]^T @ dy[rows_g]``, or with ``w``
+    ``W_g = w_g + x[rows_g]^T @ dy[rows_g]`` (the C++ ``accumulate`` mode).
 
     Args:
       x: (M, H) bf16/f16; dy: (M, N), x's dtype; H, N multiples of 8; offsets: (E,) int32 over the M rows,
         1 <= E <= 1024.
       transpose_output: return (E, N, H) (W_g^T) instead of (E, H, N).
-      w_dtype: f32 (default; also for None) or bf16.
+      w_dtype: f32 (default; also for None) or bf16. With ``w``: None or w's dtype.
+      w: optional (E, H, N) (or (E, N, H) with transpose_output) f32/bf16, the gradient to add into (e.g.
+        the sum of earlier micro-batches). The custom call aliases it into its result
+        (``input_output_aliases``) and adds in place in f32, a bf16 ``w`` rounded once: under ``jax.jit``
+        with ``w`` donated (``donate_argnums``) no copy is made; otherwise XLA copies ``w`` first, and ``w``
+        itself is left as it was. With rows sharded over devices, the devices' partial sums are summed and
+        ``w`` is added once, after that sum.
     Returns:
-      W (E, H, N) or (E, N, H). Experts with no rows are exactly zero (written by the op).
+      W (E, H, N) or (E, N, H). Experts with no rows are exactly zero (written by the op), or ``w``'s
+      values with ``w``.
     Raises:
-      ValueError / TypeError at trace time. (The C++ ``accumulate`` mode is not offered: add in JAX.)
+      ValueError / TypeError at trace time: w's shape (ValueError), dtype (TypeError) and a ``w_dtype``
+      other than w's (TypeError) included.
     """
     op = "grouped_gemm_wgrad"
     transpose_output = chk.static_bool(op, "transpose_output", transpose_output)
@@ -343,11 +352,27 @@ def grouped_gemm_wgrad(x, dy, offsets, *, transpose_output=False, w_dtype=jnp.fl
     chk.check_rank(op, "offsets", offsets, 1, "(E,)")
     chk.check_dtype(op, "offsets", offsets, (jnp.int32,))
     e, h, n = offsets.shape[0], x.shape[1], dy.shape[1]
-    w_dt = chk.output_dtype(op, "w_dtype", w_dtype, jnp.float32, (jnp.float32, jnp.bfloat16))
     shape = (e, n, h) if transpose_output else (e, h, n)
-    (w,) = native.call(op, [x, dy, offsets], [_spec(shape, w_dt)], dict(transpose_output=transpose_output),
-                       [part.ROWS, part.ROWS, part.OFFSETS], [part.SUM])
-    return w
+    layout = "(E, N, H)" if transpose_output else "(E, H, N)"
+    if w is None:
+        w_dt = chk.output_dtype(op, "w_dtype", w_dtype, jnp.float32, (jnp.float32, jnp.bfloat16))
+        (result,) = native.call(op, [x, dy, offsets], [_spec(shape, w_dt)],
+                                dict(transpose_output=transpose_output, accumulate=False),
+                                [part.ROWS, part.ROWS, part.OFFSETS], [part.SUM])
+        return result
+    chk.check_rank(op, "w", w, 3, layout)
+    chk.check_dtype(op, "w", w, (jnp.float32, jnp.bfloat16))
+    if tuple(w.shape) != shape:
+        raise ValueError(f"moegemm.jax.{op}: w: expected shape {shape} {layout} from offsets, x and dy"
+                         f"{' with transpose_output' if transpose_output else ''}, got {tuple(w.shape)}")
+    w_dt = np.dtype(w.dtype)
+    if w_dtype is not None and chk.check_output_dtype(op, "w_dtype", w_dtype, (jnp.float32, jnp.bfloat16)) != w_dt:
+        raise TypeError(f"moegemm.jax.{op}: w_dtype: expected None or w's dtype {w_dt.name} with w given, "
+                        f"got {np.dtype(w_dtype).name}")
+    (result,) = native.call(op, [x, dy, offsets, w], [_spec(shape, w_dt)],
+                            dict(transpose_output=transpose_output, accumulate=True),
+                            [part.ROWS, part.ROWS, part.OFFSETS, part.ACCUMULATOR], [part.SUM], aliases=((3, 0),))
+    return result
 
 
 def gemm_swiglu(a, b, *, b_layout="nk", alpha=1.0, glu_layout="interleaved32_up_first",

@@ -108,6 +108,12 @@ def _grouped_cases(sizes):
             ("grouped_gemm_wgrad",),
             lambda a, d, o: mj.grouped_gemm_wgrad(a, d, o, transpose_output=True, w_dtype=jnp.bfloat16),
             (x, dy, off)),
+        "grouped_gemm_wgrad-into-w-f32": (
+            ("grouped_gemm_wgrad",), lambda a, d, o, w: mj.grouped_gemm_wgrad(a, d, o, w=w),
+            (x, c_n, off, rand(rng, (E, H, 384), jnp.float32, scale=4.0))),
+        "grouped_gemm_wgrad-into-w-transposed-bf16": (
+            ("grouped_gemm_wgrad",), lambda a, d, o, w: mj.grouped_gemm_wgrad(a, d, o, transpose_output=True, w=w),
+            (x, dy, off, rand(rng, (E, H, H), scale=4.0))),
         "ragged_dot": (("grouped_gemm",), lambda a, b, g: mj.ragged_dot(a, b, g), (x, w_kn, gs)),
         "ragged_dot-grad": (("grouped_gemm", "grouped_gemm_wgrad"), ragged_dot_grad, (x, w_kn, gs)),
         "moe_mlp": (("grouped_gemm_glu", "grouped_gemm"),

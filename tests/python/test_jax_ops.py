@@ -284,6 +284,65 @@ def test_grouped_gemm_wgrad_values_and_exact_zero_experts(transpose_output):
             assert (f32(w[g]) == 0).all()
 
 
+@pytest.mark.parametrize("transpose_output", [False, True])
+@pytest.mark.parametrize("w_dtype", [jnp.float32, jnp.bfloat16])
+@on_device_for("grouped_gemm_wgrad")
+def test_grouped_gemm_wgrad_adds_into_w(transpose_output, w_dtype):
+    """w given: W_g = w_g + x_g^T dy_g, experts without rows keep w's bits, w itself is unchanged (the call
+    copies it unless donated), and the donated call under jit adds in place with no copy."""
+    rng = np.random.default_rng(16)
+    x, dy = rand(rng, (M, K)), rand(rng, (M, N))
+    shape = (E, N, K) if transpose_output else (E, K, N)
+    w0 = jnp.asarray(rng.uniform(-8, 8, shape), w_dtype)
+    kept = np.asarray(w0).copy()
+    owner = expert_of_rows(SIZES, M)
+    ref = np.stack([f32(x)[owner == g].T @ f32(dy)[owner == g] for g in range(E)])
+    if transpose_output:
+        ref = np.swapaxes(ref, 1, 2)
+    ref = ref + f32(w0)
+    eager = mj.grouped_gemm_wgrad(x, dy, offsets_of(SIZES), transpose_output=transpose_output, w=w0)
+    assert eager.dtype == w_dtype and eager.shape == shape
+    assert_close(eager, ref, "w + x^T dy", f32_tolerance=w_dtype == jnp.float32)
+    empty = [g for g, s in enumerate(SIZES) if s == 0]
+    assert empty and (np.asarray(eager)[empty] == kept[empty]).all(), "experts without rows keep w's values"
+    np.testing.assert_array_equal(np.asarray(w0), kept)  # not donated: w is left as it was
+
+    def step(w, x, dy):
+        return mj.grouped_gemm_wgrad(x, dy, offsets_of(SIZES), transpose_output=transpose_output, w=w)
+
+    donated = jax.jit(step, donate_argnums=0)
+    hlo = donated.lower(w0, x, dy).compile().as_text()
+    assert "moegemm_grouped_gemm_wgrad" in hlo and " copy(" not in hlo, hlo
+    got = donated(jnp.asarray(kept), x, dy)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(eager))
+    # Under jax.vmap over w: one call per batch element, each adding into its own w.
+    negated = jnp.asarray(-f32(w0), w_dtype)
+    both = jax.vmap(lambda w: step(w, x, dy))(jnp.stack([w0, negated]))
+    np.testing.assert_array_equal(np.asarray(both[0]), np.asarray(eager))
+    assert_close(both[1], ref - 2 * f32(w0), "w + x^T dy, second batch element",
+                 f32_tolerance=w_dtype == jnp.float32)
+
+
+def test_grouped_gemm_wgrad_refuses_a_w_that_does_not_fit():
+    rng = np.random.default_rng(17)
+    x, dy, off = rand(rng, (M, K)), rand(rng, (M, N)), offsets_of(SIZES)
+    w = jnp.zeros((E, K, N), jnp.float32)
+    with pytest.raises(ValueError, match=re.escape(f"grouped_gemm_wgrad: w: expected shape {(E, K, N)} (E, H, N)")):
+        mj.grouped_gemm_wgrad(x, dy, off, w=w[:, :, :-8])
+    with pytest.raises(ValueError, match=re.escape(f"w: expected shape {(E, N, K)} (E, N, H) from offsets, x and "
+                                                   "dy with transpose_output")):
+        mj.grouped_gemm_wgrad(x, dy, off, w=w, transpose_output=True)
+    with pytest.raises(ValueError, match=r"grouped_gemm_wgrad: w: expected rank 3"):
+        mj.grouped_gemm_wgrad(x, dy, off, w=w[0])
+    with pytest.raises(TypeError, match=r"grouped_gemm_wgrad: w: expected dtype float32, bfloat16, got float16"):
+        mj.grouped_gemm_wgrad(x, dy, off, w=w.astype(jnp.float16))
+    with pytest.raises(TypeError, match=r"w_dtype: expected None or w's dtype float32 with w given, got bfloat16"):
+        mj.grouped_gemm_wgrad(x, dy, off, w=w, w_dtype=jnp.bfloat16)
+    with pytest.raises(TypeError, match=r"grouped_gemm_wgrad: w_dtype: expected one of"):
+        mj.grouped_gemm_wgrad(x, dy, off, w=w, w_dtype=jnp.int8)
+    assert mj.grouped_gemm_wgrad(x, dy, off, w=w, w_dtype=jnp.float32).dtype == jnp.float32
+
+
 def _dense_inputs(b_layout):
     rng = np.random.default_rng(7)
     a = rand(rng, (M, K))
