@@ -162,13 +162,24 @@ class _Shard(NamedTuple):
             if o.role == SUM:
                 total = jax.lax.psum(out[i], axes)
                 if i in into:
-                    total = total + into[i].astype(np.float32)
-                out[i] = total.astype(np.dtype(o.dtype))
+                    out[i] = _added_into(into[i], total, inputs[rule.roles.index(OFFSETS)], m * jax.lax.axis_size(axes))
+                else:
+                    out[i] = total.astype(np.dtype(o.dtype))
             elif o.role == MAX:
                 # pmax drops NaN (an all-reduce max is not NaN-propagating); amax keeps it (docs/ops.md §0).
                 nan = jax.lax.pmax(jnp.isnan(out[i]).astype(jnp.int32), axes) > 0
                 out[i] = jnp.where(nan, jnp.asarray(jnp.nan, out[i].dtype), jax.lax.pmax(out[i], axes))
         return tuple(out)
+
+
+def _added_into(acc, total, offsets, rows: int):
+    """``acc + total`` per expert (dim 0), rounded once to acc's dtype; experts without rows among the ``rows``
+    rows keep acc's bits, as the op leaves them (adding total's +0.0 would turn a -0.0 into +0.0 and flush a
+    subnormal). Expert g's rows end at the running maximum of offsets clamped to [0, rows] (docs/ops.md §0)."""
+    ends = jnp.clip(jax.lax.cummax(offsets, axis=0), 0, rows)
+    empty = jnp.diff(ends, prepend=jnp.zeros((1,), ends.dtype)) == 0
+    summed = (total + acc.astype(np.float32)).astype(acc.dtype)
+    return jnp.where(empty.reshape((-1,) + (1,) * (acc.ndim - 1)), acc, summed)
 
 
 @functools.lru_cache(maxsize=None)

@@ -8,7 +8,8 @@ Conventions of every function here:
   portably). ``b_layout="nk"``: b is (E, N, K) (K contiguous, G = A @ B_g^T); ``"kn"``: b is (E, K, N)
   (the ``jax.lax.ragged_dot`` layout, G = A @ B_g). Dense ops take (N, K) or (K, N).
 - ``offsets``: (E,) int32, the cumulative end row of each expert; it stays on the device (no host sync).
-- Outputs come from XLA uninitialised and are written by the op alone: rows at or past offsets[-1] are
+- Outputs come from XLA uninitialised and are written by the op alone (grouped_gemm_wgrad's with ``w=`` is
+  w's buffer, aliased in, which the op adds into): rows at or past offsets[-1] are
   left unspecified unless ``zero_tail=True`` (then exactly those rows are zeroed by the op itself).
 - Shape, dtype and layout errors are raised at trace time (ValueError for shapes and values, TypeError
   for dtypes), naming the operand, what was expected and what was given; the library's own contract
