@@ -2,6 +2,8 @@
 
 #include "moegemm/dtype_names.hpp"
 
+#include <cstring>
+
 namespace moegemm::jax_binding {
 
 namespace {
@@ -25,5 +27,11 @@ std::string numpy_name(DType t) {
 }  // namespace
 
 std::string jax_message(const Error& e) { return respell_dtypes(e.what(), numpy_name); }
+
+void write_message(char* err, std::size_t err_len, const std::string& message) {
+  if (!err || err_len == 0) return;
+  std::strncpy(err, message.c_str(), err_len - 1);
+  err[err_len - 1] = '\0';
+}
 
 }  // namespace moegemm::jax_binding

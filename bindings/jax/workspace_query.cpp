@@ -3,7 +3,6 @@
 //   it also runs the op's contract checks, so bad operands are reported before anything is lowered.
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <exception>
 #include <map>
 #include <string>
@@ -98,12 +97,6 @@ std::vector<TensorView> views(int32_t n, const char* const* dtypes, const int32_
   return out;
 }
 
-void write_message(char* err, std::size_t err_len, const char* message) {
-  if (!err || err_len == 0) return;
-  std::strncpy(err, message, err_len - 1);
-  err[err_len - 1] = '\0';
-}
-
 }  // namespace
 
 }  // namespace moegemm::jax_binding
@@ -139,7 +132,7 @@ extern "C" int moegemm_jax_workspace_bytes(const char* op, const char* attrs, in
     }
     return 0;
   } catch (const Error& e) {
-    write_message(err, err_len, jax_message(e).c_str());
+    write_message(err, err_len, jax_message(e));
     return e.code() == ErrorCode::invalid_argument ? 1 : 2;
   } catch (const std::exception& e) {
     write_message(err, err_len, e.what());

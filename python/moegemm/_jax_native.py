@@ -73,6 +73,11 @@ def library() -> ctypes.CDLL:
                     ctypes.POINTER(ctypes.c_uint64), ctypes.c_char_p, ctypes.c_size_t,
                 ]
                 lib.moegemm_jax_device_kernels_available.restype = ctypes.c_int
+                lib.moegemm_jax_validate_offsets.restype = ctypes.c_int
+                lib.moegemm_jax_validate_offsets.argtypes = [
+                    ctypes.c_char_p, ctypes.POINTER(ctypes.c_int32), ctypes.c_int64, ctypes.c_int64,
+                    ctypes.c_char_p, ctypes.c_size_t,
+                ]
                 handlers = {(op, platform): getattr(lib, f"moegemm_jax_{op}_{suffix}")
                             for op in OPS for platform, suffix in (("cpu", "cpu"), ("CUDA", "cuda"))}
             except (OSError, AttributeError) as error:
@@ -87,6 +92,36 @@ def device_kernels_available() -> bool:
     """Whether the sm_90a kernels can run in this process (a build with kernels, and the current CUDA device
     an sm_90 GPU)."""
     return bool(library().moegemm_jax_device_kernels_available())
+
+
+def _library_error(op: str, rc: int, err) -> Exception:
+    """The C ABI's error ``rc`` (1: invalid argument, else another error) with its message, prefixed
+    "moegemm.jax."."""
+    message = err.value.decode(errors="replace")
+    # The library's messages start with the op's name already: "moegemm.jax." completes it.
+    message = f"moegemm.jax.{message}" if message.startswith(f"{op}: ") else f"moegemm.jax.{op}: {message}"
+    return ValueError(message) if rc == 1 else RuntimeError(message)
+
+
+def validate_offsets(op: str, offsets, rows: int) -> None:
+    """An op's ``validate=True``: reads ``offsets`` to the host (a device-to-host copy and a sync) and checks
+    them as the C++ ops' validate does (moegemm::validate_offsets): each in [0, rows], non-decreasing.
+
+    Raises ValueError with the C++ message ("<op>: offsets: expected ..., got offsets[i] = v"), and TypeError
+    naming ``validate`` for traced offsets (under jax.jit, vmap or grad, which have no values to read)."""
+    try:
+        host = np.ascontiguousarray(np.asarray(offsets), dtype=np.int32)
+    except (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError) as error:
+        raise TypeError(
+            f"moegemm.jax.{op}: validate: reads offsets on the host, so it needs concrete offsets (an eager "
+            "call); got a traced value (under jax.jit, jax.vmap or another transformation). Check them before "
+            "the transformation, or leave validate off: garbage offsets are clamped, never read out of bounds "
+            "(docs/ops.md §0)") from error
+    err = ctypes.create_string_buffer(1024)
+    rc = library().moegemm_jax_validate_offsets(op.encode(), host.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)),
+                                                host.shape[0], int(rows), err, len(err))
+    if rc != 0:
+        raise _library_error(op, rc, err)
 
 
 def _attr_text(value) -> str:
@@ -126,12 +161,7 @@ def workspace_bytes(op: str, inputs: Sequence, outputs: Sequence[jax.ShapeDtypeS
         op.encode(), text, n_in, in_dt, in_rk, in_dims, n_out, out_dt, out_rk, out_dims,
         ctypes.byref(result), err, len(err))
     if rc != 0:
-        message = err.value.decode(errors="replace")
-        # The library's messages start with the op's name already: "moegemm.jax." completes it.
-        message = f"moegemm.jax.{message}" if message.startswith(f"{op}: ") else f"moegemm.jax.{op}: {message}"
-        if rc == 1:
-            raise ValueError(message)
-        raise RuntimeError(message)
+        raise _library_error(op, rc, err)
     return int(result.value)
 
 

@@ -136,8 +136,9 @@ def _glu_attrs(op, activation, glu_layout, limit, act_alpha, linear_offset):
 
 
 def _grouped_forward(op, a, b, offsets, alpha, prob, bias, b_layout, generate_c, d_dtype, c_dtype,
-                     zero_tail, glu):
+                     zero_tail, glu, validate):
     generate_c, zero_tail = chk.static_bool(op, "generate_c", generate_c), chk.static_bool(op, "zero_tail", zero_tail)
+    validate = chk.static_bool(op, "validate", validate)
     m = _activations(op, a)
     e = chk.offsets_count(op, offsets)
     n, _ = _weights(op, a, b, b_layout, e)
@@ -164,12 +165,14 @@ def _grouped_forward(op, a, b, offsets, alpha, prob, bias, b_layout, generate_c,
                  has_bias=bias is not None, generate_c=generate_c, zero_tail=zero_tail)
     if glu is not None:
         attrs.update(glu)
+    if validate:
+        native.validate_offsets(op, offsets, m)
     out = native.call(op, inputs, outputs, attrs, roles, [part.ROWS] * len(outputs))
     return (out[0], out[1]) if generate_c else out[0]
 
 
 def grouped_gemm(a, b, offsets, *, alpha=None, prob=None, bias=None, b_layout="nk", generate_c=False,
-                 d_dtype=None, c_dtype=None, zero_tail=False):
+                 d_dtype=None, c_dtype=None, zero_tail=False, validate=False):
     """Grouped GEMM (docs/ops.md §1): ``G[r] = alpha[g] * a[r] @ B_g^T (+ bias[g])``, ``D = prob[r] * G``.
 
     Args:
@@ -180,20 +183,25 @@ def grouped_gemm(a, b, offsets, *, alpha=None, prob=None, bias=None, b_layout="n
       bias: optional (E, N) bf16/f32.
       generate_c: also return C = G (pre-prob). d_dtype, c_dtype: bf16/f16/f32 (default a.dtype).
       zero_tail: write zeros to rows >= offsets[-1] of every output (default: leave them unspecified).
+      validate: read offsets to the host first (a sync) and raise ValueError unless each is in [0, M] and
+        non-decreasing, as the C++ ops' validate=true (docs/ops.md §0); eager calls only (concrete offsets).
+        Without it garbage offsets are clamped, never read out of bounds.
     Returns:
       D (M, N), or (D, C) with generate_c.
     Raises:
       At trace time, naming the operand: ValueError for shapes, E, alignment and option values; TypeError for
-      dtypes, a non-array operand and a flag that is not a bool. The op has no derivative rule: jax.grad or
-      jax.vjp through it raises ValueError (ragged_dot, ragged_dot_general and moe_mlp are differentiable).
+      dtypes, a non-array operand and a flag that is not a bool. With validate: ValueError naming the first bad
+      offset, TypeError for traced offsets. The op has no derivative rule: jax.grad or jax.vjp through it
+      raises ValueError (ragged_dot, ragged_dot_general and moe_mlp are differentiable).
     """
     return _grouped_forward("grouped_gemm", a, b, offsets, alpha, prob, bias, b_layout, generate_c,
-                            d_dtype, c_dtype, zero_tail, None)
+                            d_dtype, c_dtype, zero_tail, None, validate)
 
 
 def grouped_gemm_glu(a, b, offsets, *, alpha=None, prob=None, bias=None, b_layout="nk",
                      activation="swiglu", glu_layout="halves", limit=7.0, act_alpha=1.702,
-                     linear_offset=1.0, generate_c=False, d_dtype=None, c_dtype=None, zero_tail=False):
+                     linear_offset=1.0, generate_c=False, d_dtype=None, c_dtype=None, zero_tail=False,
+                     validate=False):
     """Grouped GEMM + gated activation (docs/ops.md §2): G as in grouped_gemm with N = 2I columns,
     ``D = prob * act(gate, up)``.
 
@@ -214,26 +222,27 @@ def grouped_gemm_glu(a, b, offsets, *, alpha=None, prob=None, bias=None, b_layou
     """
     glu = _glu_attrs("grouped_gemm_glu", activation, glu_layout, limit, act_alpha, linear_offset)
     return _grouped_forward("grouped_gemm_glu", a, b, offsets, alpha, prob, bias, b_layout, generate_c,
-                            d_dtype, c_dtype, zero_tail, glu)
+                            d_dtype, c_dtype, zero_tail, glu, validate)
 
 
 def grouped_gemm_srelu(a, b, offsets, *, alpha=None, prob=None, bias=None, b_layout="nk",
-                       generate_c=False, d_dtype=None, c_dtype=None, zero_tail=False):
+                       generate_c=False, d_dtype=None, c_dtype=None, zero_tail=False, validate=False):
     """Grouped GEMM + squared ReLU (docs/ops.md §4): ``C = G``, ``D = prob * relu(G)^2``.
 
     Args and Raises: as grouped_gemm. Returns D (M, N), or (D, C) with generate_c.
     """
     return _grouped_forward("grouped_gemm_srelu", a, b, offsets, alpha, prob, bias, b_layout,
-                            generate_c, d_dtype, c_dtype, zero_tail, None)
+                            generate_c, d_dtype, c_dtype, zero_tail, None, validate)
 
 
 def _grouped_backward(op, dy, b, c, offsets, alpha, beta, prob, b_layout, c_cols_per_n,
                       compute_dprob, compute_dbias, compute_amax, amax_len, dc_dtype, dbias_dtype,
-                      zero_tail, glu):
+                      zero_tail, glu, validate):
     compute_dprob, compute_dbias, compute_amax, zero_tail = (
         chk.static_bool(op, name, flag) for name, flag in (("compute_dprob", compute_dprob),
                                                            ("compute_dbias", compute_dbias),
                                                            ("compute_amax", compute_amax), ("zero_tail", zero_tail)))
+    validate = chk.static_bool(op, "validate", validate)
     m = _activations(op, dy, "dy")
     e = chk.offsets_count(op, offsets)
     n, _ = _weights(op, dy, b, b_layout, e, a_name="dy", n_name="I" if c_cols_per_n == 2 else "N")
@@ -263,6 +272,8 @@ def _grouped_backward(op, dy, b, c, offsets, alpha, beta, prob, b_layout, c_cols
                  compute_amax=compute_amax, zero_tail=zero_tail)
     if glu is not None:
         attrs.update(glu, has_beta=beta is not None)
+    if validate:
+        native.validate_offsets(op, offsets, m)
     out = iter(native.call(op, inputs, outputs, attrs, roles, output_roles))
     dc = next(out)
     dprob = next(out) if compute_dprob else None
@@ -274,7 +285,7 @@ def _grouped_backward(op, dy, b, c, offsets, alpha, beta, prob, b_layout, c_cols
 def grouped_gemm_dglu(dy, b, c, offsets, *, alpha=None, beta=None, prob=None, b_layout="nk",
                       activation="swiglu", glu_layout="halves", limit=7.0, act_alpha=1.702,
                       linear_offset=1.0, compute_dprob=False, compute_dbias=False, compute_amax=False,
-                      dc_dtype=None, dbias_dtype=jnp.float32, zero_tail=False):
+                      dc_dtype=None, dbias_dtype=jnp.float32, zero_tail=False, validate=False):
     """Backward through the gated activation (docs/ops.md §3).
 
     ``dH = alpha[g] * dy @ B_g^T`` (M, I) (alpha applied once); with h = act(gate, up) of ``beta[g] * c``:
@@ -291,6 +302,7 @@ def grouped_gemm_dglu(dy, b, c, offsets, *, alpha=None, beta=None, prob=None, b_
       compute_dprob / compute_dbias / compute_amax: also return dprob (M,) f32, dbias (E, 2I)
         (dbias_dtype f32/bf16; None means f32, as in the torch ops), amax (2,) f32.
       dc_dtype: bf16/f16/f32 (default c.dtype). zero_tail: zero dC and dprob rows >= offsets[-1].
+      validate: as grouped_gemm.
     Returns:
       GroupedBackward(dc, dprob, dbias, amax) with None for what was not requested.
     Raises:
@@ -299,12 +311,12 @@ def grouped_gemm_dglu(dy, b, c, offsets, *, alpha=None, beta=None, prob=None, b_
     glu = _glu_attrs("grouped_gemm_dglu", activation, glu_layout, limit, act_alpha, linear_offset)
     return GroupedBackward(*_grouped_backward(
         "grouped_gemm_dglu", dy, b, c, offsets, alpha, beta, prob, b_layout, 2, compute_dprob,
-        compute_dbias, compute_amax, 2, dc_dtype, dbias_dtype, zero_tail, glu))
+        compute_dbias, compute_amax, 2, dc_dtype, dbias_dtype, zero_tail, glu, validate))
 
 
 def grouped_gemm_dsrelu(dy, b, c, offsets, *, alpha=None, prob=None, b_layout="nk", compute_dprob=False,
                         compute_dbias=False, compute_amax=False, dc_dtype=None, dbias_dtype=jnp.float32,
-                        zero_tail=False):
+                        zero_tail=False, validate=False):
     """Backward of grouped_gemm_srelu (docs/ops.md §4): ``dH = alpha[g] * dy @ B_g^T`` (M, N);
     ``dC = 2 relu(c) dH prob``; ``dprob = sum_cols relu(c)^2 dH``; dbias = per-expert column sums of
     dC; amax = max|dC| (returned as a scalar).
@@ -312,15 +324,16 @@ def grouped_gemm_dsrelu(dy, b, c, offsets, *, alpha=None, prob=None, b_layout="n
     Args: dy (M, K) bf16/f16; b (E, N, K) / (E, K, N), dy's dtype; c (M, N) bf16/f16/f32 saved
     pre-activation; offsets, alpha, prob, b_layout as grouped_gemm; compute_dprob (dprob (M,) f32),
     compute_dbias (dbias (E, N), dbias_dtype f32/bf16), compute_amax (amax () f32), dc_dtype and zero_tail as
-    grouped_gemm_dglu. Returns GroupedBackward(dc, dprob, dbias, amax). Raises as grouped_gemm.
+    grouped_gemm_dglu, validate as grouped_gemm. Returns GroupedBackward(dc, dprob, dbias, amax). Raises as
+    grouped_gemm.
     """
     dc, dprob, dbias, amax = _grouped_backward(
         "grouped_gemm_dsrelu", dy, b, c, offsets, alpha, None, prob, b_layout, 1, compute_dprob,
-        compute_dbias, compute_amax, 1, dc_dtype, dbias_dtype, zero_tail, None)
+        compute_dbias, compute_amax, 1, dc_dtype, dbias_dtype, zero_tail, None, validate)
     return GroupedBackward(dc, dprob, dbias, None if amax is None else amax.reshape(()))
 
 
-def grouped_gemm_wgrad(x, dy, offsets, *, transpose_output=False, w_dtype=None, w=None):
+def grouped_gemm_wgrad(x, dy, offsets, *, transpose_output=False, w_dtype=None, w=None, validate=False):
     """Per-expert weight gradient (docs/ops.md §5): ``W_g = x[rows_g]^T @ dy[rows_g]``, or with ``w``
     ``W_g = w_g + x[rows_g]^T @ dy[rows_g]`` (the C++ ``accumulate`` mode).
 
@@ -335,15 +348,17 @@ def grouped_gemm_wgrad(x, dy, offsets, *, transpose_output=False, w_dtype=None, 
         with ``w`` donated (``donate_argnums``) no copy is made; otherwise XLA copies ``w`` first, and ``w``
         itself is left as it was. With rows sharded over devices, the devices' partial sums are summed and
         ``w`` is added once, after that sum.
+      validate: as grouped_gemm (offsets over x's M rows).
     Returns:
       W (E, H, N) or (E, N, H). Experts with no rows are exactly zero (written by the op), or ``w``'s
       values with ``w``.
     Raises:
       ValueError / TypeError at trace time: w's shape (ValueError), dtype (TypeError) and a ``w_dtype``
-      other than w's (TypeError) included.
+      other than w's (TypeError) included; with validate as grouped_gemm.
     """
     op = "grouped_gemm_wgrad"
     transpose_output = chk.static_bool(op, "transpose_output", transpose_output)
+    validate = chk.static_bool(op, "validate", validate)
     m = _activations(op, x, "x")
     chk.check_rank(op, "dy", dy, 2, "(M, N)")
     chk.check_input_dtype(op, "dy", dy, (x.dtype,))
@@ -357,22 +372,27 @@ def grouped_gemm_wgrad(x, dy, offsets, *, transpose_output=False, w_dtype=None, 
     layout = "(E, N, H)" if transpose_output else "(E, H, N)"
     if w is None:
         w_dt = chk.output_dtype(op, "w_dtype", w_dtype, jnp.float32, (jnp.float32, jnp.bfloat16))
+    else:
+        chk.check_rank(op, "w", w, 3, layout)
+        chk.check_dtype(op, "w", w, (jnp.float32, jnp.bfloat16))
+        if tuple(w.shape) != shape:
+            raise ValueError(f"moegemm.jax.{op}: w: expected shape {shape} {layout} from offsets, x and dy"
+                             f"{' with transpose_output' if transpose_output else ''}, got {tuple(w.shape)}")
+        w_dt = np.dtype(w.dtype)
+        if w_dtype is not None and chk.check_output_dtype(op, "w_dtype", w_dtype, (jnp.float32, jnp.bfloat16)) != w_dt:
+            raise TypeError(f"moegemm.jax.{op}: w_dtype: expected None or w's dtype {w_dt.name} with w given, "
+                            f"got {np.dtype(w_dtype).name}")
+    if validate:
+        native.validate_offsets(op, offsets, m)
+    if w is None:
         (result,) = native.call(op, [x, dy, offsets], [_spec(shape, w_dt)],
                                 dict(transpose_output=transpose_output, accumulate=False),
                                 [part.ROWS, part.ROWS, part.OFFSETS], [part.SUM])
-        return result
-    chk.check_rank(op, "w", w, 3, layout)
-    chk.check_dtype(op, "w", w, (jnp.float32, jnp.bfloat16))
-    if tuple(w.shape) != shape:
-        raise ValueError(f"moegemm.jax.{op}: w: expected shape {shape} {layout} from offsets, x and dy"
-                         f"{' with transpose_output' if transpose_output else ''}, got {tuple(w.shape)}")
-    w_dt = np.dtype(w.dtype)
-    if w_dtype is not None and chk.check_output_dtype(op, "w_dtype", w_dtype, (jnp.float32, jnp.bfloat16)) != w_dt:
-        raise TypeError(f"moegemm.jax.{op}: w_dtype: expected None or w's dtype {w_dt.name} with w given, "
-                        f"got {np.dtype(w_dtype).name}")
-    (result,) = native.call(op, [x, dy, offsets, w], [_spec(shape, w_dt)],
-                            dict(transpose_output=transpose_output, accumulate=True),
-                            [part.ROWS, part.ROWS, part.OFFSETS, part.ACCUMULATOR], [part.SUM], aliases=((3, 0),))
+    else:
+        (result,) = native.call(op, [x, dy, offsets, w], [_spec(shape, w_dt)],
+                                dict(transpose_output=transpose_output, accumulate=True),
+                                [part.ROWS, part.ROWS, part.OFFSETS, part.ACCUMULATOR], [part.SUM],
+                                aliases=((3, 0),))
     return result
 
 

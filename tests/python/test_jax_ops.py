@@ -347,6 +347,66 @@ def test_grouped_gemm_wgrad_refuses_a_w_that_does_not_fit():
     assert mj.grouped_gemm_wgrad(x, dy, off, w=w, w_dtype=jnp.float32).dtype == jnp.float32
 
 
+def _grouped_calls(rng):
+    """op name -> call(offsets, **options) of each grouped op, offsets over the M rows."""
+    a, b, _ = _inputs(rng)
+    bk = rand(rng, (E, 128, K), scale=0.2)
+    dy, c128, c48, w64 = rand(rng, (M, K)), rand(rng, (M, 128)), rand(rng, (M, N)), rand(rng, (E, 64, K))
+    return {
+        "grouped_gemm": lambda o, **kw: mj.grouped_gemm(a, b, o, zero_tail=True, **kw),
+        "grouped_gemm_glu": lambda o, **kw: mj.grouped_gemm_glu(a, bk, o, zero_tail=True, **kw),
+        "grouped_gemm_dglu": lambda o, **kw: mj.grouped_gemm_dglu(dy, w64, c128, o, compute_dprob=True,
+                                                                  compute_dbias=True, zero_tail=True, **kw),
+        "grouped_gemm_srelu": lambda o, **kw: mj.grouped_gemm_srelu(a, b, o, zero_tail=True, **kw),
+        "grouped_gemm_dsrelu": lambda o, **kw: mj.grouped_gemm_dsrelu(dy, b, c48, o, compute_dprob=True,
+                                                                      zero_tail=True, **kw),
+        "grouped_gemm_wgrad": lambda o, **kw: mj.grouped_gemm_wgrad(a, c48, o, **kw),
+    }
+
+
+# Offsets the contract refuses under validate, and the end of the C++ ops' message for each.
+_BAD_OFFSETS = {
+    (37, 20, 122, 200, 200, 200): "each >= the one before it, got offsets[1] = 20 < offsets[0] = 37",
+    (-3, 37, 122, 200, 200, 200): "each >= 0, got offsets[0] = -3",
+    (37, 37, 117, 122, 122, M + 1): f"each <= M, got offsets[5] = {M + 1}",
+}
+
+
+@pytest.mark.parametrize("op", list(_grouped_calls(np.random.default_rng(0))))
+def test_validate_reports_bad_offsets_with_the_cpp_message(op):
+    """validate=True reads the offsets on the host and names the first bad one as the C++ ops do; without it
+    the same offsets are clamped (no error); good offsets give the unvalidated call's outputs bitwise; traced
+    offsets and a non-bool flag are a TypeError naming validate."""
+    call = _grouped_calls(np.random.default_rng(24))[op]
+    for offsets, tail in _BAD_OFFSETS.items():
+        message = f"moegemm.jax.{op}: offsets: expected non-decreasing expert end rows in [0, M={M}], {tail}"
+        with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
+            call(jnp.asarray(offsets, jnp.int32), validate=True)
+        jax.block_until_ready(call(jnp.asarray(offsets, jnp.int32)))
+    good = offsets_of(SIZES)
+    for x, y in zip(jax.tree_util.tree_leaves(call(good, validate=True)), jax.tree_util.tree_leaves(call(good))):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    with pytest.raises(TypeError, match=rf"^moegemm\.jax\.{op}: validate: reads offsets on the host, so it "
+                                        r"needs concrete offsets \(an eager call\)"):
+        jax.jit(lambda o: call(o, validate=True))(good)
+    with pytest.raises(TypeError, match=rf"^moegemm\.jax\.{op}: validate: expected a bool"):
+        call(good, validate=1)
+
+
+def test_validate_message_is_the_torch_ops_message():
+    """The JAX front end's validate gives the torch op's message (the C++ contract's text) after "moegemm.jax."."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("moegemm.torch")
+    offsets = next(iter(_BAD_OFFSETS))
+    a, b, _ = _inputs(np.random.default_rng(25))
+    with pytest.raises(ValueError) as torch_error:
+        torch.ops.moegemm.grouped_gemm(torch.ones(M, K, dtype=torch.bfloat16), torch.ones(E, N, K, dtype=torch.bfloat16),
+                                       torch.tensor(offsets, dtype=torch.int32), validate=True)
+    with pytest.raises(ValueError) as jax_error:
+        mj.grouped_gemm(a, b, jnp.asarray(offsets, jnp.int32), validate=True)
+    assert str(jax_error.value) == "moegemm.jax." + str(torch_error.value)
+
+
 def _dense_inputs(b_layout):
     rng = np.random.default_rng(7)
     a = rand(rng, (M, K))
