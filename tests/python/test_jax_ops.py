@@ -400,7 +400,8 @@ def test_validate_message_is_the_torch_ops_message():
     offsets = next(iter(_BAD_OFFSETS))
     a, b, _ = _inputs(np.random.default_rng(25))
     with pytest.raises(ValueError) as torch_error:
-        torch.ops.moegemm.grouped_gemm(torch.ones(M, K, dtype=torch.bfloat16), torch.ones(E, N, K, dtype=torch.bfloat16),
+        torch.ops.moegemm.grouped_gemm(torch.ones(M, K, dtype=torch.bfloat16),
+                                       torch.ones(E, N, K, dtype=torch.bfloat16),
                                        torch.tensor(offsets, dtype=torch.int32), validate=True)
     with pytest.raises(ValueError) as jax_error:
         mj.grouped_gemm(a, b, jnp.asarray(offsets, jnp.int32), validate=True)
