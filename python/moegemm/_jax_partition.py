@@ -157,12 +157,13 @@ class _Shard(NamedTuple):
             local.append(x)
         emit = rule.emit.unaccumulated() if ACCUMULATOR in rule.roles else rule.emit
         out = list(emit(local, rule.specs(m, f32_sums=True)))
-        into = {o: inputs[i] for i, o in getattr(rule.emit, "aliases", ())}
+        into = {o: inputs[i] for i, o in rule.emit.aliases}
         for i, o in enumerate(rule.outputs):
             if o.role == SUM:
                 total = jax.lax.psum(out[i], axes)
-                if i in into:
-                    out[i] = _added_into(into[i], total, inputs[rule.roles.index(OFFSETS)], m * jax.lax.axis_size(axes))
+                if i in into:  # an op that adds into an accumulator splits rows by offsets
+                    offsets = inputs[rule.roles.index(OFFSETS)]
+                    out[i] = _added_into(into[i], total, offsets, m * jax.lax.axis_size(axes))
                 else:
                     out[i] = total.astype(np.dtype(o.dtype))
             elif o.role == MAX:

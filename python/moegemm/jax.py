@@ -384,15 +384,10 @@ def grouped_gemm_wgrad(x, dy, offsets, *, transpose_output=False, w_dtype=None, 
                             f"got {np.dtype(w_dtype).name}")
     if validate:
         native.validate_offsets(op, offsets, m)
-    if w is None:
-        (result,) = native.call(op, [x, dy, offsets], [_spec(shape, w_dt)],
-                                dict(transpose_output=transpose_output, accumulate=False),
-                                [part.ROWS, part.ROWS, part.OFFSETS], [part.SUM])
-    else:
-        (result,) = native.call(op, [x, dy, offsets, w], [_spec(shape, w_dt)],
-                                dict(transpose_output=transpose_output, accumulate=True),
-                                [part.ROWS, part.ROWS, part.OFFSETS, part.ACCUMULATOR], [part.SUM],
-                                aliases=((3, 0),))
+    inputs, roles = _operands((x, part.ROWS), (dy, part.ROWS), (offsets, part.OFFSETS), (w, part.ACCUMULATOR))
+    (result,) = native.call(op, inputs, [_spec(shape, w_dt)],
+                            dict(transpose_output=transpose_output, accumulate=w is not None), roles, [part.SUM],
+                            aliases=() if w is None else ((3, 0),))  # w, when given, is input 3
     return result
 
 
