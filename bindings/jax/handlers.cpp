@@ -5,7 +5,8 @@
 // Every handler takes its operands as remaining arguments/results (the order of op_builders.hpp), the
 // workspace as its last result and its options as attributes. Outputs arrive uninitialised and are
 // written by the op alone, but for grouped_gemm_wgrad's w with accumulate: its input w aliased in, which the
-// op adds into. The device handler never reads device memory on the host and launches the
+// op adds into (or, handed in another buffer, copies into w on the stream first). The device handler never
+// reads device memory on the host and launches the
 // same work on every call (offsets stay on the device), hence kCmdBufferCompatible.
 #include <exception>
 #include <string>

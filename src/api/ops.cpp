@@ -2,7 +2,10 @@
 // operands (CPU reference for host tensors, sm_90a kernels for device tensors).
 #include "moegemm/ops.hpp"
 
+#include <cstring>
 #include <string>
+
+#include <cuda_runtime_api.h>
 
 #include "contract/checks_pointers.hpp"
 #include "contract/offsets.hpp"
@@ -46,10 +49,32 @@ std::size_t check_planned(const char* op, const Args& args, cudaStream_t stream)
   return sm90::workspace_bytes(args);
 }
 
+/// Only the weight gradient has an operand to copy before the run: w_in, when it is not w itself.
+template <class Args>
+void copy_inputs(const char*, const Args&, Device, cudaStream_t) {}
+
+/// w_in into w (both contiguous and disjoint, as checked), so that accumulate adds into w's values: a
+/// host copy, or one device-to-device copy queued on `stream` before the kernels.
+void copy_inputs(const char* op, const GroupedGemmWgradArgs& args, Device backend, cudaStream_t stream) {
+  if (!args.w_in.defined() || args.w_in.data == args.w.data) return;
+  const std::size_t bytes = static_cast<std::size_t>(args.w.numel()) * dtype_size(args.w.dtype);
+  if (bytes == 0) return;
+  if (backend == Device::host) {
+    std::memcpy(args.w.data, args.w_in.data, bytes);
+    return;
+  }
+  const cudaError_t status = cudaMemcpyAsync(args.w.data, args.w_in.data, bytes, cudaMemcpyDeviceToDevice, stream);
+  if (status != cudaSuccess) {
+    throw Error(ErrorCode::cuda_error,
+                std::string(op) + ": w_in: copying into w failed: " + cudaGetErrorString(status));
+  }
+}
+
 template <class Args>
 void dispatch(const char* op, const Args& args, void* workspace, std::size_t workspace_bytes,
               cudaStream_t stream) {
   const Device backend = check_before_run(op, args, contract::Pointers::check, stream);
+  copy_inputs(op, args, backend, stream);
   if (backend == Device::host) {
     reference::run(args);
     return;

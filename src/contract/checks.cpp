@@ -352,11 +352,39 @@ Device check(const GroupedGemmDsreluArgs& x, Pointers pointers) {
   return r.backend();
 }
 
+namespace {
+
+/// w_in, the gradient accumulate adds into when XLA hands it in another buffer than w: w itself, or a
+/// contiguous copy source disjoint from a contiguous w (disjoint() checks the overlap).
+void check_w_in(const Rules& r, const GroupedGemmWgradArgs& x, bool w_in_is_w, Dim rows, Dim cols) {
+  if (!x.accumulate) r.fail(ErrorCode::invalid_argument, "w_in", "no w_in without accumulate", "w_in");
+  const TensorView& w = x.w;
+  r.shape("w_in", x.w_in, {{"E", w.shape[0], "w"}, rows, cols});
+  r.same_dtype("w_in", x.w_in.dtype, "w", w.dtype);
+  if (w_in_is_w) {
+    if (x.w_in.strides != w.strides) {
+      r.fail(ErrorCode::invalid_argument, "w_in", "w itself (w's strides at w's address) or another buffer",
+             "w's address with strides " + format_strides(x.w_in));
+    }
+  } else if (!x.w_in.is_contiguous() || !w.is_contiguous()) {
+    r.fail(ErrorCode::invalid_argument, "w_in",
+           "w itself, or a contiguous tensor copied into a contiguous w",
+           std::string(x.w_in.is_contiguous() ? "a" : "a non-contiguous") + " w_in and " +
+               (w.is_contiguous() ? "a contiguous" : "a non-contiguous") + " w");
+  }
+}
+
+}  // namespace
+
 Device check(const GroupedGemmWgradArgs& x, Pointers pointers) {
   Rules r("grouped_gemm_wgrad", pointers);
   // w with accumulate is read and written as one operand: it overlaps neither x nor dy, and it must exist.
+  // w_in that is w itself is that operand, not a second one.
+  const TensorView absent;
+  const bool w_in_is_w = x.w_in.defined() && x.w_in.data != nullptr && x.w_in.data == x.w.data;
   r.place({{"x", &x.x, kIn}, {"dy", &x.dy, kIn}, {"offsets", &x.offsets, kIn},
-           {"w", &x.w, x.accumulate ? Role::updated : kOut}, {"w_ptrs", &x.w_ptrs, kIn}});
+           {"w", &x.w, x.accumulate ? Role::updated : kOut}, {"w_ptrs", &x.w_ptrs, kIn},
+           {"w_in", w_in_is_w ? &absent : &x.w_in, kIn}});
   r.settle();
   Problem p;
   p.E = check_offsets(r, x.offsets);
@@ -390,7 +418,12 @@ Device check(const GroupedGemmWgradArgs& x, Pointers pointers) {
     }
     r.output_dtype("w", x.w.dtype);
     r.stacked_matrices("w", x.w, last);
+    if (x.w_in.defined()) {
+      const Dim h{"H", H, "w"}, n{"N", p.N, "w"};
+      check_w_in(r, x, w_in_is_w, x.transpose_output ? n : h, x.transpose_output ? h : n);
+    }
   } else {
+    if (x.w_in.defined()) r.fail(ErrorCode::invalid_argument, "w_in", "no w_in with w_ptrs (a dense w only)", "w_in");
     r.shape("w_ptrs", x.w_ptrs, {{"E", p.E, "offsets"}});
     r.dtype_is("w_ptrs", x.w_ptrs.dtype, DType::i64);
     r.vector("w_ptrs", x.w_ptrs);

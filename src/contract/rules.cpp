@@ -65,12 +65,6 @@ bool reaches_at_most(const TensorView& t, int64_t limit) {
   return true;
 }
 
-std::string format_strides(const TensorView& t) {
-  std::string s = "(";
-  for (int i = 0; i < t.rank; ++i) s += (i > 0 ? ", " : "") + std::to_string(t.strides[i]);
-  return s + (t.rank == 1 ? ",)" : ")");
-}
-
 /// "a, b or c" of the items' names.
 template <class T, class Name>
 std::string or_list(std::initializer_list<T> items, Name name) {
@@ -100,6 +94,12 @@ std::string format_shape(const TensorView& t) {
   }
   if (t.rank == 1) s += ",";
   return s + ")" + (negative ? " (a negative extent)" : "");
+}
+
+std::string format_strides(const TensorView& t) {
+  std::string s = "(";
+  for (int i = 0; i < t.rank; ++i) s += (i > 0 ? ", " : "") + std::to_string(t.strides[i]);
+  return s + (t.rank == 1 ? ",)" : ")");
 }
 
 std::string format_dims(std::initializer_list<Dim> dims) {

@@ -139,6 +139,8 @@ class Rules {
 
 /// "(8, 128, 32)".
 std::string format_shape(const TensorView& t);
+/// "(1024, 1)", the strides in elements.
+std::string format_strides(const TensorView& t);
 /// "(E=8, N, K=64) with E from offsets, K from a".
 std::string format_dims(std::initializer_list<Dim> dims);
 

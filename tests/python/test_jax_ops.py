@@ -325,6 +325,13 @@ def test_grouped_gemm_wgrad_adds_into_w(transpose_output, w_dtype):
     np.testing.assert_array_equal(np.asarray(both[0]), np.asarray(eager))
     assert_close(both[1], ref - 2 * f32(w0), "w + x^T dy, second batch element",
                  f32_tolerance=w_dtype == jnp.float32)
+    # Layers' gradients stacked, as in a scan over layers: each w a slice of the stack, each result a slice of
+    # another (XLA may then hand the call two buffers: it copies w in first), or updated in place in a loop.
+    stack = jnp.stack([w0, negated])
+    _, scanned = jax.jit(lambda ws: jax.lax.scan(lambda c, w: (c, step(w, x, dy)), 0, ws))(stack)
+    np.testing.assert_array_equal(np.asarray(scanned), np.asarray(both))
+    looped = jax.jit(lambda ws: jax.lax.fori_loop(0, 2, lambda i, ws: ws.at[i].set(step(ws[i], x, dy)), ws))(stack)
+    np.testing.assert_array_equal(np.asarray(looped), np.asarray(both))
 
 
 def test_grouped_gemm_wgrad_refuses_a_w_that_does_not_fit():

@@ -198,6 +198,45 @@ TEST(Dispatch, ContractErrorsComeBeforeAnyWrite) {
   for (float x : p.d) ASSERT_TRUE(is_poison(x));
 }
 
+// accumulate with w_in in another buffer: the op copies w_in into w first, so w ends as w_in + X^T dY (the formula
+// of docs/ops.md §5 in doubles: integer data keeps every sum exact in f32), experts without rows get w_in's
+// values, every element of w is written over its poison, and w_in is left as it was.
+TEST(Dispatch, WgradAddsIntoAWInFromAnotherBuffer) {
+  constexpr int64_t M = 12, H = 8, N = 4, E = 3;
+  std::vector<int32_t> ends{4, 4, 10};  // expert 1 empty, rows 10.. a tail
+  std::mt19937 rng(77);
+  std::uniform_int_distribution<int> small(-4, 4);
+  auto fill = [&](std::size_t n) {
+    std::vector<float> v(n);
+    for (float& x : v) x = static_cast<float>(small(rng));
+    return v;
+  };
+  std::vector<float> x = fill(M * H), dy = fill(M * N), w_in = fill(E * H * N), w = poisoned(E * H * N);
+  const std::vector<float> kept = w_in;
+  GroupedGemmWgradArgs args;
+  args.x = TensorView::contiguous(x.data(), DType::f32, {M, H});
+  args.dy = TensorView::contiguous(dy.data(), DType::f32, {M, N});
+  args.offsets = offsets_view(ends);
+  args.w = TensorView::contiguous(w.data(), DType::f32, {E, H, N});
+  args.w_in = TensorView::contiguous(w_in.data(), DType::f32, {E, H, N});
+  args.accumulate = true;
+  grouped_gemm_wgrad(args, nullptr, 0, nullptr);
+  EXPECT_EQ(w_in, kept);
+  int64_t moved = 0;
+  for (int64_t g = 0, begin = 0; g < E; begin = ends[g++]) {
+    for (int64_t h = 0; h < H; ++h) {
+      for (int64_t n = 0; n < N; ++n) {
+        double sum = w_in[(g * H + h) * N + n];
+        for (int64_t r = begin; r < ends[g]; ++r) sum += double(x[r * H + h]) * dy[r * N + n];
+        const float got = w[(g * H + h) * N + n];
+        ASSERT_EQ(got, sum) << "expert " << g << " h " << h << " n " << n;
+        moved += got != w_in[(g * H + h) * N + n];
+      }
+    }
+  }
+  EXPECT_GT(moved, 0) << "no product changed w: the test cannot tell a copy from the op";
+}
+
 // ---- checks before the outputs exist (X_check) --------------------------------------------------------------
 
 // A binding checks the call before it allocates: an output with null data is one still to come, checked for

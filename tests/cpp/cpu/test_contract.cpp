@@ -1248,6 +1248,53 @@ TEST(Contract, WgradExactlyOneOutputStorage) {
                {"grouped_gemm_wgrad: w_dtype: expected dtype bf16, f16 or f32", "got e4m3"});
 }
 
+// w_in, the gradient accumulate adds into when it comes in another buffer than w: w itself, or a contiguous
+// buffer of w's shape and dtype that w does not overlap; only with accumulate and a dense w.
+TEST(Contract, WgradWIn) {
+  Maker m{Device::cuda};
+  auto x = wgrad_args(m);
+  x.accumulate = true;
+  x.w_in = m.t(DType::f32, {kE, 48, 80});
+  EXPECT_EQ(contract::check(x), Device::cuda);
+  x.w_in = x.w;
+  EXPECT_EQ(contract::check(x), Device::cuda);
+  x.w_in.strides = {48 * 80, 1, 48};  // w's address read in another order
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm_wgrad: w_in: expected w itself (w's strides at w's address) or another buffer",
+                "got w's address with strides (3840, 1, 48)"});
+  x.w_in = x.w;
+  x.w_in.data = static_cast<char*>(x.w.data) + 256;  // shifted by 64 elements: overlaps w
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm_wgrad: w: expected memory that no other operand of the call uses",
+                "got memory overlapping w_in"});
+  x.w_in = m.t(DType::f32, {kE, 80, 48});
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm_wgrad: w_in: expected shape (E=8, H=48, N=80) with E from w, H from w, N from w",
+                "got (8, 80, 48)"});
+  x.transpose_output = true;
+  x.w = m.t(DType::f32, {kE, 80, 48});
+  EXPECT_EQ(contract::check(x), Device::cuda);
+  x.transpose_output = false;
+  x.w = m.t(DType::f32, {kE, 48, 80});
+  x.w_in = m.t(DType::bf16, {kE, 48, 80});
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm_wgrad: w_in: expected dtype f32 (the dtype of w)", "got bf16"});
+  x.w_in = m.t(DType::f32, {kE, 48, 96});
+  x.w_in.shape[2] = 80;  // rows padded to 96
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm_wgrad: w_in: expected w itself, or a contiguous tensor copied into a contiguous w",
+                "got a non-contiguous w_in and a contiguous w"});
+  x.w_in = m.t(DType::f32, {kE, 48, 80});
+  x.accumulate = false;
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm_wgrad: w_in: expected no w_in without accumulate", "got w_in"});
+  x.accumulate = true;
+  x.w = TensorView{};
+  x.w_ptrs = m.t(DType::i64, {kE});
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm_wgrad: w_in: expected no w_in with w_ptrs (a dense w only)", "got w_in"});
+}
+
 TEST(Contract, WgradHostPointerTable) {
   Maker m{Device::host};
   auto x = wgrad_args(m);

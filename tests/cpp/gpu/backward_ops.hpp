@@ -273,6 +273,7 @@ struct Wgrad {
   bool transpose = false;
   bool ptrs = false;  ///< w_ptrs: expert g writes slot E-1-g of a stack of separate per-expert buffers
   bool accumulate = false;
+  bool w_in = false;    ///< accumulate reads the initial values from a second buffer, w_in; w starts poisoned
   int64_t row_pad = 0;  ///< elements after every row of x and dY (their row strides: H or N + row_pad)
   uint64_t seed = 1;
 
@@ -311,9 +312,13 @@ inline HostTensor wgrad_initial(const Wgrad& p) {
 inline int64_t wgrad_expert_of_slot(const Wgrad& p, int64_t s) { return p.ptrs ? p.experts() - 1 - s : s; }
 
 /// Runs wgrad on the host (CPU reference) or on the device, from wgrad_initial's contents.
+/// With p.w_in (dense w only), the initial values go to w_in, which must come back unchanged.
 inline HostTensor run_wgrad(const Wgrad& p, const WgradInputs& in, bool device, cudaStream_t stream = nullptr) {
-  HostTensor w = wgrad_initial(p);
-  OutputBuffer out(w, device);
+  Wgrad poisoned_w = p;
+  poisoned_w.accumulate = false;
+  HostTensor w = wgrad_initial(p.w_in ? poisoned_w : p);
+  HostTensor w_in = p.w_in ? wgrad_initial(p) : HostTensor{};
+  OutputBuffer out(w, device), source(w_in, device);
   GroupedGemmWgradArgs args;
   args.x = in.x.view(device);
   args.dy = in.dy.view(device);
@@ -339,9 +344,11 @@ inline HostTensor run_wgrad(const Wgrad& p, const WgradInputs& in, bool device, 
     args.w_dtype = p.out;
   } else {
     args.w = out.view();
+    args.w_in = source.view();
   }
   call_op(grouped_gemm_wgrad_workspace_bytes, grouped_gemm_wgrad, args, device, stream);
-  out.fetch();
+  fetch_all({&out, &source});
+  if (p.w_in) EXPECT_TRUE(same_bytes(w_in, wgrad_initial(p))) << "w_in was written";
   return w;
 }
 
@@ -377,7 +384,9 @@ inline void check_wgrad(const Wgrad& p) {
   const WgradInputs in(p);
   const naive::Rows rows = naive::rows(in.offsets.host, p.m);
   const HostTensor initial = wgrad_initial(p);
-  const HostTensor ref = run_wgrad(p, in, false);
+  Wgrad in_place = p;  // the reference adds into w itself
+  in_place.w_in = false;
+  const HostTensor ref = run_wgrad(in_place, in, false);
   const HostTensor got = run_wgrad(p, in, true);
   EXPECT_TRUE(matches(got, expect_wgrad(p, rows, ref, initial)));
   if (p.accumulate) {

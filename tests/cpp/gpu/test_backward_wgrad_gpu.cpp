@@ -1,8 +1,8 @@
 // grouped_gemm_wgrad on the sm_90a kernels against the CPU reference on the same bytes: dense, transposed
 // and per-expert pointer outputs, f32 and bf16, accumulate on and off, unaligned and long experts, many
 // experts, and the wgrad cases of the shared case list (C01, C02, C09). Outputs are poisoned before each
-// call (accumulate: random values over poisoned padding): experts with rows must match the reference,
-// empty experts must be exactly 0 (accumulate: bitwise unchanged).
+// call (accumulate: random values over poisoned padding, or in a second buffer w_in): experts with rows must
+// match the reference, empty experts must be exactly 0 (accumulate: bitwise the initial values).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,7 +17,7 @@ namespace {
 
 std::string describe(const Wgrad& p) {
   return std::string(p.ptrs ? "w_ptrs" : "dense w") + (p.transpose ? " transposed" : "") +
-         (p.out == DType::f32 ? " f32" : p.out == DType::f16 ? " f16" : " bf16") + (p.accumulate ? " accumulate" : "") + " H=" +
+         (p.out == DType::f32 ? " f32" : p.out == DType::f16 ? " f16" : " bf16") + (p.accumulate ? " accumulate" : "") + (p.w_in ? " from w_in" : "") + " H=" +
          std::to_string(p.h) + " N=" + std::to_string(p.n);
 }
 
@@ -36,6 +36,11 @@ TEST(BackwardGpu, WgradOutputModes) {
           p.seed = 10000 + 10 * variant++;
           p.name = describe(p);
           check_wgrad(p);
+          if (accumulate && !ptrs) {  // the same, adding into values handed in a second buffer
+            p.w_in = true;
+            p.name = describe(p);
+            check_wgrad(p);
+          }
         }
       }
     }
