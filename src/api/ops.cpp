@@ -53,7 +53,7 @@ std::size_t check_planned(const char* op, const Args& args, cudaStream_t stream)
 template <class Args>
 void copy_inputs(const char*, const Args&, Device, cudaStream_t) {}
 
-/// w_in into w (both contiguous and disjoint, as checked), so that accumulate adds into w's values: a
+/// w_in into w (both packed and disjoint, as checked), so that accumulate adds into w's values: a
 /// host copy, or one device-to-device copy queued on `stream` before the kernels.
 void copy_inputs(const char* op, const GroupedGemmWgradArgs& args, Device backend, cudaStream_t stream) {
   if (!args.w_in.defined() || args.w_in.data == args.w.data) return;
@@ -74,8 +74,8 @@ template <class Args>
 void dispatch(const char* op, const Args& args, void* workspace, std::size_t workspace_bytes,
               cudaStream_t stream) {
   const Device backend = check_before_run(op, args, contract::Pointers::check, stream);
-  copy_inputs(op, args, backend, stream);
   if (backend == Device::host) {
+    copy_inputs(op, args, backend, stream);
     reference::run(args);
     return;
   }
@@ -86,6 +86,7 @@ void dispatch(const char* op, const Args& args, void* workspace, std::size_t wor
                     " bytes (" + op + "_workspace_bytes), got " +
                     (workspace == nullptr ? std::string("nullptr") : std::to_string(workspace_bytes) + " bytes"));
   }
+  copy_inputs(op, args, backend, stream);  // after the last check: a refused call queues nothing
   sm90::run(args, workspace, workspace_bytes, stream);
 }
 

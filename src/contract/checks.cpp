@@ -354,23 +354,19 @@ Device check(const GroupedGemmDsreluArgs& x, Pointers pointers) {
 
 namespace {
 
-/// w_in, the gradient accumulate adds into when XLA hands it in another buffer than w: w itself, or a
-/// contiguous copy source disjoint from a contiguous w (disjoint() checks the overlap).
-void check_w_in(const Rules& r, const GroupedGemmWgradArgs& x, bool w_in_is_w, Dim rows, Dim cols) {
+/// w_in, the gradient accumulate adds into when XLA hands it in another buffer than w: w itself (w is a packed
+/// tensor, so a packed view at its address of its shape is w), or another packed tensor of w's shape and dtype,
+/// under w's own rules (16-byte aligned, non-null); disjoint() checks that it does not overlap w.
+void check_w_in(const Rules& r, const GroupedGemmWgradArgs& x, bool w_in_is_w, std::initializer_list<Dim> dims,
+                const char* last) {
   if (!x.accumulate) r.fail(ErrorCode::invalid_argument, "w_in", "no w_in without accumulate", "w_in");
-  const TensorView& w = x.w;
-  r.shape("w_in", x.w_in, {{"E", w.shape[0], "w"}, rows, cols});
-  r.same_dtype("w_in", x.w_in.dtype, "w", w.dtype);
-  if (w_in_is_w) {
-    if (x.w_in.strides != w.strides) {
-      r.fail(ErrorCode::invalid_argument, "w_in", "w itself (w's strides at w's address) or another buffer",
-             "w's address with strides " + format_strides(x.w_in));
-    }
-  } else if (!x.w_in.is_contiguous() || !w.is_contiguous()) {
-    r.fail(ErrorCode::invalid_argument, "w_in",
-           "w itself, or a contiguous tensor copied into a contiguous w",
-           std::string(x.w_in.is_contiguous() ? "a" : "a non-contiguous") + " w_in and " +
-               (w.is_contiguous() ? "a contiguous" : "a non-contiguous") + " w");
+  r.shape("w_in", x.w_in, dims);
+  r.same_dtype("w_in", x.w_in.dtype, "w", x.w.dtype);
+  if (!w_in_is_w) {
+    r.stacked_matrices("w_in", x.w_in, last);
+  } else if (!x.w_in.is_contiguous()) {
+    r.fail(ErrorCode::invalid_argument, "w_in", "w itself (packed, as w) or another buffer",
+           "w's address with strides " + format_strides(x.w_in));
   }
 }
 
@@ -419,8 +415,11 @@ Device check(const GroupedGemmWgradArgs& x, Pointers pointers) {
     r.output_dtype("w", x.w.dtype);
     r.stacked_matrices("w", x.w, last);
     if (x.w_in.defined()) {
-      const Dim h{"H", H, "w"}, n{"N", p.N, "w"};
-      check_w_in(r, x, w_in_is_w, x.transpose_output ? n : h, x.transpose_output ? h : n);
+      if (x.transpose_output) {
+        check_w_in(r, x, w_in_is_w, {{"E", p.E, "offsets"}, {"N", p.N, "dy"}, {"H", H, "x"}}, last);
+      } else {
+        check_w_in(r, x, w_in_is_w, {{"E", p.E, "offsets"}, {"H", H, "x"}, {"N", p.N, "dy"}}, last);
+      }
     }
   } else {
     if (x.w_in.defined()) r.fail(ErrorCode::invalid_argument, "w_in", "no w_in with w_ptrs (a dense w only)", "w_in");

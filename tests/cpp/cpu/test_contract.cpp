@@ -1248,8 +1248,9 @@ TEST(Contract, WgradExactlyOneOutputStorage) {
                {"grouped_gemm_wgrad: w_dtype: expected dtype bf16, f16 or f32", "got e4m3"});
 }
 
-// w_in, the gradient accumulate adds into when it comes in another buffer than w: w itself, or a contiguous
-// buffer of w's shape and dtype that w does not overlap; only with accumulate and a dense w.
+// w_in, the gradient accumulate adds into when it comes in another buffer than w: w itself, or a packed tensor
+// of w's shape and dtype under w's rules (non-null, 16-byte aligned) that w does not overlap; only with
+// accumulate and a dense w.
 TEST(Contract, WgradWIn) {
   Maker m{Device::cuda};
   auto x = wgrad_args(m);
@@ -1260,7 +1261,7 @@ TEST(Contract, WgradWIn) {
   EXPECT_EQ(contract::check(x), Device::cuda);
   x.w_in.strides = {48 * 80, 1, 48};  // w's address read in another order
   expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
-               {"grouped_gemm_wgrad: w_in: expected w itself (w's strides at w's address) or another buffer",
+               {"grouped_gemm_wgrad: w_in: expected w itself (packed, as w) or another buffer",
                 "got w's address with strides (3840, 1, 48)"});
   x.w_in = x.w;
   x.w_in.data = static_cast<char*>(x.w.data) + 256;  // shifted by 64 elements: overlaps w
@@ -1269,7 +1270,7 @@ TEST(Contract, WgradWIn) {
                 "got memory overlapping w_in"});
   x.w_in = m.t(DType::f32, {kE, 80, 48});
   expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
-               {"grouped_gemm_wgrad: w_in: expected shape (E=8, H=48, N=80) with E from w, H from w, N from w",
+               {"grouped_gemm_wgrad: w_in: expected shape (E=8, H=48, N=80) with E from offsets, H from x, N from dy",
                 "got (8, 80, 48)"});
   x.transpose_output = true;
   x.w = m.t(DType::f32, {kE, 80, 48});
@@ -1282,8 +1283,15 @@ TEST(Contract, WgradWIn) {
   x.w_in = m.t(DType::f32, {kE, 48, 96});
   x.w_in.shape[2] = 80;  // rows padded to 96
   expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
-               {"grouped_gemm_wgrad: w_in: expected w itself, or a contiguous tensor copied into a contiguous w",
-                "got a non-contiguous w_in and a contiguous w"});
+               {"grouped_gemm_wgrad: w_in: expected a contiguous row-major tensor", "got strides (4608, 96, 1)"});
+  x.w_in = m.t(DType::f32, {kE, 48, 80});
+  x.w_in.data = nullptr;
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm_wgrad: w_in: expected a non-null data pointer", "got nullptr"});
+  x.w_in = m.t(DType::f32, {kE, 48, 80});
+  x.w_in.data = static_cast<char*>(x.w_in.data) + 4;
+  expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
+               {"grouped_gemm_wgrad: w_in: expected a 16-byte aligned base address"});
   x.w_in = m.t(DType::f32, {kE, 48, 80});
   x.accumulate = false;
   expect_error([&] { contract::check(x); }, ErrorCode::invalid_argument,
