@@ -177,8 +177,8 @@ struct GroupedGemmWgradArgs {
   bool transpose_output = false;
   bool accumulate = false;     ///< W_g += X^T dY instead of W_g = X^T dY
   /// Optional, with accumulate and a dense w only: the gradient to add into, when it is held in another buffer
-  /// than w (an XLA call whose output aliasing was not kept). w's shape and dtype; w itself (same address and
-  /// strides), or contiguous and disjoint from a contiguous w, and then copied into w on the stream first.
+  /// than w (an XLA call whose output aliasing was not kept). w's shape and dtype; w itself (a packed view at w's
+  /// address), or another packed, 16-byte aligned tensor disjoint from w, copied into w on the stream first.
   TensorView w_in;
   bool validate = false;
 };
