@@ -108,7 +108,8 @@ def validate_offsets(op: str, offsets, rows: int) -> None:
     them as the C++ ops' validate does (moegemm::validate_offsets): each in [0, rows], non-decreasing.
 
     Raises ValueError with the C++ message ("<op>: offsets: expected ..., got offsets[i] = v"), and TypeError
-    naming ``validate`` for traced offsets (under jax.jit, vmap or grad, which have no values to read)."""
+    naming ``validate`` for traced offsets (an argument of a function under jax.jit or vmap: no value to read;
+    offsets closed over by such a function are concrete and checked when it is traced)."""
     try:
         host = np.ascontiguousarray(np.asarray(offsets), dtype=np.int32)
     except (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError) as error:

@@ -107,8 +107,8 @@ def _dense_weights(op, a, b, b_layout, a_name="a"):
     return n, a.shape[1]
 
 
-def _activations(op, a, name="a"):
-    chk.check_rank(op, name, a, 2, "(M, K)")
+def _activations(op, a, name="a", layout="(M, K)"):
+    chk.check_rank(op, name, a, 2, layout)
     chk.check_input_dtype(op, name, a)
     return a.shape[0]
 
@@ -184,7 +184,8 @@ def grouped_gemm(a, b, offsets, *, alpha=None, prob=None, bias=None, b_layout="n
       generate_c: also return C = G (pre-prob). d_dtype, c_dtype: bf16/f16/f32 (default a.dtype).
       zero_tail: write zeros to rows >= offsets[-1] of every output (default: leave them unspecified).
       validate: read offsets to the host first (a sync) and raise ValueError unless each is in [0, M] and
-        non-decreasing, as the C++ ops' validate=true (docs/ops.md §0); eager calls only (concrete offsets).
+        non-decreasing, as the C++ ops' validate=true (docs/ops.md §0); concrete offsets only (an eager call,
+        or offsets a traced function closes over).
         Without it garbage offsets are clamped, never read out of bounds.
     Returns:
       D (M, N), or (D, C) with generate_c.
@@ -359,7 +360,7 @@ def grouped_gemm_wgrad(x, dy, offsets, *, transpose_output=False, w_dtype=None, 
     op = "grouped_gemm_wgrad"
     transpose_output = chk.static_bool(op, "transpose_output", transpose_output)
     validate = chk.static_bool(op, "validate", validate)
-    m = _activations(op, x, "x")
+    m = _activations(op, x, "x", "(M, H)")
     chk.check_rank(op, "dy", dy, 2, "(M, N)")
     chk.check_input_dtype(op, "dy", dy, (x.dtype,))
     chk.check_extent(op, "dy", dy, 0, m, "M from x")

@@ -345,6 +345,8 @@ def test_grouped_gemm_wgrad_refuses_a_w_that_does_not_fit():
         mj.grouped_gemm_wgrad(x, dy, off, w=w, transpose_output=True)
     with pytest.raises(ValueError, match=r"grouped_gemm_wgrad: w: expected rank 3"):
         mj.grouped_gemm_wgrad(x, dy, off, w=w[0])
+    with pytest.raises(ValueError, match=re.escape("grouped_gemm_wgrad: x: expected rank 2 (M, H), got shape")):
+        mj.grouped_gemm_wgrad(x[None], dy, off)
     with pytest.raises(TypeError, match=r"grouped_gemm_wgrad: w: expected dtype float32, bfloat16, got float16"):
         mj.grouped_gemm_wgrad(x, dy, off, w=w.astype(jnp.float16))
     with pytest.raises(TypeError, match=r"w_dtype: expected None or w's dtype float32 with w given, got bfloat16"):
