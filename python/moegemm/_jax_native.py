@@ -217,7 +217,7 @@ class _Call(NamedTuple):
 
 def call(op: str, inputs: Sequence, outputs: Sequence[jax.ShapeDtypeStruct],
          attrs: Mapping[str, object], roles: Sequence[str], output_roles: Sequence[str],
-         aliases: Sequence[tuple[int, int]] = ()) -> list:
+         aliases: Sequence[tuple[int, int]] = (), names: Sequence[str] = ()) -> list:
     """Emit the custom call of ``op``: its outputs come from XLA uninitialised, plus one u8 workspace
     output sized by ``workspace_bytes`` (dropped here). The one exception is ``aliases``, pairs (input
     index, output index) passed as ``input_output_aliases``: that output is the input's buffer, which the op
@@ -229,7 +229,8 @@ def call(op: str, inputs: Sequence, outputs: Sequence[jax.ShapeDtypeStruct],
     moegemm._jax_partition roles of each input and output) shard the call along the activation rows under
     jit's automatic partitioning and on Explicit meshes (moegemm._jax_partition), unless
     MOEGEMM_JAX_ROW_SHARDING=0. The call runs through jit, so that an eager call is traced once per
-    configuration. Returns the list of outputs.
+    configuration. Returns the list of outputs. ``names`` (the operands' names, in the order of ``inputs``)
+    name the operand when jit refuses operands committed to different devices.
     """
     if len(roles) != len(inputs) or len(output_roles) != len(outputs):
         raise AssertionError(f"{op}: roles of {len(inputs)} inputs and {len(outputs)} outputs expected")
@@ -238,7 +239,36 @@ def call(op: str, inputs: Sequence, outputs: Sequence[jax.ShapeDtypeStruct],
     config = _Call(op, tuple(attrs.items()), tuple((tuple(s.shape), np.dtype(s.dtype).name) for s in outputs),
                    None if roles is None else tuple(roles), None if output_roles is None else tuple(output_roles),
                    tuple(tuple(pair) for pair in aliases))
-    return list(_call_jit(config, *inputs))
+    try:
+        return list(_call_jit(config, *inputs))
+    except ValueError as error:
+        mismatch = _device_mismatch(op, names, inputs)
+        if mismatch is None:
+            raise
+        raise mismatch from error
+
+
+def _device_mismatch(op: str, names: Sequence[str], inputs: Sequence) -> ValueError | None:
+    """After jit refused a call: the error naming the first operand committed to other devices than the first
+    committed operand (jit's own names the arguments of an internal function), or None if there is none.
+    Only on this path, so that a call that runs pays nothing for it."""
+    first = None
+    for name, x in zip(names, inputs):
+        try:
+            committed = isinstance(x, jax.Array) and x.committed
+        except jax.errors.ConcretizationTypeError:  # a tracer: no devices of its own
+            continue
+        if not committed:
+            continue  # an uncommitted array goes wherever the others are
+        devices = x.sharding.device_set
+        if first is None:
+            first = (name, devices)
+        elif devices != first[1]:
+            def listed(ds):
+                return ", ".join(str(d) for d in sorted(ds, key=lambda d: d.id))
+            return ValueError(f"moegemm.jax.{op}: {name}: expected an array on the devices of {first[0]} "
+                              f"({listed(first[1])}), got one on {listed(devices)}")
+    return None
 
 
 @functools.partial(jax.jit, static_argnums=(0,))

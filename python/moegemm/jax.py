@@ -121,10 +121,11 @@ def _optional_vector(op, name, x, n, what, dtypes=(jnp.float32,)):
     chk.check_extent(op, name, x, 0, n, what)
 
 
-def _operands(*pairs):
-    """The operands given (optional ones left out where None) and their roles (moegemm._jax_partition)."""
-    present = [(x, role) for x, role in pairs if x is not None]
-    return [x for x, _ in present], [role for _, role in present]
+def _operands(*triples):
+    """The operands given (optional ones left out where None), their roles (moegemm._jax_partition) and their
+    names, from (name, operand, role) triples."""
+    present = [(name, x, role) for name, x, role in triples if x is not None]
+    return [x for _, x, _ in present], [role for _, _, role in present], [name for name, _, _ in present]
 
 
 def _glu_attrs(op, activation, glu_layout, limit, act_alpha, linear_offset):
@@ -159,15 +160,16 @@ def _grouped_forward(op, a, b, offsets, alpha, prob, bias, b_layout, generate_c,
     outputs = [_spec((m, d_cols), d_dt)]
     if generate_c:
         outputs.append(_spec((m, n), c_dt))
-    inputs, roles = _operands((a, part.ROWS), (b, part.WHOLE), (offsets, part.OFFSETS), (alpha, part.WHOLE),
-                              (prob, part.ROWS), (bias, part.WHOLE))
+    inputs, roles, names = _operands(("a", a, part.ROWS), ("b", b, part.WHOLE), ("offsets", offsets, part.OFFSETS),
+                                     ("alpha", alpha, part.WHOLE), ("prob", prob, part.ROWS),
+                                     ("bias", bias, part.WHOLE))
     attrs = dict(b_layout=b_layout, has_alpha=alpha is not None, has_prob=prob is not None,
                  has_bias=bias is not None, generate_c=generate_c, zero_tail=zero_tail)
     if glu is not None:
         attrs.update(glu)
     if validate:
         native.validate_offsets(op, offsets, m)
-    out = native.call(op, inputs, outputs, attrs, roles, [part.ROWS] * len(outputs))
+    out = native.call(op, inputs, outputs, attrs, roles, [part.ROWS] * len(outputs), names=names)
     return (out[0], out[1]) if generate_c else out[0]
 
 
@@ -264,8 +266,9 @@ def _grouped_backward(op, dy, b, c, offsets, alpha, beta, prob, b_layout, c_cols
         outputs.append(_spec((e, cols), dbias_dt))
     if compute_amax:
         outputs.append(_spec((amax_len,), jnp.float32))
-    inputs, roles = _operands((dy, part.ROWS), (b, part.WHOLE), (c, part.ROWS), (offsets, part.OFFSETS),
-                              (alpha, part.WHOLE), (beta, part.WHOLE), (prob, part.ROWS))
+    inputs, roles, names = _operands(("dy", dy, part.ROWS), ("b", b, part.WHOLE), ("c", c, part.ROWS),
+                                     ("offsets", offsets, part.OFFSETS), ("alpha", alpha, part.WHOLE),
+                                     ("beta", beta, part.WHOLE), ("prob", prob, part.ROWS))
     output_roles = ([part.ROWS] + [part.ROWS] * compute_dprob + [part.SUM] * compute_dbias
                     + [part.MAX] * compute_amax)
     attrs = dict(b_layout=b_layout, has_alpha=alpha is not None, has_prob=prob is not None,
@@ -275,7 +278,7 @@ def _grouped_backward(op, dy, b, c, offsets, alpha, beta, prob, b_layout, c_cols
         attrs.update(glu, has_beta=beta is not None)
     if validate:
         native.validate_offsets(op, offsets, m)
-    out = iter(native.call(op, inputs, outputs, attrs, roles, output_roles))
+    out = iter(native.call(op, inputs, outputs, attrs, roles, output_roles, names=names))
     dc = next(out)
     dprob = next(out) if compute_dprob else None
     dbias = next(out) if compute_dbias else None
@@ -385,10 +388,11 @@ def grouped_gemm_wgrad(x, dy, offsets, *, transpose_output=False, w_dtype=None, 
                             f"got {np.dtype(w_dtype).name}")
     if validate:
         native.validate_offsets(op, offsets, m)
-    inputs, roles = _operands((x, part.ROWS), (dy, part.ROWS), (offsets, part.OFFSETS), (w, part.ACCUMULATOR))
+    inputs, roles, names = _operands(("x", x, part.ROWS), ("dy", dy, part.ROWS), ("offsets", offsets, part.OFFSETS),
+                                     ("w", w, part.ACCUMULATOR))
     (result,) = native.call(op, inputs, [_spec(shape, w_dt)],
                             dict(transpose_output=transpose_output, accumulate=w is not None), roles, [part.SUM],
-                            aliases=() if w is None else ((3, 0),))  # w, when given, is input 3
+                            aliases=() if w is None else ((3, 0),), names=names)  # w, when given, is input 3
     return result
 
 
@@ -413,7 +417,8 @@ def gemm_swiglu(a, b, *, b_layout="nk", alpha=1.0, glu_layout="interleaved32_up_
                _spec((m, n // 2), chk.output_dtype(op, "c_dtype", c_dtype, a.dtype))]
     attrs = dict(b_layout=b_layout, alpha=chk.dense_alpha(op, alpha),
                  glu_layout=chk.check_choice(op, "glu_layout", glu_layout, GLU_LAYOUTS))
-    ab12, c = native.call(op, [a, b], outputs, attrs, [part.ROWS, part.WHOLE], [part.ROWS, part.ROWS])
+    ab12, c = native.call(op, [a, b], outputs, attrs, [part.ROWS, part.WHOLE], [part.ROWS, part.ROWS],
+                          names=("a", "b"))
     return ab12, c
 
 
@@ -429,7 +434,7 @@ def gemm_amax(a, b, *, b_layout="nk", c_dtype=None):
     outputs = [_spec((m, n), chk.output_dtype(op, "c_dtype", c_dtype, a.dtype)),
                _spec((1,), jnp.float32)]
     c, amax = native.call(op, [a, b], outputs, dict(b_layout=b_layout), [part.ROWS, part.WHOLE],
-                          [part.ROWS, part.MAX])
+                          [part.ROWS, part.MAX], names=("a", "b"))
     return c, amax.reshape(())
 
 
@@ -454,10 +459,11 @@ def gemm_srelu(a, b, *, b_layout="nk", alpha=1.0, prob=None, bias=None, generate
     outputs = [_spec((m, n), chk.output_dtype(op, "d_dtype", d_dtype, a.dtype))]
     if generate_c:
         outputs.append(_spec((m, n), c_dt))
-    inputs, roles = _operands((a, part.ROWS), (b, part.WHOLE), (prob, part.ROWS), (bias, part.WHOLE))
+    inputs, roles, names = _operands(("a", a, part.ROWS), ("b", b, part.WHOLE), ("prob", prob, part.ROWS),
+                                     ("bias", bias, part.WHOLE))
     attrs = dict(b_layout=b_layout, alpha=chk.dense_alpha(op, alpha), has_prob=prob is not None,
                  has_bias=bias is not None, generate_c=generate_c)
-    out = native.call(op, inputs, outputs, attrs, roles, [part.ROWS] * len(outputs))
+    out = native.call(op, inputs, outputs, attrs, roles, [part.ROWS] * len(outputs), names=names)
     return (out[0], out[1]) if generate_c else out[0]
 
 
@@ -493,12 +499,13 @@ def gemm_dsrelu(dy, b, c, *, b_layout="nk", alpha=1.0, prob=None, compute_dprob=
         outputs.append(_spec((n,), dbias_dt))
     if compute_amax:
         outputs.append(_spec((1,), jnp.float32))
-    inputs, roles = _operands((dy, part.ROWS), (b, part.WHOLE), (c, part.ROWS), (prob, part.ROWS))
+    inputs, roles, names = _operands(("dy", dy, part.ROWS), ("b", b, part.WHOLE), ("c", c, part.ROWS),
+                                     ("prob", prob, part.ROWS))
     output_roles = ([part.ROWS] + [part.ROWS] * compute_dprob + [part.SUM] * compute_dbias
                     + [part.MAX] * compute_amax)
     attrs = dict(b_layout=b_layout, alpha=chk.dense_alpha(op, alpha), has_prob=prob is not None,
                  compute_dprob=compute_dprob, compute_dbias=compute_dbias, compute_amax=compute_amax)
-    out = iter(native.call(op, inputs, outputs, attrs, roles, output_roles))
+    out = iter(native.call(op, inputs, outputs, attrs, roles, output_roles, names=names))
     dc = next(out)
     dprob = next(out) if compute_dprob else None
     dbias = next(out) if compute_dbias else None

@@ -193,6 +193,46 @@ def test_ragged_dot_without_a_kernel_places_its_zeros_like_jax():
     assert "placement ok" in _run_on_four_cpu_devices(_PLACEMENT_SCRIPT)
 
 
+_DEVICES_SCRIPT = r'''
+import numpy as np
+import jax
+import jax.numpy as jnp
+
+import moegemm.jax as mj
+
+d0, d1 = jax.devices()[:2]
+rng = np.random.default_rng(2)
+bf16 = lambda shape, device: jax.device_put(jnp.asarray(rng.standard_normal(shape), jnp.bfloat16), device)
+x, dy, b = bf16((32, 16), d0), bf16((32, 8), d0), bf16((2, 16, 8), d1)
+offsets = jnp.asarray([10, 30], jnp.int32)  # uncommitted: goes wherever the others are
+w = jax.device_put(jnp.zeros((2, 16, 8), jnp.float32), d1)
+# Operands committed to different devices: refused, naming the operand and both placements.
+for call, expected in [
+        (lambda: mj.grouped_gemm_wgrad(x, dy, offsets, w=w), f"grouped_gemm_wgrad: w: expected an array on the "
+         f"devices of x ({d0}), got one on {d1}"),
+        (lambda: mj.grouped_gemm(x, b, offsets, b_layout="kn"), f"grouped_gemm: b: expected an array on the devices "
+         f"of a ({d0}), got one on {d1}"),
+        (lambda: mj.gemm_amax(x, b[0].T), f"gemm_amax: b: expected an array on the devices of a ({d0}), got one on "
+         f"{d1}")]:
+    try:
+        call()
+    except ValueError as error:
+        assert expected in str(error), str(error)
+    else:
+        raise AssertionError(expected)
+# One device for the committed operands, the uncommitted offsets moved there: runs, on that device.
+got = mj.grouped_gemm_wgrad(x, dy, offsets, w=jax.device_put(w, d0))
+assert got.devices() == {d0}, got.devices()
+print("devices ok")
+'''
+
+
+def test_operands_on_different_devices_are_named():
+    """jit's own error names the arguments of moegemm's internal function (inputs[3] of _call_jit); the op's
+    names the operand, the first committed one it differs from, and both devices."""
+    assert "devices ok" in _run_on_four_cpu_devices(_DEVICES_SCRIPT)
+
+
 _AUTO_SCRIPT = r"""
 import re
 
