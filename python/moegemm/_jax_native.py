@@ -264,11 +264,14 @@ def _device_mismatch(op: str, names: Sequence[str], inputs: Sequence) -> ValueEr
         if first is None:
             first = (name, devices)
         elif devices != first[1]:
-            def listed(ds):
-                return ", ".join(str(d) for d in sorted(ds, key=lambda d: d.id))
             return ValueError(f"moegemm.jax.{op}: {name}: expected an array on the devices of {first[0]} "
-                              f"({listed(first[1])}), got one on {listed(devices)}")
+                              f"({_listed(first[1])}), got one on {_listed(devices)}")
     return None
+
+
+def _listed(devices) -> str:
+    """A device set in id order, as "cpu:0, cpu:1"."""
+    return ", ".join(str(d) for d in sorted(devices, key=lambda d: d.id))
 
 
 @functools.partial(jax.jit, static_argnums=(0,))
