@@ -392,7 +392,7 @@ def grouped_gemm_wgrad(x, dy, offsets, *, transpose_output=False, w_dtype=None, 
                                      ("w", w, part.ACCUMULATOR))
     (result,) = native.call(op, inputs, [_spec(shape, w_dt)],
                             dict(transpose_output=transpose_output, accumulate=w is not None), roles, [part.SUM],
-                            aliases=() if w is None else ((3, 0),), names=names)  # w, when given, is input 3
+                            aliases=() if w is None else ((names.index("w"), 0),), names=names)
     return result
 
 
