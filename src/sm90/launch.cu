@@ -85,26 +85,10 @@ std::optional<Schedule> parse_schedule(const char* variable) {
   return std::nullopt;
 }
 
-/// MOEGEMM_GLU_SCHEDULE, MOEGEMM_DGLU_SCHEDULE, MOEGEMM_LINEAR_SCHEDULE and MOEGEMM_WGRAD_SCHEDULE replace the
-/// launcher's choice of kernel for the GLU, the dGLU with a saved tile, the linear epilogue and the weight
-/// gradient (for measuring and testing both kernels of each); read once, the weight gradient's at every launch
-/// (SwitchableEnv).
-std::optional<Schedule> glu_schedule_override() {
-  static const std::optional<Schedule> value = parse_schedule("MOEGEMM_GLU_SCHEDULE");
-  return value;
-}
-std::optional<Schedule> dglu_schedule_override() {
-  static const std::optional<Schedule> value = parse_schedule("MOEGEMM_DGLU_SCHEDULE");
-  return value;
-}
-std::optional<Schedule> linear_schedule_override() {
-  static const std::optional<Schedule> value = parse_schedule("MOEGEMM_LINEAR_SCHEDULE");
-  return value;
-}
-
-/// An environment variable that a benchmark may switch between launches in one process: where it is set at
-/// the first launch that asks for it (to anything), it is read again at every launch (bench/pairs.py,
-/// bench/wgrad_tiles.py); where it is not, a launch pays a static load instead of a getenv (~25 ns).
+/// An environment variable that a benchmark or test may switch between launches in one process: where it is
+/// set at the first launch that asks for it (to anything), it is read again at every launch (bench/pairs.py,
+/// bench/wgrad_tiles.py, BackwardGpu.DgluKernelsAgreeBitwise); where it is not, a launch pays a static load
+/// instead of a getenv (~25 ns).
 struct SwitchableEnv {
   const char* name;
   bool watched;
@@ -115,6 +99,24 @@ struct SwitchableEnv {
     return env ? env : "";
   }
 };
+
+/// MOEGEMM_GLU_SCHEDULE, MOEGEMM_DGLU_SCHEDULE, MOEGEMM_LINEAR_SCHEDULE and MOEGEMM_WGRAD_SCHEDULE replace the
+/// launcher's choice of kernel for the GLU, the dGLU with a saved tile, the linear epilogue and the weight
+/// gradient (for measuring and testing both kernels of each); read once, the dGLU's and the weight
+/// gradient's at every launch (SwitchableEnv).
+std::optional<Schedule> glu_schedule_override() {
+  static const std::optional<Schedule> value = parse_schedule("MOEGEMM_GLU_SCHEDULE");
+  return value;
+}
+std::optional<Schedule> dglu_schedule_override() {
+  static const SwitchableEnv env("MOEGEMM_DGLU_SCHEDULE");
+  if (!env.watched) return std::nullopt;
+  return parse_schedule(env.name);
+}
+std::optional<Schedule> linear_schedule_override() {
+  static const std::optional<Schedule> value = parse_schedule("MOEGEMM_LINEAR_SCHEDULE");
+  return value;
+}
 
 /// MOEGEMM_WGRAD_SCHEDULE (switchable): the weight gradient's kernel.
 std::optional<Schedule> wgrad_schedule_override() {
