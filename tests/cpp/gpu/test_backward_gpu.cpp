@@ -50,17 +50,23 @@ void clamp_inside_range(GluParams& glu) {
   glu.linear_offset = 0.75f;
 }
 
+/// A dGLU case of one activation and pairing (the clamped SwiGLU's limits inside the data's range).
+Grouped dglu_case(Activation act, GluLayout pairing) {
+  Grouped p;
+  p.op = GroupedOp::dglu;
+  p.glu.activation = act;
+  p.glu.layout = pairing;
+  clamp_inside_range(p.glu);
+  return p;
+}
+
 TEST(BackwardGpu, DgluActivationsAndLayouts) {
   REQUIRE_GPU();
   int variant = 0;
   for (Activation act : kActivations) {
     for (GluLayout pairing : kPairings) {
       for (BLayout layout : {BLayout::nk, BLayout::kn}) {
-        Grouped p;
-        p.op = GroupedOp::dglu;
-        p.glu.activation = act;
-        p.glu.layout = pairing;
-        clamp_inside_range(p.glu);
+        Grouped p = dglu_case(act, pairing);
         p.layout = layout;
         p.n = 96;  // I = 96: not a multiple of the tile; 2I = 192 is a multiple of 64 (interleaved layouts)
         p.k = variant % 2 ? 24 : 136;
@@ -152,11 +158,7 @@ TEST(BackwardGpu, DgluWholePassesWithoutReductions) {
   int variant = 0;
   for (Activation act : kActivations) {
     for (GluLayout pairing : kPairings) {
-      Grouped p;
-      p.op = GroupedOp::dglu;
-      p.glu.activation = act;
-      p.glu.layout = pairing;
-      clamp_inside_range(p.glu);
+      Grouped p = dglu_case(act, pairing);
       p.m = 512;
       p.n = variant % 2 ? 768 : 384;
       p.k = variant % 3 ? 136 : 1024;
@@ -531,11 +533,7 @@ TEST(BackwardGpu, DgluKernelsAgreeBitwise) {
   int variant = 0;
   for (Activation act : kActivations) {
     for (GluLayout pairing : kPairings) {
-      Grouped p;
-      p.op = GroupedOp::dglu;
-      p.glu.activation = act;
-      p.glu.layout = pairing;
-      clamp_inside_range(p.glu);
+      Grouped p = dglu_case(act, pairing);
       p.m = 1300;
       p.n = variant % 2 ? 1440 : 224;
       p.k = 520;
