@@ -19,6 +19,7 @@
 #include "common/host_tensor.hpp"
 #include "common/offsets.hpp"
 #include "common/random_fill.hpp"
+#include "common/scoped_env.hpp"
 #include "moegemm/moegemm.hpp"
 #include "reference/parallel.hpp"
 
@@ -42,24 +43,6 @@ namespace {
 
 using reference::parallel_for;
 using reference::worker_count;
-
-/// Sets (or, with nullopt, unsets) an environment variable for the scope, then restores it.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, std::optional<std::string> value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value) setenv(name, value->c_str(), 1);
-    else unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (old_) setenv(name_, old_->c_str(), 1);
-    else unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 /// The distinct threads that run parallel_for's tasks. Each task waits (2 s in all at most) until `expected`
 /// threads have taken one, so that a worker that starts late on a busy machine still counts; more count too.

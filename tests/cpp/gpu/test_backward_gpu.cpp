@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/scoped_env.hpp"
 #include "gpu/backward_ops.hpp"
 
 namespace moegemm::testing {
@@ -502,28 +503,6 @@ TEST(BackwardGpu, RepeatsAreBitwiseIdentical) {
 // so that DgluKernelsAgreeBitwise can switch kernels between calls.
 [[maybe_unused]] const bool kDgluScheduleSwitchable = setenv("MOEGEMM_DGLU_SCHEDULE", "", 0) == 0;
 
-/// Sets MOEGEMM_DGLU_SCHEDULE for the scope, restoring its value after.
-class DgluSchedule {
- public:
-  explicit DgluSchedule(const char* value) {
-    const char* old = std::getenv(kName);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    setenv(kName, value, 1);
-  }
-  ~DgluSchedule() {
-    if (had_) setenv(kName, old_.c_str(), 1);
-    else unsetenv(kName);
-  }
-  DgluSchedule(const DgluSchedule&) = delete;
-  DgluSchedule& operator=(const DgluSchedule&) = delete;
-
- private:
-  static constexpr const char* kName = "MOEGEMM_DGLU_SCHEDULE";
-  bool had_ = false;
-  std::string old_;
-};
-
 // The cooperative kernel (tiles of 128 or 256 dH columns) and the ping-pong kernel (128) give bitwise the same
 // dC, dprob, dbias and amax: the launcher's choice depends on M and the SM count, so rows split over devices
 // may take either kernel, and docs/jax.md promises each device's rows bitwise as the unsplit call gives them.
@@ -550,11 +529,11 @@ TEST(BackwardGpu, DgluKernelsAgreeBitwise) {
       const GroupedInputs in(p);
       GroupedOutputs cooperative, pingpong;
       {
-        const DgluSchedule schedule("cooperative");
+        const ScopedEnv schedule("MOEGEMM_DGLU_SCHEDULE", "cooperative");
         cooperative = run_grouped(p, in, true);
       }
       {
-        const DgluSchedule schedule("pingpong");
+        const ScopedEnv schedule("MOEGEMM_DGLU_SCHEDULE", "pingpong");
         pingpong = run_grouped(p, in, true);
       }
       EXPECT_TRUE(same_outputs(cooperative, pingpong));
