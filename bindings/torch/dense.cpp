@@ -94,7 +94,7 @@ Pair gemm_srelu_op(const at::Tensor& a, const at::Tensor& b, c10::string_view b_
 
 Quad gemm_dsrelu_op(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c, c10::string_view b_layout,
                     double alpha, const OptTensor& prob, bool compute_dprob, bool compute_dbias,
-                    bool compute_amax, std::optional<at::ScalarType> out_dtype,
+                    bool compute_amax, std::optional<at::ScalarType> dc_dtype,
                     std::optional<at::ScalarType> dbias_dtype) {
   constexpr const char* op = "gemm_dsrelu";
   GemmDsreluArgs args;
@@ -109,8 +109,8 @@ Quad gemm_dsrelu_op(const at::Tensor& a, const at::Tensor& b, const at::Tensor& 
   args.alpha = static_cast<float>(alpha);
   args.prob = view_of(prob, op, "prob");
   DeviceContext context(a);
-  const auto dtype = out_dtype_or(out_dtype, c.scalar_type(), op, "out_dtype");
-  args.dc = planned_view(args.a, dtype, {a.size(0), n}, op, "out_dtype");
+  const auto dtype = out_dtype_or(dc_dtype, c.scalar_type(), op, "dc_dtype");
+  args.dc = planned_view(args.a, dtype, {a.size(0), n}, op, "dc_dtype");
   if (compute_dprob) args.dprob = planned_view(args.a, at::kFloat, {a.size(0)}, op, "dprob");
   // dbias (N,) and amax (1,) when requested, else empty (0,) placeholders, as for grouped_gemm_dsrelu.
   if (compute_dbias) args.dbias = planned_view(args.a, dbias_dtype_or_f32(dbias_dtype, op), {n}, op, "dbias_dtype");

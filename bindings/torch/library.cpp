@@ -120,7 +120,7 @@ TORCH_LIBRARY(moegemm, m) {
         kTags);
   m.def("gemm_dsrelu(Tensor a, Tensor b, Tensor c, *, str b_layout=\"nk\", float alpha=1.0, "
         "Tensor? prob=None, bool compute_dprob=False, bool compute_dbias=False, bool compute_amax=False, "
-        "ScalarType? out_dtype=None, ScalarType? dbias_dtype=None) "
+        "ScalarType? dc_dtype=None, ScalarType? dbias_dtype=None) "
         "-> (Tensor dc, Tensor dprob, Tensor dbias, Tensor amax)",
         kTags);
 }

@@ -92,7 +92,7 @@ G = alpha * a @ b^T + bias; d = prob * relu(G)^2 (M, N) in ``out_dtype`` (defaul
 ``generate_c=True``; bias optional (N,) bfloat16 or float32. Returns (d, c).""" + _DENSE,
     "gemm_dsrelu": """Backward through a dense squared ReLU (docs/ops.md §6, §4 with one group).
 
-dH = alpha * a @ b^T (a = dY); dc = 2 * relu(c) * dH * prob (M, N) in ``out_dtype`` (default c's). Returns
+dH = alpha * a @ b^T (a = dY); dc = 2 * relu(c) * dH * prob (M, N) in ``dc_dtype`` (default c's). Returns
 (dc, dprob, dbias, amax): with ``compute_dprob``, dprob (M,) float32 = sum_n relu(c)^2 * dH; with
 ``compute_dbias``, dbias (N,) = the column sums of dc, in ``dbias_dtype`` (float32 default, or bfloat16); with
 ``compute_amax``, amax (1,) float32 = max |dc|.""" + _DENSE,

@@ -156,13 +156,13 @@ def _grouped_gemm_srelu_fake(a, b, offsets, *, b_layout="nk", alpha=None, prob=N
 
 
 def _backward_outputs(op, a, c, offsets, columns, amax_len, compute_dprob, compute_dbias, compute_amax,
-                      dc_dtype, dbias_dtype, dc_dtype_name="dc_dtype"):
+                      dc_dtype, dbias_dtype):
     """dc, dprob, dbias and amax of a backward op, absent ones as (0,) placeholders; dbias (E, columns), or
     (columns,) for a dense op (offsets None)."""
     m = a.shape[0]
     if compute_dbias and dbias_dtype not in (None, torch.float32, torch.bfloat16):
         raise ValueError(f"{op}: dbias_dtype: expected None, torch.float32 or torch.bfloat16, got {dbias_dtype}")
-    dc = a.new_empty((m, columns), dtype=_out_dtype_or(dc_dtype, c.dtype, op, dc_dtype_name))
+    dc = a.new_empty((m, columns), dtype=_out_dtype_or(dc_dtype, c.dtype, op, "dc_dtype"))
     dprob = a.new_empty((m,), dtype=torch.float32) if compute_dprob else _absent(dc)
     dbias_shape = (columns,) if offsets is None else (offsets.shape[0], columns)
     dbias = a.new_empty(dbias_shape, dtype=dbias_dtype or torch.float32) if compute_dbias else _absent(dc)
@@ -248,12 +248,12 @@ def _gemm_srelu_fake(a, b, *, b_layout="nk", alpha=1.0, prob=None, bias=None, ge
 
 @torch.library.register_fake("moegemm::gemm_dsrelu")
 def _gemm_dsrelu_fake(a, b, c, *, b_layout="nk", alpha=1.0, prob=None, compute_dprob=False, compute_dbias=False,
-                      compute_amax=False, out_dtype=None, dbias_dtype=None):
+                      compute_amax=False, dc_dtype=None, dbias_dtype=None):
     check_same_device("gemm_dsrelu", a=a, b=b, c=c, prob=prob)
     n = _weights_n("gemm_dsrelu", a, b, b_layout)
     _saved("gemm_dsrelu", a, c, n, "N")
     return _backward_outputs("gemm_dsrelu", a, c, None, n, 1, compute_dprob, compute_dbias, compute_amax,
-                             out_dtype, dbias_dtype, dc_dtype_name="out_dtype")
+                             dc_dtype, dbias_dtype)
 
 
 def _refuse_jagged(_subclass, func, _types, args, kwargs):

@@ -477,7 +477,7 @@ def test_dense_ops_values(b_layout):
     assert_close(dprob, (c2.double().relu() ** 2 * dh).sum(1))
     for dbias_dtype in (None, torch.bfloat16):
         dc, _, dbias, amax = ops.gemm_dsrelu(dy, b, c2, b_layout=b_layout, prob=prob, compute_dbias=True,
-                                             compute_amax=True, dbias_dtype=dbias_dtype, out_dtype=torch.float32)
+                                             compute_amax=True, dbias_dtype=dbias_dtype, dc_dtype=torch.float32)
         assert dbias.shape == (n,) and dbias.dtype == (dbias_dtype or torch.float32)
         assert_close(dbias, dc_ref.sum(0))  # the column sums of the f32 dC, before rounding
         assert amax.shape == (1,) and amax.dtype == torch.float32
@@ -570,7 +570,7 @@ def test_output_dtypes_are_checked_by_name(device):
         ("gemm_swiglu", "out_dtype"): lambda: ops.gemm_swiglu(a, dense_b, glu_layout="halves", out_dtype=bad["dtype"]),
         ("gemm_amax", "out_dtype"): lambda: ops.gemm_amax(a, dense_b, out_dtype=bad["dtype"]),
         ("gemm_srelu", "out_dtype"): lambda: ops.gemm_srelu(a, dense_b, out_dtype=bad["dtype"]),
-        ("gemm_dsrelu", "out_dtype"): lambda: ops.gemm_dsrelu(a, dense_b, c16, out_dtype=bad["dtype"]),
+        ("gemm_dsrelu", "dc_dtype"): lambda: ops.gemm_dsrelu(a, dense_b, c16, dc_dtype=bad["dtype"]),
     }
     for (op, arg), call in calls.items():
         with pytest.raises(ValueError, match=rf"^{op}: {arg}: expected None, torch\.bfloat16, torch\.float16, "
