@@ -1,6 +1,19 @@
-"""Shared pytest set-up: the `gpu` marker and the location of the built package."""
+"""Shared pytest set-up: the `gpu` marker, and a folder of the run's own for torch.compile's on-disk caches."""
+
+import atexit
+import os
+import shutil
+import tempfile
 
 import pytest
+
+# Inductor's FX graph cache finds a compiled graph by its code, which names an op but not its schema: a graph
+# compiled against another build of the ops would be loaded and called with keywords the op may no longer have
+# (docs/torch.md, "Compiled graphs on disk after an upgrade"). Every run compiles afresh, unless the caller
+# named a cache folder. Set before torch is imported (by the test modules, after this file).
+if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="moegemm-tests-inductor-")
+    atexit.register(shutil.rmtree, os.environ["TORCHINDUCTOR_CACHE_DIR"], ignore_errors=True)
 
 
 def pytest_configure(config):
