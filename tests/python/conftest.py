@@ -7,10 +7,9 @@ import tempfile
 
 import pytest
 
-# Inductor's FX graph cache finds a compiled graph by its code, which names an op but not its schema: a graph
-# compiled against another build of the ops would be loaded and called with keywords the op may no longer have
-# (docs/torch.md, "Compiled graphs on disk after an upgrade"). Every run compiles afresh, unless the caller
-# named a cache folder. Set before torch is imported (by the test modules, after this file).
+# Inductor's FX graph cache can hand back a graph compiled against another build of the ops, which calls an op
+# with keywords it may no longer have (docs/torch.md, "Compiled graphs on disk after an upgrade"). Every run
+# compiles afresh, unless the caller named a cache folder. Set before the test modules import torch.
 if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="moegemm-tests-inductor-")
     atexit.register(shutil.rmtree, os.environ["TORCHINDUCTOR_CACHE_DIR"], ignore_errors=True)
