@@ -35,7 +35,7 @@ def op_samples():
                                                                  glu_layout="interleaved32")
     yield ops.grouped_gemm_dglu.default, (dy, w_down_nk, c, offsets), dict(
         prob=prob, compute_dprob=True, compute_dbias=True, compute_amax=True)
-    yield ops.grouped_gemm_dglu.default, (dy, w_down_nk, c, offsets), dict(activation="geglu")
+    yield ops.grouped_gemm_dglu.default, (dy, w_down_nk, c, offsets), dict(activation="geglu", dc_dtype=torch.float32)
     yield ops.grouped_gemm_srelu.default, (a, w_kn, offsets), dict(b_layout="kn", prob=prob, generate_c=True)
     yield ops.grouped_gemm_dsrelu.default, (dy, w_down_nk, randn(m, i, seed=9), offsets), dict(
         prob=prob, compute_dprob=True, compute_dbias=True, compute_amax=True)
@@ -51,6 +51,7 @@ def op_samples():
     yield ops.gemm_dsrelu.default, (a, dense_b, randn(m, 128, seed=13)), dict(prob=prob, compute_dprob=True)
     yield ops.gemm_dsrelu.default, (a, dense_b, randn(m, 128, seed=13)), dict(
         compute_dbias=True, compute_amax=True, dbias_dtype=torch.bfloat16)
+    yield ops.gemm_dsrelu.default, (a, dense_b, randn(m, 128, seed=13)), dict(dc_dtype=torch.float32)
 
 
 SAMPLES = list(op_samples())
