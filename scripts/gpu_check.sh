@@ -11,6 +11,8 @@
 #   MOEGEMM_GTEST_FILTER    GoogleTest filter for the GPU suite (default: everything)
 #   MOEGEMM_TEST_MODES      the test stage's kernel modes, a subset of "heuristic 256 pingpong dynamic pairs
 #                           pairs256 c11" (default: all), so that the stage can be split over several calls
+#   MOEGEMM_PYTEST_PATHS    the pytest stage's test files or folders (default: tests/python), so that the stage
+#                           can be split over several calls too (its run of every file took over 400 s on an H100)
 #   MOEGEMM_BENCH_ARGS      arguments for bench/peers.py (default: --quick: every suite, small; the
 #                           markdown tables go to $REPORT/tables.md)
 set -uo pipefail
@@ -134,7 +136,8 @@ for stage in "${stages[@]}"; do
       ;;
     pytest)
       note "Python tests on the GPU"
-      PYTHONPATH="$BUILD/python" python3 -m pytest -q tests/python -p no:cacheprovider -rs \
+      # shellcheck disable=SC2086  # a list of paths, split on spaces
+      PYTHONPATH="$BUILD/python" python3 -m pytest -q ${MOEGEMM_PYTEST_PATHS:-tests/python} -p no:cacheprovider -rs \
         > "$REPORT/pytest.log" 2>&1 || status=1
       tail -5 "$REPORT/pytest.log" | tee -a "$REPORT/summary.txt"
       ;;

@@ -1,6 +1,7 @@
 """scripts/gpu_check.sh's exit status: a stage that fails fails the script. The sanitize stage runs here with a
 stand-in `compute-sanitizer` first on PATH (no GPU, no build needed: the stand-in never starts the test binary),
-which exits as compute-sanitizer does with `--error-exitcode 9` when it finds an error, or 0."""
+which exits as compute-sanitizer does with `--error-exitcode 9` when it finds an error, or 0. The pytest stage
+runs here on a stand-in test file given by MOEGEMM_PYTEST_PATHS."""
 
 from __future__ import annotations
 
@@ -54,3 +55,18 @@ def test_a_sanitizer_error_fails_the_script(tmp_path, failing):
     assert calls_again == calls, summary  # the other runs still happen
     assert run.returncode != 0, summary
     assert summary.count("exit 9 :") == 1 and summary.count("exit 0 :") == calls - 1
+
+
+@pytest.mark.parametrize("outcome", ["passes", "fails"])
+def test_pytest_stage_runs_the_given_paths_and_fails_with_them(tmp_path, outcome):
+    """MOEGEMM_PYTEST_PATHS replaces tests/python: only the given file runs, and its failure fails the script."""
+    test_file = tmp_path / f"test_stand_in_{outcome}.py"
+    test_file.write_text(f"def test_stand_in():\n    assert {outcome == 'passes'}\n")
+    env = dict(os.environ, MOEGEMM_BUILD_DIR=str(tmp_path / "build"), MOEGEMM_REPORT_DIR=str(tmp_path / "report"),
+               MOEGEMM_PYTEST_PATHS=str(test_file))
+    run = subprocess.run(["bash", str(SCRIPT), "pytest"], capture_output=True, text=True, env=env, timeout=120)
+    log = (tmp_path / "report" / "pytest.log").read_text()
+    assert ("1 passed" if outcome == "passes" else "1 failed") in log, log
+    if outcome == "fails":
+        assert "test_stand_in" in log, log
+    assert (run.returncode == 0) == (outcome == "passes"), run.stdout + run.stderr
