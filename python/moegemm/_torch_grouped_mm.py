@@ -351,7 +351,8 @@ def _ragged_k_op(a, b, offs, out_dtype, validate):
 def _ragged_n_mm(a, b, offs, out_dtype, zero_tail, validate):
     """3-D x 2-D: out[:, cols_g] = a[g] @ b[:, cols_g], run as the 2-D x 3-D product of the transposes,
     out.t()[cols_g] = b.t()[cols_g] @ a.mT[g]: the (N, M) row-major result, returned as its (M, N) view
-    (strides (1, M)). Checks what the inner product would name in its own terms first, in the caller's."""
+    (strides (1, M); (1, M') where M is padded to M', below). Checks what the inner product would name in its
+    own terms first, in the caller's."""
     g, m, k = a.shape
     if tuple(b.shape)[:1] != (k,):
         raise ValueError(f"{_OP}: b: expected shape (K={k}, N) with K from a.shape[2], got {tuple(b.shape)}")
@@ -363,18 +364,19 @@ def _ragged_n_mm(a, b, offs, out_dtype, zero_tail, validate):
         weight_operand(a.transpose(-2, -1), _OP, "a (read as a.transpose(-2, -1))", dims=("K", "M"))
         _check_offs_without_op(offs, "N", b.shape[1], validate)
         return (a.reshape(0, k) @ b).to(out_dtype or a.dtype)
-    for what, dtype in (("a", a.dtype), ("out", out_dtype or a.dtype)):
-        per_16_bytes = max(1, 16 // dtype.itemsize)
-        if m % per_16_bytes:
-            raise ValueError(f"{_OP}: {what}: expected M = a.shape[1] a multiple of {per_16_bytes} for {dtype} "
-                             f"in the 3-D x 2-D mode (it writes out.t(), (N, M) row-major, from a.mT, whose "
-                             f"rows must be 16-byte aligned), got M={m}")
+    # The product's N is M: its rows (a.mT's and out.t()'s) must span a multiple of 16 bytes in the input and
+    # the output dtype (docs/ops.md §0.2, rule 6). torch._grouped_mm takes any M, so a is copied with zero rows
+    # appended up to the next such multiple and the result is the (M, N) view of the padded product.
+    step = max(1, 16 // a.dtype.itemsize, 16 // (out_dtype or a.dtype).itemsize)
+    m_pad = -(-m // step) * step
+    if m_pad != m:
+        a = torch.nn.functional.pad(a, (0, 0, 0, m_pad - m))  # differentiable: a's gradient is its slice
     weights = a.transpose(-2, -1)
     weight_operand(weights, _OP, "a (read as a.transpose(-2, -1))", dims=("K", "M"))
     rows = rows_or_columns(b.t())  # b.t() is read in place either way (b column-major: M-major A tiles)
     out_t = _rows_mm(rows, weights, offs, None, out_dtype, zero_tail, validate, names=_RAGGED_N_NAMES,
                      terms=_RAGGED_N_TERMS)
-    return out_t.t()
+    return out_t[:, :m].t() if m_pad != m else out_t.t()
 
 
 def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = None, bias: torch.Tensor | None = None,
@@ -409,9 +411,10 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
     - 3-D x 2-D (ragged N): ``a`` (G, M, K), ``b`` (K, N) -> (M, N) with ``out[:, cols_g] = a[g] @ b[:,
       cols_g]`` over the column ranges of ``offs``; run as the 2-D x 3-D product of the transposes,
       ``out.t()[cols_g] = b.t()[cols_g] @ a.mT[g]``, so the result is the (M, N) view of an (N, M) row-major
-      tensor (strides (1, M); ``torch._grouped_mm`` returns it row-major). M must be a multiple of 8 for
-      16-bit types, 4 for f32 and 2 for f64 (16-byte rows of ``out.t()`` and of ``a.mT``; f32 and f64 on
-      CPU, and ``out_dtype`` too). ``a`` is read in place at any strides the
+      tensor (strides (1, M); ``torch._grouped_mm`` returns it row-major). Any M: where M is not a multiple
+      of 8 for 16-bit types, 4 for f32 and 2 for f64 (in the input dtype and in ``out_dtype``; 16-byte rows
+      of ``out.t()`` and of ``a.mT``), ``a`` is copied with zero rows up to the next multiple M' and the
+      result is the (M, N) view of the (N, M') product (strides (1, M')). Otherwise ``a`` is read in place at any strides the
       2-D x 3-D mode's ``b`` takes (as ``a.mT``), ``b`` in place either way (as ``b.t()``, as the 2-D x 3-D
       mode reads ``a``; the backward's ``a`` gradient copies a row-major ``b`` first). No ``bias``.
       Differentiable in ``a`` and ``b``; columns of ``out`` at or past ``offs[-1]`` are the tail
