@@ -55,8 +55,9 @@ _STRATEGIES = {
 _PARTIAL_OPERAND = (_Strategy(_P, _P, _R, None), _Strategy(_P, _R, _P, None))
 _REPLICATED = _Strategy(_R, _R, _R, _R)
 # Dims of (a, b) that may be split into shards of any size: the expert dims of the batched mode, and its M
-# (rows of an (E*M, K) matrix need no alignment). Every other split dim is a K, N, H or M of 3-D x 2-D, whose
-# shards the kernels read as 16-byte rows.
+# (rows of an (E*M, K) matrix need no alignment). Every other split dim is a K, N or H, whose shards the kernels
+# read as 16-byte rows, or the M of 3-D x 2-D, kept to 16-byte multiples too (grouped_mm takes any M, but one
+# off them costs a padded copy of a's shard).
 _FREE_DIMS = {(3, 3): ({0, 1}, {0})}
 
 

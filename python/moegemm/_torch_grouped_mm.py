@@ -369,10 +369,15 @@ def _ragged_n_mm(a, b, offs, out_dtype, zero_tail, validate):
     # appended up to the next such multiple and the result is the (M, N) view of the padded product.
     step = max(1, 16 // a.dtype.itemsize, 16 // (out_dtype or a.dtype).itemsize)
     m_pad = -(-m // step) * step
+    a_name = "a (read as a.transpose(-2, -1))"
     if m_pad != m:
+        # a is held to the layout rules of an unpadded call (its strides, base address), so that whether a
+        # layout is taken does not depend on M.
+        weight_operand(a.transpose(-2, -1), _OP, a_name, dims=("K", "M"), rows_of_any_length=True)
+        check_aligned_base(_OP, a_name, a)
         a = torch.nn.functional.pad(a, (0, 0, 0, m_pad - m))  # differentiable: a's gradient is its slice
     weights = a.transpose(-2, -1)
-    weight_operand(weights, _OP, "a (read as a.transpose(-2, -1))", dims=("K", "M"))
+    weight_operand(weights, _OP, a_name, dims=("K", "M"))
     rows = rows_or_columns(b.t())  # b.t() is read in place either way (b column-major: M-major A tiles)
     out_t = _rows_mm(rows, weights, offs, None, out_dtype, zero_tail, validate, names=_RAGGED_N_NAMES,
                      terms=_RAGGED_N_TERMS)
@@ -414,7 +419,8 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
       tensor (strides (1, M); ``torch._grouped_mm`` returns it row-major). Any M: where M is not a multiple
       of 8 for 16-bit types, 4 for f32 and 2 for f64 (in the input dtype and in ``out_dtype``; 16-byte rows
       of ``out.t()`` and of ``a.mT``), ``a`` is copied with zero rows up to the next multiple M' and the
-      result is the (M, N) view of the (N, M') product (strides (1, M')). Otherwise ``a`` is read in place at any strides the
+      result is the (M, N) view of the (N, M') product (strides (1, M')); ``a`` is held to the same layout
+      rules at any M. Otherwise ``a`` is read in place at any strides the
       2-D x 3-D mode's ``b`` takes (as ``a.mT``), ``b`` in place either way (as ``b.t()``, as the 2-D x 3-D
       mode reads ``a``; the backward's ``a`` gradient copies a row-major ``b`` first). No ``bias``.
       Differentiable in ``a`` and ``b``; columns of ``out`` at or past ``offs[-1]`` are the tail

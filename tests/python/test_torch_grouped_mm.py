@@ -346,8 +346,8 @@ def test_3d_2d_takes_any_m(device, m, out_dtype, m_pad, a_row_major):
     poisoned memory, an empty group's weights an exact zero gradient."""
     if a_row_major:
         a = randn(G, m, K, device=device, seed=89)
-    else:
-        a = randn(G, K, m, device=device, seed=89).transpose(-2, -1)
+    else:  # column-major at a column stride of M': a slice of a wider stack (a stride of M is refused, below)
+        a = randn(G, K, m_pad, device=device, seed=89)[:, :, :m].transpose(-2, -1)
     a = a.detach().requires_grad_(True)
     b = randn(K, N * G, device=device, seed=90).requires_grad_(True)
     offs = offsets_of([N, 0, N, N - 5], device)
@@ -376,6 +376,29 @@ def test_3d_2d_takes_any_m(device, m, out_dtype, m_pad, a_row_major):
             assert_close(ours[0][:, :ends[-1]], theirs[0][:, :ends[-1]])
             assert_close(ours[1], theirs[1])
             assert_close(ours[2][:, :ends[-1]], theirs[2][:, :ends[-1]])
+
+
+@pytest.mark.parametrize("m", [13, 16])
+def test_3d_2d_layout_rules_do_not_depend_on_m(m):
+    """The layouts of a that an M of whole 16-byte rows refuses are refused where M is padded too (a broadcast
+    group, a base address off 16 bytes, experts innermost), and so is a column stride off the rule, which
+    only an M off it gives a contiguous column-major a (torch._grouped_mm refuses it too)."""
+    b, offs = randn(K, 24), offsets_of([8, 8, 8])
+    name = re.escape("grouped_mm: a (read as a.transpose(-2, -1)): ")
+    with pytest.raises(ValueError, match=name + r"expected a positive expert stride that is a multiple of 16 bytes"):
+        mt.grouped_mm(randn(1, m, K).expand(3, m, K), b, offs)
+    with pytest.raises(ValueError, match=name + r"expected a 16-byte aligned base address"):
+        mt.grouped_mm(randn(3 * m * K + 1)[1:].view(3, m, K), b, offs)
+    with pytest.raises(ValueError, match=name + r"expected an \(E, K, M\) weight whose M dim is contiguous .*"
+                                       r"pass a\.contiguous\(\) to copy it"):
+        mt.grouped_mm(randn(m, K, 3).permute(2, 0, 1), b, offs)
+    column_major = randn(3, K, m).transpose(-2, -1)
+    if m % 8:
+        with pytest.raises(ValueError, match=name + rf"expected a row stride stride\(1\) >= M={m} that is a "
+                                           rf"multiple of 16 bytes .*got stride\(1\)={m} elements"):
+            mt.grouped_mm(column_major, b, offs)
+    else:
+        assert_close(mt.grouped_mm(column_major, b, offs), mt.grouped_mm(column_major.contiguous(), b, offs))
 
 
 @pytest.mark.parametrize("device", DEVICES)
