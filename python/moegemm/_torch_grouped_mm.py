@@ -373,7 +373,7 @@ def _ragged_n_mm(a, b, offs, out_dtype, zero_tail, validate):
     if m_pad != m:
         # a is held to the layout rules of an unpadded call (its strides, base address), so that whether a
         # layout is taken does not depend on M.
-        weight_operand(a.transpose(-2, -1), _OP, a_name, dims=("K", "M"), rows_of_any_length=True)
+        weight_operand(a.transpose(-2, -1), _OP, a_name, dims=("K", "M"), n_padded=True)
         check_aligned_base(_OP, a_name, a)
         a = torch.nn.functional.pad(a, (0, 0, 0, m_pad - m))  # differentiable: a's gradient is its slice
     weights = a.transpose(-2, -1)

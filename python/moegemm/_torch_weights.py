@@ -11,7 +11,7 @@ _FLIP = {"kn": "nk", "nk": "kn"}
 
 
 def weight_operand(w: torch.Tensor, op: str, name: str, shape: torch.Size | None = None,
-                   dims: tuple[str, str] = ("K", "N"), rows_of_any_length: bool = False) -> tuple[torch.Tensor, str]:
+                   dims: tuple[str, str] = ("K", "N"), n_padded: bool = False) -> tuple[torch.Tensor, str]:
     """The moegemm (b, b_layout) that computes ``A @ w[g]`` for a logical (E, K, N) weight ``w``.
 
     ``w`` whose N dim is contiguous (``w.stride(-1) == 1``) is passed as is with ``"kn"``; ``w`` that is a
@@ -24,8 +24,8 @@ def weight_operand(w: torch.Tensor, op: str, name: str, shape: torch.Size | None
     expert stride of 0 or off the rule. ``shape`` is ``w.shape`` when the caller has read it already (each
     read is a call into torch on the eager path); ``dims`` are the caller's names for K and N in messages
     (``("H", "2I")`` for moe_mlp's w_up). The stride rules apply where a row spans a multiple of 16 bytes (the
-    ops name a row length off it by its extent), or at any row length with ``rows_of_any_length`` (a caller
-    that pads the rows to the rule before the ops see them).
+    ops name a row length off it by its extent), and with ``n_padded`` (a caller that pads N to the rule
+    before the ops see it) at any N.
     """
     # One read of shape and strides: each accessor is a separate dispatcher-level call on the eager path.
     k_name, n_name = dims
@@ -36,9 +36,9 @@ def weight_operand(w: torch.Tensor, op: str, name: str, shape: torch.Size | None
     e, rows, cols = shape
     strides = w.stride()
     # A dim of one element takes any stride (torch gives it 1 or its parent's): it never decides the layout.
-    # With rows of any length a weight of one column is read as "nk" where its K dim is contiguous, so that
-    # no one-element row is held to the 16-byte rule.
-    one_column_nk = rows_of_any_length and cols <= 1 and strides[1] == 1
+    # With N padded a weight of one column is read as "nk" where its K dim is contiguous, so that no
+    # one-element row is held to the 16-byte rule.
+    one_column_nk = n_padded and cols <= 1 and strides[1] == 1
     if (strides[2] == 1 or cols <= 1) and not one_column_nk:
         layout, row_dim, row_len, n_rows = "kn", 1, (n_name, cols), rows
     elif strides[1] == 1 or rows <= 1:
@@ -54,7 +54,7 @@ def weight_operand(w: torch.Tensor, op: str, name: str, shape: torch.Size | None
     # The messages are formatted only when raised: formatting a symbolic size under torch.compile would pin
     # it to its current value (a guard N == 32 per call site), and every new size would recompile.
     size = w.element_size()
-    if e and rows and cols and (rows_of_any_length or row_len[1] * size % 16 == 0):
+    if e and rows and cols and ((n_padded and layout == "kn") or row_len[1] * size % 16 == 0):
         for dim, what, ok in ((row_dim, lambda: f"a row stride stride({row_dim}) >= {row_len[0]}={row_len[1]}",
                                n_rows <= 1 or strides[row_dim] >= row_len[1]),
                               (0, lambda: "a positive expert stride", e <= 1 or strides[0] > 0)):

@@ -381,8 +381,9 @@ def test_3d_2d_takes_any_m(device, m, out_dtype, m_pad, a_row_major):
 @pytest.mark.parametrize("m", [13, 16])
 def test_3d_2d_layout_rules_do_not_depend_on_m(m):
     """The layouts of a that an M of whole 16-byte rows refuses are refused where M is padded too (a broadcast
-    group, a base address off 16 bytes, experts innermost), and so is a column stride off the rule, which
-    only an M off it gives a contiguous column-major a (torch._grouped_mm refuses it too)."""
+    group, a base address off 16 bytes, experts innermost), a K off the rule is named as K either way, and a
+    column stride off the rule, which only an M off it gives a contiguous column-major a, is refused
+    (torch._grouped_mm refuses it too)."""
     b, offs = randn(K, 24), offsets_of([8, 8, 8])
     name = re.escape("grouped_mm: a (read as a.transpose(-2, -1)): ")
     with pytest.raises(ValueError, match=name + r"expected a positive expert stride that is a multiple of 16 bytes"):
@@ -392,6 +393,9 @@ def test_3d_2d_layout_rules_do_not_depend_on_m(m):
     with pytest.raises(ValueError, match=name + r"expected an \(E, K, M\) weight whose M dim is contiguous .*"
                                        r"pass a\.contiguous\(\) to copy it"):
         mt.grouped_mm(randn(m, K, 3).permute(2, 0, 1), b, offs)
+    with pytest.raises(ValueError, match=r"grouped_mm: b \(read as b.t\(\)\): expected K \* sizeof\(torch\.bfloat16\) a "
+                                         r"multiple of 16 bytes .*got K=12"):
+        mt.grouped_mm(randn(3, m, 12), randn(12, 24), offs)
     column_major = randn(3, K, m).transpose(-2, -1)
     if m % 8:
         with pytest.raises(ValueError, match=name + rf"expected a row stride stride\(1\) >= M={m} that is a "
