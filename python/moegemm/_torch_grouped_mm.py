@@ -354,6 +354,7 @@ def _ragged_n_mm(a, b, offs, out_dtype, zero_tail, validate):
     (strides (1, M); (1, M') where M is padded to M', below). Checks what the inner product would name in its
     own terms first, in the caller's."""
     g, m, k = a.shape
+    a_name = _RAGGED_N_NAMES[("grouped_gemm", "b")]  # a as the op's weights, as their errors name it
     if tuple(b.shape)[:1] != (k,):
         raise ValueError(f"{_OP}: b: expected shape (K={k}, N) with K from a.shape[2], got {tuple(b.shape)}")
     if known(offs.shape[0] != g):
@@ -361,23 +362,21 @@ def _ragged_n_mm(a, b, offs, out_dtype, zero_tail, validate):
     if m == 0 and offs.dtype == torch.int32:  # no output rows, as torch._grouped_mm: the empty product
         _check_without_op(a, b, k, b.shape[0], "b.shape[0]", b.shape[1], out_dtype, offs, ragged="N")
         _check_rows_operand(rows_or_columns(b.t()), _RAGGED_N_NAMES[("grouped_gemm", "a")], "(N, K)")
-        weight_operand(a.transpose(-2, -1), _OP, "a (read as a.transpose(-2, -1))", dims=("K", "M"))
+        weight_operand(a.transpose(-2, -1), _OP, a_name, dims=("K", "M"))
         _check_offs_without_op(offs, "N", b.shape[1], validate)
         return (a.reshape(0, k) @ b).to(out_dtype or a.dtype)
     # The product's N is M: its rows (a.mT's and out.t()'s) must span a multiple of 16 bytes in the input and
     # the output dtype (docs/ops.md §0.2, rule 6). torch._grouped_mm takes any M, so a is copied with zero rows
     # appended up to the next such multiple and the result is the (M, N) view of the padded product.
-    step = max(1, 16 // a.dtype.itemsize, 16 // (out_dtype or a.dtype).itemsize)
+    # a is held to the layout rules of an unpadded call (its strides, base address) either way, so that
+    # whether a layout is taken does not depend on M; the padded copy then meets them.
+    step = max(16 // a.dtype.itemsize, 16 // (out_dtype or a.dtype).itemsize)
     m_pad = -(-m // step) * step
-    a_name = "a (read as a.transpose(-2, -1))"
+    weight_operand(a.transpose(-2, -1), _OP, a_name, dims=("K", "M"), n_padded=m_pad != m)
     if m_pad != m:
-        # a is held to the layout rules of an unpadded call (its strides, base address), so that whether a
-        # layout is taken does not depend on M.
-        weight_operand(a.transpose(-2, -1), _OP, a_name, dims=("K", "M"), n_padded=True)
-        check_aligned_base(_OP, a_name, a)
+        check_aligned_base(_OP, a_name, a)  # the op would refuse it unpadded; the copy would hide it
         a = torch.nn.functional.pad(a, (0, 0, 0, m_pad - m))  # differentiable: a's gradient is its slice
     weights = a.transpose(-2, -1)
-    weight_operand(weights, _OP, a_name, dims=("K", "M"))
     rows = rows_or_columns(b.t())  # b.t() is read in place either way (b column-major: M-major A tiles)
     out_t = _rows_mm(rows, weights, offs, None, out_dtype, zero_tail, validate, names=_RAGGED_N_NAMES,
                      terms=_RAGGED_N_TERMS)
